@@ -1,0 +1,44 @@
+# The README's two commands, `make demo` and `make test`, do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+# Every process of a run needs these (see src/platform/runtime.py for why).
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export RAY_AUTH_MODE := disabled
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install demo test test-fast bench docs clean
+
+install: $(STAMP)
+
+# torch is installed first and alone so that no other package's looser torch
+# requirement pulls the multi-GB CUDA build on a CPU machine.
+$(STAMP): pyproject.toml setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev,bench]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/lmp demo $(if $(DATA),--data $(DATA),)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not ray"
+
+bench: $(STAMP)
+	$(BIN)/python bench/train_throughput.py
+
+docs: $(STAMP)
+	$(BIN)/python -m lmplatform.config.reference > docs/config-reference.md
+
+clean:
+	rm -rf runs outputs mlruns .pytest_cache

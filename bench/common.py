@@ -1,0 +1,37 @@
+"""Shared helpers for benchmarks: environment, result files, ratio reporting."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2))
+    print(f"wrote {path}")
+    return path
+
+
+def check(name: str, value: float, target: float, higher_is_better: bool = True) -> dict[str, Any]:
+    ok = value >= target if higher_is_better else value <= target
+    print(f"{'PASS' if ok else 'MISS'} {name}: {value:.3f} (target {'>=' if higher_is_better else '<='} {target})")
+    return {"value": round(value, 4), "target": target, "met": ok}

@@ -1,0 +1,139 @@
+"""MLM training throughput on MiniLM (seq 128, global batch 16), all at 2 threads in total.
+
+Measured in one run:
+  1. a plain single-process PyTorch loop, masked-only vocabulary projection;
+  2. the same loop with the full-sequence projection;
+  3. Ray Train, 1 worker x 2 CPUs (our real training loop);
+  4. Ray Train, 2 workers x 1 CPU (batch 8 each).
+Targets: (3)/(1) >= 0.95 and (1)/(2) >= 1.5.
+
+    python bench/train_throughput.py [--data FILE.jsonl] [--steps 8] [--warmup 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import check, write_result  # noqa: E402
+
+SEQ, BATCH = 128, 16
+
+
+def long_texts(path: Path, n: int) -> list[str]:
+    """Texts of at least SEQ tokens, built by joining consecutive documents of a real corpus."""
+    docs = [json.loads(line)["text"] for line in path.read_text().splitlines() if line.strip()]
+    out, current = [], []
+    for doc in docs * 4:
+        current.append(doc)
+        if sum(len(d.split()) for d in current) > 1.3 * SEQ:
+            out.append(" ".join(current))
+            current = []
+        if len(out) == n:
+            break
+    return out
+
+
+def plain_loop(texts: list[str], projection: str, steps: int, warmup: int) -> float:
+    import torch
+
+    from lmplatform.models.encoder import load_tokenizer
+    from lmplatform.models.resolve import packaged_model_path
+    from lmplatform.objectives.masking import DynamicMasker
+    from lmplatform.objectives.mlm import MaskedLanguageModel, MLMObjective
+    from lmplatform.train.collate import TextCollator
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    path = packaged_model_path()
+    tokenizer = load_tokenizer(path)
+    model = MaskedLanguageModel.from_pretrained(path, projection=projection)
+    objective = MLMObjective(DynamicMasker(tokenizer))
+    collate = TextCollator(tokenizer, SEQ)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+    model.train()
+    tokens, elapsed = 0, 0.0
+    for step in range(warmup + steps):
+        start = time.perf_counter()  # tokenisation is timed too, as in the Ray loop
+        batch = collate.encode(texts[(step * BATCH) % len(texts):][:BATCH])
+        loss, _ = objective(model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step >= warmup:
+            elapsed += time.perf_counter() - start
+            tokens += int(batch["attention_mask"].sum())
+    return tokens / elapsed
+
+
+def ray_train(corpus: Path, workers: int, steps: int, warmup: int, workdir: Path) -> float:
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.config import load_run_config
+    from lmplatform.train.run import run_training
+
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    cfg = load_run_config(None, [
+        f"data.train_paths={corpus}", "data.validation_fraction=0", f"model.max_seq_length={SEQ}",
+        f"optim.batch_size={BATCH // workers}", f"optim.max_steps={warmup + steps}", "optim.epochs=null",
+        f"scaling.num_workers={workers}", f"scaling.cpus_per_worker={2 // workers}",
+        "objective.pseudo_perplexity_sentences=0", f"checkpoint.every_n_steps={10 * (warmup + steps)}",
+        f"checkpoint.storage_path={workdir / 'runs'}", f"tracking.tracking_uri={uri}",
+        "tracking.register_model=false", f"tracking.log_every_n_steps={warmup}",
+    ])
+    result = run_training(cfg)
+    history = MlflowClient(uri).get_metric_history(result.mlflow_run_id, "tokens_per_s")
+    # the first window holds the warm-up steps; the rest is steady state
+    steady = [m.value for m in sorted(history, key=lambda m: m.step) if m.step > warmup]
+    return statistics.fmean(steady)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path("data/demo/reports.jsonl"))
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args()
+
+    texts = long_texts(args.data, BATCH * (args.steps + args.warmup))
+    results: dict[str, float] = {}
+    results["plain_masked_projection"] = plain_loop(texts, "masked", args.steps, args.warmup)
+    print(f"plain loop, masked projection: {results['plain_masked_projection']:.0f} tokens/s")
+    results["plain_full_projection"] = plain_loop(texts, "full", args.steps, args.warmup)
+    print(f"plain loop, full projection:   {results['plain_full_projection']:.0f} tokens/s")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        corpus = work / "corpus.jsonl"
+        corpus.write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n")
+        from lmplatform.ray_runtime import ensure_ray
+
+        ensure_ray(num_cpus=2)
+        # Each worker measures only its own steps, so every mode is timed
+        # over the same steady-state window.
+        results["ray_train_1x2"] = ray_train(corpus, 1, args.steps, args.warmup, work)
+        print(f"Ray Train 1 worker x 2 CPUs:   {results['ray_train_1x2']:.0f} tokens/s")
+        results["ray_train_2x1"] = ray_train(corpus, 2, args.steps, args.warmup, work)
+        print(f"Ray Train 2 workers x 1 CPU:   {results['ray_train_2x1']:.0f} tokens/s")
+
+    ratios = {
+        "ray_1_worker_vs_plain": check("Ray Train 1 worker / plain loop", results["ray_train_1x2"] / results["plain_masked_projection"], 0.95),
+        "masked_vs_full_projection": check("masked / full projection", results["plain_masked_projection"] / results["plain_full_projection"], 1.5),
+        "ray_2_workers_vs_1": {"value": round(results["ray_train_2x1"] / results["ray_train_1x2"], 4)},
+    }
+    print(f"info Ray Train 2x1 / 1x2: {ratios['ray_2_workers_vs_1']['value']:.3f}")
+    write_result("train_throughput", {
+        "setup": {"model": "all-MiniLM-L6-v2", "seq_len": SEQ, "global_batch": BATCH, "steps": args.steps,
+                  "warmup": args.warmup, "data": str(args.data), "total_threads": 2},
+        "tokens_per_s": {k: round(v, 1) for k, v in results.items()},
+        "ratios": ratios,
+    })
+
+
+if __name__ == "__main__":
+    main()

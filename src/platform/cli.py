@@ -1,0 +1,125 @@
+"""The `lmp` command line. Every command validates its input before Ray starts."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from lmplatform.config.loader import ConfigError, load_run_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="lmplatform: adapt, tune, track and serve text encoders on Ray.")
+config_app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs.")
+data_app = typer.Typer(no_args_is_help=True, help="Inspect corpora before training.")
+app.add_typer(config_app, name="config")
+app.add_typer(data_app, name="data")
+
+console = Console(stderr=True)
+SetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")
+
+
+def fail(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from lmplatform.data.readers import DataError
+    from lmplatform.models.resolve import ModelNotFoundError
+
+    return (ConfigError, DataError, ModelNotFoundError, FileNotFoundError)
+
+
+@app.command()
+def train(
+    config: Path = typer.Option(..., "--config", "-c", help="Run config YAML."),
+    overrides: Optional[List[str]] = SetOption,
+    resume: Optional[str] = typer.Option(None, help="Continue the named run from its latest checkpoint."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
+) -> None:
+    """Train with one objective as a Ray Train job, tracked in MLflow."""
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.train.run import run_training
+
+    try:
+        cfg = load_run_config(config, overrides or [])
+        if address:
+            ensure_ray(address)
+        result = run_training(cfg, resume=resume)
+    except user_errors() as exc:
+        fail(str(exc))
+        return
+    typer.echo(json.dumps({
+        "run_name": result.run_name,
+        "mlflow_run_id": result.mlflow_run_id,
+        "model_dir": str(result.model_dir),
+        "registered_model": result.registered_model,
+        "model_version": result.model_version,
+        "metrics": result.metrics,
+    }, indent=2))
+
+
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print the JSON schema of the run config."""
+    from lmplatform.config.schema import RunConfig
+
+    typer.echo(json.dumps(RunConfig.model_json_schema(), indent=2))
+
+
+@config_app.command("validate")
+def config_validate(
+    config: Path = typer.Option(..., "--config", "-c"),
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Validate a config (with overrides) and print it fully resolved."""
+    import yaml
+
+    try:
+        cfg = load_run_config(config, overrides or [])
+    except ConfigError as exc:
+        fail(str(exc))
+        return
+    typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+@data_app.command("report")
+def data_report(
+    config: Path = typer.Option(..., "--config", "-c"),
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Scan a run's corpus: rows, bad rows with file and line, duplicates, split sizes."""
+    from lmplatform.data.corpus import scan_corpus
+
+    try:
+        cfg = load_run_config(config, overrides or [])
+        report = scan_corpus(cfg.data, use_ray=False).report
+    except user_errors() as exc:
+        fail(str(exc))
+        return
+    typer.echo(report.summary())
+
+
+@app.command()
+def demo(
+    data: Optional[Path] = typer.Option(None, help="Corpus to adapt to (default: the shipped trouble reports)."),
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Run the demo: adapt the packaged MiniLM to a domain corpus and compare held-out MLM loss."""
+    from lmplatform.demo import run_demo
+
+    try:
+        run_demo(data, overrides or [])
+    except user_errors() as exc:
+        fail(str(exc))
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    app(args=argv if argv is not None else sys.argv[1:], prog_name="lmp")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Generate docs/config-reference.md from the pydantic models (`make docs`)."""
+from __future__ import annotations
+
+import typing
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from lmplatform.config.schema import RunConfig
+
+
+def _type_name(annotation: object) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(repr(a) for a in typing.get_args(annotation))
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        name = " \\| ".join(_type_name(a) for a in args)
+        return f"{name} (optional)" if len(args) < len(typing.get_args(annotation)) else name
+    if origin in (list, dict):
+        return getattr(annotation, "__name__", str(annotation)).replace("typing.", "") if not typing.get_args(annotation) else str(annotation).replace("typing.", "")
+    return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))
+
+
+def _default(field: typing.Any) -> str:
+    if field.default is not PydanticUndefined:
+        return f"`{field.default!r}`"
+    if field.default_factory is not None:
+        value = field.default_factory()
+        return "" if isinstance(value, BaseModel) else f"`{value!r}`"
+    return "**required**"
+
+
+def _section(title: str, model: type[BaseModel]) -> list[str]:
+    lines = [f"### `{title}`", ""]
+    if model.__doc__:
+        lines += [model.__doc__.strip().splitlines()[0], ""]
+    lines += ["| field | type | default | description |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        constraints = ", ".join(str(m) for m in field.metadata)
+        description = (field.description or "") + (f" ({constraints})" if constraints else "")
+        lines.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {description} |")
+    return lines + [""]
+
+
+def objective_models() -> list[type[BaseModel]]:
+    annotated = RunConfig.model_fields["objective"].annotation
+    union = typing.get_args(annotated)[0] if typing.get_origin(annotated) is typing.Annotated else annotated
+    return list(typing.get_args(union)) or [union]
+
+
+def render() -> str:
+    lines = [
+        "# Run config reference",
+        "",
+        "Generated from the pydantic models by `make docs`; `lmp config schema` prints the same as JSON Schema.",
+        "Unknown keys are errors. Any field can be overridden with `--set section.field=value`.",
+        "",
+    ]
+    for name, field in RunConfig.model_fields.items():
+        if name == "objective":
+            continue
+        lines += _section(name, field.annotation)  # type: ignore[arg-type]
+    lines += ["## `objective` (one of, chosen by `name`)", ""]
+    for model in objective_models():
+        lines += _section(f"objective: {model.model_fields['name'].default}", model)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render())

@@ -1,0 +1,140 @@
+"""The run configuration, one pydantic model per YAML section.
+
+`lmp config schema` prints the JSON schema of `RunConfig`; docs/config-reference.md
+is generated from it (`make docs`).
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from lmplatform.config.base import Section
+from lmplatform.objectives.mlm_config import MLMObjectiveConfig
+
+PACKAGED_MODEL = "default"
+
+
+class ModelConfig(Section):
+    """Which encoder to start from and how to pool it."""
+
+    name_or_path: str = Field(
+        PACKAGED_MODEL,
+        description="'default' (the packaged all-MiniLM-L6-v2), a local Hugging Face folder, "
+        "a model id already in the local Hugging Face cache, or models:/<name>@<alias> from MLflow.",
+    )
+    pooling: Literal["mean", "cls", "max"] = Field("mean", description="How token vectors become one text vector.")
+    max_seq_length: int = Field(128, ge=8, le=8192, description="Longer texts are truncated.")
+
+
+class DataConfig(Section):
+    """Where the training text comes from and how it is cleaned and split."""
+
+    train_paths: list[str] = Field(..., min_length=1, description="Files or folders (every file inside is read).")
+    validation_paths: list[str] = Field(
+        default_factory=list, description="Explicit validation files. When empty, validation is split off train."
+    )
+    format: Literal["auto", "jsonl", "csv", "parquet", "text"] = Field(
+        "auto", description="'auto' picks by extension: .jsonl/.json, .csv/.tsv, .parquet, anything else is text."
+    )
+    text_field: str = Field("text", min_length=1, description="Column holding the document text (not used for text files).")
+    validation_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Share of documents held out by a stable hash.")
+    seed: int = Field(13, description="Seeds the train/validation hash split.")
+    clean: bool = Field(True, description="Strip carriage returns, tabs, repeated spaces and badly encoded characters.")
+    dedup: bool = Field(False, description="Drop exact duplicate documents (after cleaning).")
+    min_chars: int = Field(1, ge=1, description="Documents shorter than this after cleaning are bad rows.")
+    on_bad_row: Literal["skip", "fail"] = Field(
+        "skip", description="'skip' counts and reports bad rows; 'fail' stops at the first one with its file and line."
+    )
+    max_documents: Optional[int] = Field(None, ge=1, description="Read at most this many documents (demos, smoke runs).")
+
+    @field_validator("train_paths", "validation_paths", mode="before")
+    @classmethod
+    def _one_path_is_a_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+
+ObjectiveConfig = Annotated[Union[MLMObjectiveConfig], Field(discriminator="name")]
+
+
+class OptimConfig(Section):
+    """AdamW with a linear warm-up/decay schedule."""
+
+    optimizer: Literal["adamw"] = "adamw"
+    lr: float = Field(5e-5, gt=0.0, le=1.0)
+    weight_decay: float = Field(0.01, ge=0.0)
+    adam_eps: float = Field(1e-8, gt=0.0)
+    batch_size: int = Field(16, ge=1, description="Per worker. The global batch is batch_size x num_workers x grad_accum_steps.")
+    grad_accum_steps: int = Field(1, ge=1)
+    scheduler: Literal["linear", "constant"] = "linear"
+    warmup_ratio: float = Field(0.06, ge=0.0, lt=1.0, description="Used when warmup_steps is not set.")
+    warmup_steps: Optional[int] = Field(None, ge=0)
+    epochs: Optional[float] = Field(1.0, gt=0.0)
+    max_steps: Optional[int] = Field(None, ge=1, description="Optimizer steps; overrides epochs when set.")
+    max_grad_norm: Optional[float] = Field(1.0, gt=0.0)
+    seed: int = 42
+
+    @model_validator(mode="after")
+    def _needs_a_length(self) -> "OptimConfig":
+        if self.max_steps is None and self.epochs is None:
+            raise ValueError("set optim.max_steps or optim.epochs")
+        return self
+
+
+class ScalingSection(Section):
+    """How many Ray Train workers, and what each one reserves."""
+
+    num_workers: int = Field(1, ge=1)
+    use_gpu: bool = False
+    cpus_per_worker: float = Field(1.0, gt=0.0)
+    gpus_per_worker: float = Field(1.0, gt=0.0, description="Used only when use_gpu is true.")
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict, description="Extra custom resources per worker, e.g. a node label {'trainer': 1}."
+    )
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    torch_threads: Optional[int] = Field(
+        None, ge=1, description="Intra-op threads per worker; defaults to cpus_per_worker rounded up."
+    )
+
+
+class CheckpointSection(Section):
+    every_n_steps: int = Field(200, ge=1)
+    keep: int = Field(2, ge=1, description="Checkpoints kept on storage (the newest ones).")
+    storage_path: str = Field("runs", description="Ray Train storage (local folder, NFS path or s3://...). Relative paths are under the project folder.")
+    max_failures: int = Field(2, ge=-1, description="Worker failures to recover from (from the latest checkpoint); -1 is unlimited.")
+
+
+class TrackingSection(Section):
+    tracking_uri: Optional[str] = Field(
+        None, description="MLflow tracking URI. Default: $MLFLOW_TRACKING_URI, else sqlite under <project>/mlruns."
+    )
+    experiment: str = Field("lmplatform", min_length=1)
+    run_name: Optional[str] = None
+    registered_model: Optional[str] = Field(
+        None, description="Registered model name. Default: lmplatform-<objective>."
+    )
+    register_model: bool = Field(True, description="Register the final model as a new version.")
+    log_every_n_steps: int = Field(10, ge=1)
+    eval_every_n_steps: Optional[int] = Field(None, ge=1, description="Validation during training; always run at the start and end.")
+
+
+class RunConfig(Section):
+    """One training run."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig
+    objective: ObjectiveConfig = Field(default_factory=MLMObjectiveConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    scaling: ScalingSection = Field(default_factory=ScalingSection)
+    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
+    tracking: TrackingSection = Field(default_factory=TrackingSection)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _objective_defaults_to_mlm(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("objective"), dict) and "name" not in data["objective"]:
+            data = {**data, "objective": {"name": "mlm", **data["objective"]}}
+        return data
+
+    def registered_model_name(self) -> str:
+        return self.tracking.registered_model or f"lmplatform-{self.objective.name}"

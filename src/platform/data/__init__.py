@@ -1,0 +1,1 @@
+"""Corpus reading, cleaning, validation and splitting."""

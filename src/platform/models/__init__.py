@@ -1,0 +1,1 @@
+"""Encoders, pooling and offline model resolution."""

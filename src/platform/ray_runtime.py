@@ -1,0 +1,44 @@
+"""Starting or joining Ray the same way from every entry point."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from lmplatform.runtime import apply_runtime_defaults, worker_env_vars
+
+
+def quiet_ray_data() -> None:
+    """Ray Data's per-operator progress bars flood job logs; our loop prints its own progress."""
+    from ray.data import DataContext
+
+    DataContext.get_current().enable_progress_bars = False
+
+
+def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
+    """Join the cluster at `address`/$RAY_ADDRESS, else start an embedded local Ray.
+
+    A job started by `ray job submit` has RAY_ADDRESS set and joins its cluster.
+    Without an address we start a fresh local instance (address="local") rather than
+    attaching to whatever cluster `ray start` last left on this machine.
+    """
+    import ray
+
+    quiet_ray_data()
+    if ray.is_initialized():
+        return
+    apply_runtime_defaults()
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING)
+        return
+    # The dashboard (on loopback) backs the State API that Ray Train's own
+    # monitors query; without it they log a warning every second.
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        logging_level=logging.WARNING,
+        runtime_env={"env_vars": worker_env_vars()},
+    )

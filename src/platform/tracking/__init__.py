@@ -1,0 +1,1 @@
+"""MLflow tracking: runs, step metrics, model artifacts and the registry."""

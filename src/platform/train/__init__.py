@@ -1,0 +1,1 @@
+"""Ray Train: the generic worker loop and the driver that runs it."""

@@ -1,0 +1,227 @@
+"""The Ray Train worker loop shared by every objective.
+
+It knows the recipe interface only: a model, an objective returning (loss,
+metrics), a collate function, regularizers, an evaluator and an exporter.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch
+
+from lmplatform.config.schema import RunConfig
+from lmplatform.train import distributed as D
+from lmplatform.train.optim import build_optimizer, build_scheduler
+from lmplatform.train.recipe import Batch, TrainingRecipe
+from lmplatform.train.state import FINAL_MODEL_DIR, Progress, load_checkpoint, save_checkpoint
+
+logger = logging.getLogger(__name__)
+
+
+def format_eta(seconds: float) -> str:
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class StepTimer:
+    """Throughput over the logging window and an ETA from the mean step time of this attempt."""
+
+    def __init__(self, start_step: int):
+        self.start_step = start_step
+        self.start = self.window_start = time.perf_counter()
+        self.tokens = self.samples = 0
+
+    def add(self, tokens: int, samples: int) -> None:
+        self.tokens += tokens
+        self.samples += samples
+
+    def window(self, step: int, total_steps: int) -> dict[str, float]:
+        now = time.perf_counter()
+        elapsed = max(now - self.window_start, 1e-9)
+        done = step - self.start_step
+        per_step = (now - self.start) / done if done else float("nan")
+        out = {
+            "tokens_per_s": self.tokens / elapsed,
+            "samples_per_s": self.samples / elapsed,
+            "eta_s": per_step * (total_steps - step),
+        }
+        self.window_start, self.tokens, self.samples = now, 0, 0
+        return out
+
+
+class Trainer:
+    """One worker's view of a run."""
+
+    def __init__(self, cfg: RunConfig, recipe: TrainingRecipe, total_steps: int, device: torch.device, rank: int, tracker: Any = None):
+        self.cfg = cfg
+        self.recipe = recipe
+        self.total_steps = total_steps
+        self.device = device
+        self.rank = rank
+        self.tracker = tracker
+        self.model = recipe.model.to(device)
+        self.objective = recipe.objective.to(device)
+        for regularizer in recipe.regularizers:
+            regularizer.to(device)
+        D.broadcast_parameters(self.model)
+        D.broadcast_parameters(self.objective)
+        self.params = recipe.parameters()
+        names = {id(p): n for module in (self.model, self.objective) for n, p in module.named_parameters()}
+        self.optimizer = build_optimizer(self.params, names, cfg.optim)
+        self.scheduler = build_scheduler(self.optimizer, cfg.optim, total_steps)
+        self.progress = Progress()
+
+    # -- checkpoints -------------------------------------------------------
+    def restore(self, folder: Path) -> None:
+        self.progress = load_checkpoint(folder, self.rank, self.model, self.objective, self.optimizer, self.scheduler)
+        self._log({"resumed_from_step": float(self.progress.step)}, self.progress.step)
+        self._print(f"resumed from checkpoint at step {self.progress.step} (epoch {self.progress.epoch})")
+
+    def _report(self, metrics: dict[str, float], with_checkpoint: bool, final: bool = False) -> None:
+        import ray.train
+
+        metrics = {**metrics, "step": self.progress.step, "epoch": self.progress.epoch}
+        if not with_checkpoint:
+            ray.train.report(metrics)
+            return
+        with tempfile.TemporaryDirectory(prefix="lmp-ckpt-") as tmp:
+            folder = Path(tmp)
+            save_checkpoint(folder, self.rank, self.progress, self.model, self.objective, self.optimizer, self.scheduler)
+            if final and self.rank == 0:
+                self.recipe.export(self.model, folder / FINAL_MODEL_DIR)
+            ray.train.report(
+                metrics,
+                checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                checkpoint_dir_name=f"checkpoint_step{self.progress.step:08d}" + ("_final" if final else ""),
+            )
+
+    # -- evaluation --------------------------------------------------------
+    def evaluate(self, batches: Optional[Iterator[Batch]]) -> dict[str, float]:
+        if self.recipe.evaluate is None or batches is None:
+            return {}
+        sums = self.recipe.evaluate(self.model, batches, self.rank)
+        reduced = D.reduce_weighted(sums, self.device)
+        return {f"val_{k}": v for k, v in self.recipe.summarize(reduced).items()}
+
+    # -- training ----------------------------------------------------------
+    def _to_device(self, batch: Batch) -> Batch:
+        return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+    def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, metrics = self.objective(self.model, batch)
+        for regularizer in self.recipe.regularizers:
+            extra, extra_metrics = regularizer(self.model)
+            loss = loss + extra
+            metrics = {**metrics, **extra_metrics}
+        return loss, {"loss": float(loss.detach()), **metrics}
+
+    def _optimizer_step(self) -> float:
+        D.all_reduce_gradients(self.params)
+        norm = float("nan")
+        if self.cfg.optim.max_grad_norm:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.optim.max_grad_norm))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.progress.step += 1
+        return norm
+
+    def fit(self, train_batches: Any, validation_batches: Any) -> dict[str, float]:
+        """Train to total_steps; `*_batches(epoch)` return fresh iterators of collated batches."""
+        cfg, progress = self.cfg, self.progress
+        accum = cfg.optim.grad_accum_steps
+        ckpt_every, log_every = cfg.checkpoint.every_n_steps, cfg.tracking.log_every_n_steps
+        eval_every = cfg.tracking.eval_every_n_steps
+        if progress.step == 0:
+            progress.initial_metrics = initial = self.evaluate(validation_batches())
+            if initial:
+                self._log({f"{k}_initial": v for k, v in initial.items()} | initial, step=0)
+                self._print("before training: " + _fmt(initial))
+        timer = StepTimer(progress.step)
+        window: dict[str, list[float]] = {}
+        self.model.train()
+        micro = 0
+        while progress.step < self.total_steps:
+            batches = D.while_all_have_batches(train_batches(progress.epoch, progress.batches_in_epoch), self.device)
+            for batch in batches:
+                batch = self._to_device(batch)
+                loss, metrics = self._loss(batch)
+                (loss / accum).backward()
+                progress.batches_in_epoch += 1
+                tokens = self.recipe.count_tokens(batch)
+                samples = int(next(iter(batch.values())).shape[0])
+                timer.add(tokens, samples)
+                progress.tokens += tokens
+                progress.samples += samples
+                for key, value in metrics.items():
+                    window.setdefault(key, []).append(value)
+                micro += 1
+                if micro % accum:
+                    continue
+                grad_norm = self._optimizer_step()
+                step = progress.step
+                done = step >= self.total_steps
+                if step % log_every == 0 or done:
+                    logged = {k: sum(v) / len(v) for k, v in window.items()}
+                    logged = D.mean_over_workers(logged, self.device)
+                    speed = timer.window(step, self.total_steps)
+                    world = D.world_size()
+                    logged |= {
+                        "lr": self.scheduler.get_last_lr()[0],
+                        "grad_norm": grad_norm,
+                        "tokens_per_s": speed["tokens_per_s"] * world,
+                        "samples_per_s": speed["samples_per_s"] * world,
+                    }
+                    window.clear()
+                    self._log(logged, step)
+                    self._print(
+                        f"step {step}/{self.total_steps} epoch {progress.epoch} loss {logged['loss']:.4f} "
+                        f"lr {logged['lr']:.2e} tokens/s {logged['tokens_per_s']:.0f} "
+                        f"samples/s {logged['samples_per_s']:.1f} ETA {format_eta(speed['eta_s'])}"
+                    )
+                if eval_every and step % eval_every == 0 and not done:
+                    val = self.evaluate(validation_batches())
+                    self._log(val, step)
+                    self._print(f"step {step}: " + _fmt(val))
+                    self.model.train()
+                if done:
+                    break
+                if step % ckpt_every == 0:
+                    self._report({"loss": metrics["loss"]}, with_checkpoint=True)
+            else:
+                progress.epoch += 1
+                progress.batches_in_epoch = 0
+                if micro == 0:
+                    raise RuntimeError("the training dataset produced no batches; check data and batch_size")
+                continue
+            break
+        final = self.evaluate(validation_batches())
+        self._log(final, progress.step)
+        if final:
+            self._print("after training: " + _fmt(final))
+        initial = progress.initial_metrics
+        tokens = D.sum_over_workers(float(progress.tokens), self.device)
+        summary = {**{f"{k}_initial": v for k, v in initial.items()}, **final, "tokens": tokens}
+        self._report(summary, with_checkpoint=True, final=True)
+        return summary
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        if self.tracker is not None and self.rank == 0 and metrics:
+            self.tracker.log_metrics(metrics, step=step)
+
+    def _print(self, message: str) -> None:
+        if self.rank == 0:
+            print(f"[lmp] {message}", flush=True)
+
+
+def _fmt(metrics: dict[str, float]) -> str:
+    return " ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))

@@ -1,0 +1,193 @@
+"""The driver side of a training run: validate, read data, launch Ray Train, track in MLflow."""
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from lmplatform.config.schema import RunConfig
+from lmplatform.runtime import project_root, worker_env_vars
+
+logger = logging.getLogger(__name__)
+RUN_TAG = "lmp.train_run"
+
+
+@dataclass
+class TrainingResult:
+    run_name: str
+    mlflow_run_id: str
+    tracking_uri: str
+    model_dir: Path
+    model_artifact_uri: str
+    registered_model: Optional[str]
+    model_version: Optional[str]
+    metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint_path: Optional[str] = None
+
+
+def resolve_storage_path(storage_path: str) -> str:
+    if "://" in storage_path:
+        return storage_path
+    path = Path(storage_path).expanduser()
+    return str(path if path.is_absolute() else (project_root() / path).resolve())
+
+
+def with_absolute_paths(cfg: RunConfig) -> RunConfig:
+    """A copy whose local model path is absolute (URIs and 'default' are kept)."""
+    local = Path(cfg.model.name_or_path).expanduser()
+    if "://" in cfg.model.name_or_path or not local.exists():
+        return cfg
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"name_or_path": str(local.resolve())})})
+
+
+def new_run_name(cfg: RunConfig) -> str:
+    # Ray 2.60 silently resumes a run whose name already exists, so names are unique.
+    return f"{cfg.objective.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _find_tracked_run(tracking_uri: str, experiment: str, run_name: str) -> Optional[str]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return None
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{RUN_TAG}` = '{run_name}'", max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def run_training(
+    cfg: RunConfig,
+    resume: Optional[str] = None,
+    parent_run_id: Optional[str] = None,
+    extra_tags: Optional[dict[str, str]] = None,
+    callbacks: Optional[list[Any]] = None,
+) -> TrainingResult:
+    """Run one training job end to end. Raises before any worker starts if config, model or data are bad."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig as RayRunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.objectives.registry import objective_spec
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit, resolve_tracking_uri
+    from lmplatform.tracking.registry import register_model_version
+    from lmplatform.train.optim import total_optimizer_steps
+    from lmplatform.train.state import FINAL_MODEL_DIR
+    from lmplatform.train.worker import train_loop_per_worker
+
+    spec = objective_spec(cfg.objective.name)
+    resolve_model_path(cfg.model.name_or_path)  # a missing model fails here, not in a worker
+    cfg = with_absolute_paths(cfg)  # workers run in their own working directories
+    storage = resolve_storage_path(cfg.checkpoint.storage_path)
+    if resume and "://" not in storage and not (Path(storage) / resume).is_dir():
+        known = sorted(p.name for p in Path(storage).iterdir() if p.is_dir()) if Path(storage).is_dir() else []
+        raise FileNotFoundError(
+            f"--resume {resume}: no run of that name under {storage}"
+            + (f"; runs there: {', '.join(known[-10:])}" if known else "")
+        )
+    ensure_ray()
+    data = spec.prepare_data(cfg)
+    print(f"[lmp] {data.summary}", flush=True)
+    total_steps = total_optimizer_steps(cfg.optim, data.train_examples, cfg.scaling.num_workers)
+
+    tracking_uri = resolve_tracking_uri(cfg.tracking.tracking_uri)
+    run_name = resume or new_run_name(cfg)
+    mlflow_run_id = _find_tracked_run(tracking_uri, cfg.tracking.experiment, run_name) if resume else None
+    if mlflow_run_id:
+        tracker = TrackedRun(tracking_uri, mlflow_run_id)
+        tracker.client.update_run(mlflow_run_id, status="RUNNING")
+    else:
+        tags = {
+            RUN_TAG: run_name,
+            "lmp.objective": cfg.objective.name,
+            "lmp.git_commit": git_commit(),
+            "lmp.data_fingerprint": data.fingerprint,
+            "lmp.model_source": cfg.model.name_or_path,
+            **(extra_tags or {}),
+        }
+        tracker = TrackedRun.start(tracking_uri, cfg.tracking.experiment, cfg.tracking.run_name or run_name, tags, parent_run_id)
+        tracker.log_params(flatten(cfg.model_dump(mode="json")) | {"total_steps": total_steps})
+        tracker.log_metrics(data.metrics, step=0)
+        tracker.log_dict(data.report, "data_report.json")
+    print(f"[lmp] run {run_name}: {total_steps} steps on {cfg.scaling.num_workers} worker(s); "
+          f"MLflow run {tracker.run_id} at {tracking_uri}", flush=True)
+
+    resources = {"CPU": cfg.scaling.cpus_per_worker, **cfg.scaling.resources_per_worker}
+    if cfg.scaling.use_gpu:
+        resources["GPU"] = cfg.scaling.gpus_per_worker
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={
+            "config": cfg.model_dump(mode="json"),
+            "total_steps": total_steps,
+            "tracking_uri": tracking_uri,
+            "mlflow_run_id": tracker.run_id,
+            "has_validation": "validation" in data.datasets,
+        },
+        scaling_config=ScalingConfig(
+            num_workers=cfg.scaling.num_workers,
+            use_gpu=cfg.scaling.use_gpu,
+            resources_per_worker=resources,
+            placement_strategy=cfg.scaling.placement_strategy,
+        ),
+        torch_config=TorchConfig(backend="nccl" if cfg.scaling.use_gpu else "gloo"),
+        datasets=data.datasets,
+        run_config=RayRunConfig(
+            name=run_name,
+            storage_path=storage,
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.checkpoint.keep),
+            failure_config=FailureConfig(max_failures=cfg.checkpoint.max_failures),
+            worker_runtime_env={"env_vars": worker_env_vars()},
+            callbacks=callbacks,
+        ),
+    )
+    try:
+        result = trainer.fit()
+    except BaseException:
+        tracker.finish("FAILED")
+        print(f"[lmp] run {run_name} failed; continue it with --resume {run_name}", flush=True)
+        raise
+    if result.checkpoint is None:
+        tracker.finish("FAILED")
+        raise RuntimeError(f"run {run_name} finished without a final checkpoint")
+
+    model_dir = _local_model_dir(storage, run_name)
+    with result.checkpoint.as_directory() as folder:
+        exported = Path(folder) / FINAL_MODEL_DIR
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        shutil.copytree(exported, model_dir)
+    artifact_uri = tracker.log_artifacts(model_dir, "model")
+    metrics = {k: float(v) for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
+    version = None
+    registered = cfg.registered_model_name() if cfg.tracking.register_model else None
+    if registered:
+        version = register_model_version(
+            tracking_uri, registered, artifact_uri, tracker.run_id,
+            tags={"objective": cfg.objective.name, "train_run": run_name},
+        )
+        tracker.set_tags({"lmp.registered_model": registered, "lmp.model_version": version})
+    tracker.finish()
+    print(f"[lmp] model saved to {model_dir}" + (f"; registered {registered} version {version}" if registered else ""), flush=True)
+    return TrainingResult(
+        run_name=run_name,
+        mlflow_run_id=tracker.run_id,
+        tracking_uri=tracking_uri,
+        model_dir=model_dir,
+        model_artifact_uri=artifact_uri,
+        registered_model=registered,
+        model_version=version,
+        metrics=metrics,
+        checkpoint_path=result.checkpoint.path,
+    )
+
+
+def _local_model_dir(storage: str, run_name: str) -> Path:
+    if "://" in storage:
+        return project_root() / "outputs" / run_name / "model"
+    return Path(storage) / run_name / "model"

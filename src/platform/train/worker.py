@@ -1,0 +1,66 @@
+"""The function every Ray Train worker runs."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from lmplatform.config.schema import RunConfig
+from lmplatform.objectives.registry import objective_spec
+from lmplatform.train.loop import Trainer
+from lmplatform.train.recipe import Batch
+
+
+def worker_threads(cfg: RunConfig) -> int:
+    return cfg.scaling.torch_threads or max(1, math.ceil(cfg.scaling.cpus_per_worker))
+
+
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
+    import ray.train
+    import ray.train.torch
+
+    from lmplatform.runtime import apply_runtime_defaults
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+
+    apply_runtime_defaults()
+    cfg = RunConfig.model_validate(loop_config["config"])
+    rank = ray.train.get_context().get_world_rank()
+    # Ray sets OMP_NUM_THREADS to the CPUs reserved; torch needs to be told as well.
+    torch.set_num_threads(worker_threads(cfg))
+    torch.manual_seed(cfg.optim.seed)  # identical initialisation of new heads on every rank
+
+    recipe = objective_spec(cfg.objective.name).build_recipe(cfg)
+    device = ray.train.torch.get_device()
+    tracker = TrackedRun(loop_config["tracking_uri"], loop_config["mlflow_run_id"]) if rank == 0 else None
+    trainer = Trainer(cfg, recipe, loop_config["total_steps"], device, rank, tracker)
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            trainer.restore(Path(folder))
+    else:
+        torch.manual_seed(cfg.optim.seed + 1000 * rank)  # different masks/negatives per rank
+
+    train_shard = ray.train.get_dataset_shard("train")
+    validation_shard = ray.train.get_dataset_shard("validation") if loop_config["has_validation"] else None
+    batch_size = cfg.optim.batch_size
+
+    def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
+        batches = train_shard.iter_batches(
+            batch_size=batch_size,
+            batch_format="numpy",
+            local_shuffle_buffer_size=max(4 * batch_size, 256),
+            local_shuffle_seed=cfg.optim.seed + 7919 * epoch + rank,
+        )
+        for index, batch in enumerate(batches):
+            if index >= skip:  # resuming inside an epoch: skip what was already consumed
+                yield recipe.collate(batch)
+
+    def validation_batches() -> Iterator[Batch] | None:
+        if validation_shard is None:
+            return None
+        return (recipe.collate(b) for b in validation_shard.iter_batches(batch_size=batch_size, batch_format="numpy"))
+
+    trainer.fit(train_batches, validation_batches)

@@ -1,0 +1,103 @@
+from pathlib import Path
+
+import pytest
+
+from lmplatform.config import ConfigError, load_run_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _error(overrides: list[str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_run_config(None, ["data.train_paths=x.jsonl", *overrides])
+    return str(info.value)
+
+
+def test_shipped_configs_validate() -> None:
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        load_run_config(path)
+
+
+def test_overrides_are_parsed_and_validated() -> None:
+    cfg = load_run_config(REPO / "configs/mlm.yaml", ["optim.max_steps=5", "model.pooling=cls", "optim.lr=1e-4"])
+    assert cfg.optim.max_steps == 5 and cfg.model.pooling == "cls" and cfg.optim.lr == pytest.approx(1e-4)
+
+
+def test_error_names_field_value_and_allowed_values() -> None:
+    message = _error(["model.pooling=avg"])
+    assert "model.pooling" in message and "'avg'" in message
+    assert "'mean', 'cls' or 'max'" in message
+
+
+def test_out_of_range_number() -> None:
+    message = _error(["objective.mask_probability=1.5"])
+    assert "objective.mask_probability" in message and "1.5" in message and "less than 1" in message
+
+
+def test_unknown_keys_are_rejected() -> None:
+    message = _error(["optim.lrr=0.1"])
+    assert "optim.lrr" in message and "unknown key" in message
+
+
+def test_unknown_section_is_rejected() -> None:
+    assert "trainer" in _error(["trainer.x=1"])
+
+
+def test_unknown_objective_lists_the_known_ones() -> None:
+    message = _error(["objective.name=word2vec"])
+    assert "word2vec" in message and "'mlm'" in message
+
+
+def test_cross_field_rule() -> None:
+    message = _error(["objective.replace_with_mask=0.95"])
+    assert "replace_with_mask + replace_with_random" in message
+
+
+def test_bad_override_syntax() -> None:
+    with pytest.raises(ConfigError, match="section.field=value"):
+        load_run_config(None, ["optim.max_steps"])
+
+
+def test_missing_and_invalid_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_run_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_run_config(bad)
+
+
+def test_required_data_paths() -> None:
+    with pytest.raises(ConfigError, match="data: required field is missing"):
+        load_run_config(None, [])
+
+
+def test_schema_command_prints_json_schema() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from lmplatform.cli import app
+
+    result = CliRunner().invoke(app, ["config", "schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.output)
+    assert "data" in schema["properties"] and "objective" in schema["properties"]
+
+
+def test_cli_reports_bad_config_without_traceback(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from lmplatform.cli import app
+
+    config = tmp_path / "c.yaml"
+    config.write_text("data: {train_paths: [x.jsonl]}\nscaling: {num_workers: 0}\n")
+    result = CliRunner().invoke(app, ["train", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "scaling.num_workers" in result.output and "Traceback" not in result.output
+
+
+def test_config_reference_is_current() -> None:
+    from lmplatform.config.reference import render
+
+    assert (REPO / "docs/config-reference.md").read_text().strip() == render().strip(), "run `make docs`"

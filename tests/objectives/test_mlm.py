@@ -1,0 +1,67 @@
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from lmplatform.objectives.masking import IGNORE_INDEX, DynamicMasker
+from lmplatform.objectives.mlm import MaskedLanguageModel, MLMEvaluator, MLMObjective
+from lmplatform.train.collate import TextCollator
+
+
+@pytest.fixture
+def parts(tiny_bert: Path):  # noqa: ANN201
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    return tokenizer, MaskedLanguageModel.from_pretrained(tiny_bert), DynamicMasker(tokenizer)
+
+
+def test_masked_projection_equals_full_projection(parts) -> None:  # noqa: ANN001
+    tokenizer, model, masker = parts
+    model.eval()
+    batch = TextCollator(tokenizer, 32).encode(["disk full on the backup server", "login fails after reset"])
+    inputs, labels = masker(batch["input_ids"], batch["attention_mask"], generator=torch.Generator().manual_seed(0))
+    model.projection = "masked"
+    masked = model(input_ids=inputs, attention_mask=batch["attention_mask"], labels=labels)
+    model.projection = "full"
+    full = model(input_ids=inputs, attention_mask=batch["attention_mask"], labels=labels)
+    assert torch.allclose(masked["loss"], full["loss"], atol=1e-5)
+    assert int(masked["n_masked"]) == int((labels != IGNORE_INDEX).sum())
+
+
+def test_loss_decreases_on_a_toy_corpus(parts) -> None:  # noqa: ANN001
+    tokenizer, model, masker = parts
+    torch.manual_seed(0)
+    collate = TextCollator(tokenizer, 16)
+    batch = collate.encode(["printer error on floor two"] * 16)
+    objective = MLMObjective(masker)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss, metrics = objective(model, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(metrics["mlm_loss"])
+    assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
+
+
+def test_evaluator_is_deterministic_and_pseudo_perplexity_is_sane(parts) -> None:  # noqa: ANN001
+    tokenizer, model, masker = parts
+    batches = [TextCollator(tokenizer, 32).encode(["the vpn tunnel drops", "invoice totals are wrong today"])]
+    evaluator = MLMEvaluator(masker, pppl_sentences=2)
+    first = evaluator(model, batches)
+    second = evaluator(model, batches)
+    assert first == second
+    summary = MLMEvaluator.summarize({k: s / w for k, (s, w) in first.items()})
+    # A random model is close to uniform over the vocabulary: perplexity near |V|.
+    assert 0.2 * len(tokenizer) < summary["pseudo_perplexity"] < 5 * len(tokenizer)
+    assert summary["perplexity"] == pytest.approx(torch.tensor(summary["mlm_loss"]).exp().item(), rel=1e-6)
+
+
+def test_missing_head_is_initialised_tied_and_logged(caplog) -> None:  # noqa: ANN001
+    from lmplatform.models.resolve import packaged_model_path
+
+    with caplog.at_level("WARNING"):
+        model = MaskedLanguageModel.from_pretrained(packaged_model_path())
+    assert "has no MLM head" in caplog.text and "tied to the input embeddings" in caplog.text
+    assert model.mlm.get_output_embeddings().weight is model.mlm.get_input_embeddings().weight

@@ -1,0 +1,138 @@
+"""Real Ray Train runs of the MLM objective with a tiny BERT, tracked in real MLflow (sqlite)."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lmplatform.config import load_run_config
+from lmplatform.train.run import run_training
+
+pytestmark = pytest.mark.ray
+
+
+def _config(tiny_bert: Path, corpus: Path, mlflow_uri: str, storage: Path, *extra: str):  # noqa: ANN202
+    return load_run_config(None, [
+        f"model.name_or_path={tiny_bert}",
+        "model.max_seq_length=32",
+        f"data.train_paths={corpus}",
+        "data.validation_fraction=0.2",
+        "objective.pseudo_perplexity_sentences=2",
+        "optim.batch_size=8",
+        "optim.lr=1e-3",
+        "scaling.cpus_per_worker=1",
+        f"checkpoint.storage_path={storage}",
+        f"tracking.tracking_uri={mlflow_uri}",
+        "tracking.experiment=tests",
+        "tracking.log_every_n_steps=2",
+        *extra,
+    ])
+
+
+def _history(mlflow_uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    from mlflow.tracking import MlflowClient
+
+    return [(m.step, m.value) for m in MlflowClient(mlflow_uri).get_metric_history(run_id, key)]
+
+
+def test_two_workers_train_log_and_register(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+    from mlflow.tracking import MlflowClient
+    from transformers import AutoModelForMaskedLM
+
+    cfg = _config(tiny_bert, corpus_file, mlflow_uri, tmp_path / "runs", "scaling.num_workers=2", "optim.max_steps=8",
+                  "checkpoint.every_n_steps=4", "tracking.registered_model=tiny-mlm")
+    result = run_training(cfg)
+
+    assert result.metrics["step"] == 8
+    assert result.metrics["val_mlm_loss"] < result.metrics["val_mlm_loss_initial"]
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(result.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["scaling.num_workers"] == "2" and run.data.params["optim.max_steps"] == "8"
+    assert run.data.tags["lmp.objective"] == "mlm" and len(run.data.tags["lmp.data_fingerprint"]) == 16
+    assert run.data.tags["lmp.git_commit"]
+    assert [s for s, _ in _history(mlflow_uri, result.mlflow_run_id, "loss")] == [2, 4, 6, 8]
+    assert all(v > 0 for _, v in _history(mlflow_uri, result.mlflow_run_id, "tokens_per_s"))
+    assert "data/bad_rows" in run.data.metrics
+    # the final model is a Hugging Face folder, logged as an artifact and registered from it
+    artifacts = {a.path for a in client.list_artifacts(result.mlflow_run_id, "model")}
+    assert "model/config.json" in artifacts and "model/tokenizer.json" in artifacts
+    version = client.get_model_version("tiny-mlm", result.model_version)
+    assert version.run_id == result.mlflow_run_id and version.source.endswith("/model")
+    AutoModelForMaskedLM.from_pretrained(str(result.model_dir))
+    # a later stage can start from the registered model
+    from lmplatform.models.resolve import resolve_model_path
+
+    os.environ["MLFLOW_TRACKING_URI"] = mlflow_uri
+    try:
+        assert (resolve_model_path(f"models:/tiny-mlm/{result.model_version}") / "config.json").is_file()
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]
+
+
+def test_resume_on_request_continues_the_step_counter(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+    storage = tmp_path / "runs"
+    cfg = _config(tiny_bert, corpus_file, mlflow_uri, storage, "optim.max_steps=3", "checkpoint.every_n_steps=2",
+                  "tracking.register_model=false", "tracking.log_every_n_steps=1")
+    first = run_training(cfg)
+    longer = cfg.model_copy(update={"optim": cfg.optim.model_copy(update={"max_steps": 6})})
+    resumed = run_training(longer, resume=first.run_name)
+    assert resumed.run_name == first.run_name
+    assert resumed.mlflow_run_id == first.mlflow_run_id  # the same MLflow run continues
+    assert resumed.metrics["step"] == 6
+    assert _history(mlflow_uri, first.mlflow_run_id, "resumed_from_step") == [(3, 3.0)]
+    steps = [s for s, _ in _history(mlflow_uri, first.mlflow_run_id, "loss")]
+    assert steps == [1, 2, 3, 4, 5, 6]  # 4..6 continue the counter; nothing restarted at 1
+
+
+def test_resume_of_unknown_run_is_a_clear_error(tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+    (tmp_path / "runs").mkdir()
+    cfg = _config(tiny_bert, corpus_file, mlflow_uri, tmp_path / "runs", "optim.max_steps=2")
+    with pytest.raises(FileNotFoundError, match="--resume nope: no run of that name"):
+        run_training(cfg, resume="nope")
+
+
+def test_killed_worker_resumes_from_checkpoint(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+    import ray
+    from ray.util.state import list_actors
+
+    storage = tmp_path / "runs"
+    cfg = _config(tiny_bert, corpus_file, mlflow_uri, storage, "optim.max_steps=600", "checkpoint.every_n_steps=25",
+                  "checkpoint.max_failures=2", "tracking.log_every_n_steps=25", "tracking.register_model=false")
+    killed: dict[str, int] = {}
+    gcs = ray.get_runtime_context().gcs_address
+
+    def kill_worker_after_first_checkpoint() -> None:
+        # Reporting a checkpoint is synchronous, so once step 50 is logged the
+        # step-25 checkpoint is committed and the kill lands between checkpoints.
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(mlflow_uri)
+        deadline = time.time() + 300
+        while time.time() < deadline and not killed:
+            runs = client.search_runs(client.get_experiment_by_name("tests").experiment_id) if client.get_experiment_by_name("tests") else []
+            logged = [m.step for r in runs for m in client.get_metric_history(r.info.run_id, "loss")] if runs else []
+            if logged and max(logged) >= 50:
+                alive = [("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")]
+                for actor in list_actors(address=gcs, filters=alive):
+                    if actor.pid:
+                        os.kill(actor.pid, signal.SIGKILL)
+                        killed["pid"] = actor.pid
+                        return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_worker_after_first_checkpoint, daemon=True)
+    killer.start()
+    result = run_training(cfg)
+    killer.join(timeout=5)
+    assert killed, "the worker was never killed"
+    assert result.metrics["step"] == 600
+    resumed_from = _history(mlflow_uri, result.mlflow_run_id, "resumed_from_step")
+    assert resumed_from, "the restarted worker did not resume from a checkpoint"
+    step = resumed_from[0][1]
+    assert step >= 25 and step % 25 == 0  # continued from a checkpoint, not from zero
+    assert ray.is_initialized()
