@@ -1,0 +1,29 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmplatform.models.cross_encoder import CrossEncoder
+
+
+def test_scores_align_with_pairs_and_rerank_matches(tiny_bert: Path) -> None:
+    model = CrossEncoder.from_pretrained(tiny_bert, max_seq_length=32)
+    queries = ["disk full", "login fails", "disk full"]
+    documents = ["the backup disk is full", "password reset loop", "invoice totals are wrong"]
+    scores = model.score(queries, documents, batch_size=2)
+    assert scores.shape == (3,) and ((scores > 0) & (scores < 1)).all()
+    one_by_one = np.array([model.score([q], [d])[0] for q, d in zip(queries, documents)])
+    assert np.allclose(scores, one_by_one, atol=1e-5)
+    assert np.allclose(model.rerank("disk full", [documents[0], documents[2]]), scores[[0, 2]], atol=1e-5)
+
+
+def test_misaligned_pairs_are_rejected(tiny_bert: Path) -> None:
+    with pytest.raises(ValueError, match="pairs must align"):
+        CrossEncoder.from_pretrained(tiny_bert).score(["a", "b"], ["c"])
+
+
+def test_save_and_reload_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
+    model = CrossEncoder.from_pretrained(tiny_bert, max_seq_length=32)
+    model.save_pretrained(tmp_path / "ce")
+    again = CrossEncoder.from_pretrained(tmp_path / "ce", max_seq_length=32)
+    assert np.allclose(model.score(["q"], ["d"]), again.score(["q"], ["d"]), atol=1e-6)
