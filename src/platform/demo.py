@@ -31,5 +31,6 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = ()) -> dict[str
     console = Console()
     console.print(table)
     console.print(f"model: {result.model_dir}")
-    console.print(f"MLflow run {result.mlflow_run_id}: mlflow ui --backend-store-uri {result.tracking_uri}")
+    console.print(f"MLflow run {result.mlflow_run_id}; browse it with:")
+    console.print(f"  mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
     return metrics

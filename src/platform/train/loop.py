@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -219,8 +220,10 @@ class Trainer:
             self.tracker.log_metrics(metrics, step=step)
 
     def _print(self, message: str) -> None:
+        # Ray Train patches print() in workers and, once a library (MLflow) has
+        # wrapped sys.stdout, tees every line twice; the raw stream prints it once.
         if self.rank == 0:
-            print(f"[lmp] {message}", flush=True)
+            print(f"[lmp] {message}", file=sys.__stdout__, flush=True)
 
 
 def _fmt(metrics: dict[str, float]) -> str:
