@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 evaluate_app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval metrics, reports, MLflow.")
-SetOption = typer.Option(None, "--set", help="Override a field: --set tasks.0.ks=[1,5] (repeatable).")
+SetOption = typer.Option(None, "--set", help="Override a top-level field: --set output_dir=runs/eval/x (repeatable).")
 
 
 @evaluate_app.command("run")
@@ -17,6 +17,7 @@ def evaluate_run(
     overrides: Optional[List[str]] = SetOption,
     output_dir: Optional[Path] = typer.Option(None, help="Report folder (overrides output_dir)."),
     run_id: Optional[str] = typer.Option(None, help="Log into this MLflow run (the run of the model evaluated)."),
+    limit_queries: Optional[int] = typer.Option(None, min=1, help="Retrieval: evaluate only the first N queries of each dataset."),
 ) -> None:
     """Run every task of the config; write report.json, report.md and PNGs; log them to MLflow."""
     from lmplatform.cli import fail, user_errors
@@ -30,6 +31,10 @@ def evaluate_run(
         extra.append(f"tracking.run_id={run_id}")
     try:
         cfg = load_evaluation_config(config, extra)
+        if limit_queries:
+            for task in cfg.tasks:
+                for dataset in getattr(task, "datasets", []):
+                    dataset.limit_queries = limit_queries
         result = run_evaluation(cfg)
     except user_errors() as exc:
         fail(str(exc))
