@@ -16,6 +16,8 @@ config_app = typer.Typer(no_args_is_help=True, help="Inspect and validate run co
 data_app = typer.Typer(no_args_is_help=True, help="Inspect corpora before training.")
 app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
+from lmplatform.cli_evaluate import evaluate_app  # noqa: E402
+app.add_typer(evaluate_app, name="evaluate")
 
 console = Console(stderr=True)
 SetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")

@@ -47,3 +47,34 @@ def test_packaged_minilm_ranks_a_paraphrase_first() -> None:
         ["the printer crashes when printing", "printing makes the printer crash", "invoice totals are wrong"]
     )
     assert query @ paraphrase > query @ other + 0.2
+
+
+def test_int8_encoder_is_close_to_fp32_and_keeps_order(tiny_bert: Path) -> None:
+    texts = [
+        "printer crash after restart",
+        "vpn tunnel certificate expired on the mobile app login screen",
+        "database timeout",
+        "payment gateway invoice failed for user",
+    ]
+    fp32 = Encoder.from_pretrained(tiny_bert, max_seq_length=32).encode(texts, batch_size=3)
+    quantized = Encoder.from_pretrained(tiny_bert, max_seq_length=32, quantize="int8")
+    assert quantized.quantized
+    assert any("quantized.dynamic" in type(m).__module__ for m in quantized.backbone.modules())
+    int8 = quantized.encode(texts, batch_size=3, num_threads=1)
+    cosines = (fp32 * int8).sum(axis=1)
+    assert cosines.min() > 0.95
+    # The same text lands in the same row: its nearest fp32 vector is itself.
+    assert list((int8 @ fp32.T).argmax(axis=1)) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="cannot be saved"):
+        quantized.save_pretrained(Path("/tmp/never-written"))
+
+
+def test_bad_encode_options_are_clear_errors(tiny_bert: Path) -> None:
+    with pytest.raises(ValueError, match="allowed: None, int8"):
+        Encoder.from_pretrained(tiny_bert, quantize="int4")  # type: ignore[arg-type]
+    encoder = Encoder.from_pretrained(tiny_bert, max_seq_length=16)
+    with pytest.raises(ValueError, match="batch_size"):
+        encoder.encode(["x"], batch_size=0)
+    with pytest.raises(ValueError, match="num_threads"):
+        encoder.encode(["x"], num_threads=0)
+    assert encoder.encode([]).shape == (0, encoder.dim)

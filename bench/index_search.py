@@ -1,0 +1,77 @@
+"""FAISS index benchmark: build time, memory, query latency p50/p99 and recall@10 vs exact (Flat).
+
+Random unit vectors (384-d like MiniLM) at each size; queries are fresh random unit vectors,
+searched one at a time (the serving pattern). Memory is the serialized index size.
+
+    python bench/index_search.py [--sizes 100000,1000000] [--queries 200] [--kinds flat,hnsw,ivf,ivfpq]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import check, write_result  # noqa: E402
+
+DIM = 384
+
+
+def unit(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, DIM), dtype=np.float32)
+    for start in range(0, n, 100_000):  # chunks keep the float64 temporaries small
+        x = rng.standard_normal((min(100_000, n - start), DIM), dtype=np.float32)
+        out[start : start + len(x)] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--kinds", default="flat,hnsw,ivf,ivfpq")
+    args = parser.parse_args()
+
+    from lmplatform.retrieval.index import VectorIndex
+
+    results = []
+    checks = {}
+    for size in [int(s) for s in args.sizes.split(",")]:
+        vectors = unit(size, seed=0)
+        ids = [str(i) for i in range(size)]
+        queries = unit(args.queries, seed=1)
+        truth = None
+        for kind in args.kinds.split(","):
+            params = {"recall_sample": 100} if kind != "flat" else {}
+            index = VectorIndex.build(ids, vectors, kind=kind, **params)
+            latencies = []
+            found = []
+            for q in queries:
+                start = time.perf_counter()
+                hits = index.search(q, 10)[0]
+                latencies.append((time.perf_counter() - start) * 1000)
+                found.append({d for d, _ in hits})
+            if kind == "flat":
+                truth = found
+            recall = None if truth is None else float(np.mean([len(f & t) / 10 for f, t in zip(found, truth)]))
+            row = {
+                "size": size, "kind": kind, "build_seconds": round(index.stats.build_seconds, 3),
+                "memory_mb": round(index.stats.memory_bytes / 2**20, 1),
+                "p50_ms": round(float(np.percentile(latencies, 50)), 3), "p99_ms": round(float(np.percentile(latencies, 99)), 3),
+                "recall_at_10_vs_flat": None if recall is None else round(recall, 4),
+                "recall_at_10_at_build": index.stats.recall_at_10, "extra": index.stats.extra,
+            }
+            print(row)
+            results.append(row)
+            if kind == "hnsw" and recall is not None:
+                checks[f"hnsw_recall_{size}"] = check(f"HNSW recall@10 vs Flat at {size}", recall, 0.9)
+            del index
+    write_result("index_search", {"dim": DIM, "queries": args.queries, "results": results, "checks": checks})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,11 @@
+"""Evaluate models from an evaluation config; writes a report and logs it to MLflow.
+
+    python ray_jobs/evaluate.py --config configs/eval/demo_retrieval.yaml [--set ...] [--run-id RUN]
+    ray job submit --working-dir . -- python ray_jobs/evaluate.py --config configs/eval/openoffice_retrieval.yaml
+"""
+import sys
+
+from lmplatform.cli import main
+
+if __name__ == "__main__":
+    main(["evaluate", "run", *sys.argv[1:]])

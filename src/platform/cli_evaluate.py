@@ -1,0 +1,63 @@
+"""`lmp evaluate ...`: run an evaluation config (retrieval, and other tasks as they are registered)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+evaluate_app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval metrics, reports, MLflow.")
+SetOption = typer.Option(None, "--set", help="Override a top-level field: --set output_dir=runs/eval/x (repeatable).")
+
+
+@evaluate_app.command("run")
+def evaluate_run(
+    config: Path = typer.Option(..., "--config", "-c", help="Evaluation config YAML (configs/eval/...)."),
+    overrides: Optional[List[str]] = SetOption,
+    output_dir: Optional[Path] = typer.Option(None, help="Report folder (overrides output_dir)."),
+    run_id: Optional[str] = typer.Option(None, help="Log into this MLflow run (the run of the model evaluated)."),
+    limit_queries: Optional[int] = typer.Option(None, min=1, help="Retrieval: evaluate only the first N queries of each dataset."),
+) -> None:
+    """Run every task of the config; write report.json, report.md and PNGs; log them to MLflow."""
+    from lmplatform.cli import fail, user_errors
+    from lmplatform.evaluation.config import load_evaluation_config
+    from lmplatform.evaluation.runner import run_evaluation
+
+    extra = list(overrides or [])
+    if output_dir:
+        extra.append(f"output_dir={output_dir}")
+    if run_id:
+        extra.append(f"tracking.run_id={run_id}")
+    try:
+        cfg = load_evaluation_config(config, extra)
+        if limit_queries:
+            for task in cfg.tasks:
+                for dataset in getattr(task, "datasets", []):
+                    dataset.limit_queries = limit_queries
+        result = run_evaluation(cfg)
+    except user_errors() as exc:
+        fail(str(exc))
+        return
+    typer.echo(result.report_md.read_text())
+    typer.echo(json.dumps({"output_dir": str(result.output_dir), "mlflow_run_id": result.mlflow_run_id}, indent=2))
+
+
+@evaluate_app.command("validate")
+def evaluate_validate(
+    config: Path = typer.Option(..., "--config", "-c"),
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Validate an evaluation config and print it fully resolved."""
+    import yaml
+
+    from lmplatform.cli import fail
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.evaluation.config import load_evaluation_config
+
+    try:
+        cfg = load_evaluation_config(config, overrides or [])
+    except ConfigError as exc:
+        fail(str(exc))
+        return
+    typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))

@@ -1,0 +1,1 @@
+"""Evaluation: retrieval metrics and scenarios (retrieval), STS, classification and behavioural tests."""

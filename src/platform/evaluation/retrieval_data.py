@@ -1,0 +1,166 @@
+"""Read duplicate-report datasets into (queries, corpus, qrels) for a retrieval scenario.
+
+Works for any JSONL corpus of reports plus JSONL duplicate relations (pairs or
+undirected links); see `RetrievalDataset`. Bad rows are skipped and counted with
+file and line; relations pointing at unknown reports are skipped and counted.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lmplatform.data.readers import BadRow, DataError, read_rows
+from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RetrievalData:
+    name: str
+    reports: dict[str, dict[str, Any]]
+    query_fields: dict[str, dict[str, Any]]  # query id -> fields the query text is built from
+    related: dict[str, set[str]]  # query id -> directly related report ids (this split)
+    groups: dict[str, set[str]]  # any id -> its duplicate group (all splits)
+    targets: set[str]  # every report that is the target of some relation (the "primaries")
+    counts: dict[str, int] = field(default_factory=dict)
+    bad_rows: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScenarioInputs:
+    query_ids: list[str]
+    query_texts: list[str]
+    corpus_ids: list[str]
+    corpus_texts: list[str]
+    qrels: dict[str, set[str]]
+    exclude: list[set[str]]
+
+
+def _rows(path: str, bad: list[str]) -> list[dict[str, Any]]:
+    if not Path(path).is_file():
+        raise DataError(f"file not found: {path}")
+    out = []
+    for row in read_rows(path, "jsonl"):
+        if isinstance(row, BadRow):
+            bad.append(str(row))
+        else:
+            out.append(row.fields)
+    return out
+
+
+def _is_duplicate(value: Any) -> bool:
+    return str(value or "").strip().lower() == "duplicate"
+
+
+def load_retrieval_data(ds: RetrievalDataset) -> RetrievalData:
+    bad: list[str] = []
+    counts: dict[str, int] = defaultdict(int)
+    reports: dict[str, dict[str, Any]] = {}
+    for fields in _rows(ds.corpus, bad):
+        if ds.id_field not in fields:
+            counts["reports_without_id"] += 1
+            continue
+        doc_id = str(fields[ds.id_field])
+        if doc_id in reports:
+            counts["reports_duplicate_id"] += 1
+            continue
+        reports[doc_id] = fields
+    relations = _rows(ds.relations, bad)
+
+    # Groups span all splits: a report related to the query through training pairs is still a duplicate.
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    directed: list[tuple[str, str, dict[str, Any]]] = []
+    targets: set[str] = set()
+    for row in relations:
+        if ds.query_id_field not in row or ds.target_id_field not in row:
+            counts["relations_missing_field"] += 1
+            continue
+        a, b = str(row[ds.query_id_field]), str(row[ds.target_id_field])
+        parent[find(a)] = find(b)
+        in_split = ds.split is None or ds.split_field is None or str(row.get(ds.split_field)) == ds.split
+        if ds.format == "pairs":
+            pairs = [(a, b)]
+        else:
+            dup_a = dup_b = False
+            if ds.resolution_fields:
+                dup_a, dup_b = (_is_duplicate(row.get(f)) for f in ds.resolution_fields)
+            pairs = [(a, b)] if dup_a and not dup_b else [(b, a)] if dup_b and not dup_a else [(a, b), (b, a)]
+        targets.update(t for _, t in pairs)
+        if in_split:
+            directed.extend((q, t, row) for q, t in pairs)
+
+    groups_by_root: dict[str, set[str]] = defaultdict(set)
+    for x in list(parent):
+        groups_by_root[find(x)].add(x)
+    groups = {x: groups_by_root[find(x)] for x in parent}
+
+    query_fields: dict[str, dict[str, Any]] = {}
+    related: dict[str, set[str]] = defaultdict(set)
+    for query, target, row in directed:
+        if target not in reports:
+            counts["relations_unknown_target"] += 1
+            continue
+        if ds.query_text_source == "corpus":
+            if query not in reports:
+                counts["relations_unknown_query"] += 1
+                continue
+            query_fields[query] = reports[query]
+        else:
+            query_fields.setdefault(query, row)
+        related[query].add(target)
+    query_ids = list(query_fields)
+    if ds.limit_queries:
+        query_ids = query_ids[: ds.limit_queries]
+    counts.update(reports=len(reports), relations=len(relations), queries=len(query_ids), bad_rows=len(bad))
+    if bad:
+        logger.warning("%s: skipped %d bad rows, e.g. %s", ds.name, len(bad), bad[0])
+    if not query_ids:
+        raise DataError(f"dataset {ds.name!r}: no query left for split={ds.split!r} (counts: {dict(counts)})")
+    return RetrievalData(
+        ds.name, reports, {q: query_fields[q] for q in query_ids}, {q: related[q] for q in query_ids},
+        groups, targets, dict(counts), bad,
+    )
+
+
+def join_fields(fields: dict[str, Any], names: list[str]) -> str:
+    """Non-empty field values joined with '. ' (a missing field counts as empty)."""
+    return ". ".join(str(fields[n]).strip() for n in names if fields.get(n) not in (None, "") and str(fields[n]).strip())
+
+
+def scenario_inputs(data: RetrievalData, ds: RetrievalDataset, scenario: RetrievalScenario) -> ScenarioInputs:
+    """Build query texts, the searched corpus, relevance sets and per-query exclusions for one scenario."""
+    corpus_ids = [d for d in data.reports if scenario.corpus_scope == "all" or d in data.targets]
+    corpus_texts = [join_fields(data.reports[d], scenario.corpus_fields) for d in corpus_ids]
+    # A document with none of the corpus fields cannot be matched on text; keep it so the corpus stays whole.
+    in_corpus = set(corpus_ids)
+    qrels: dict[str, set[str]] = {}
+    query_ids, query_texts, exclude = [], [], []
+    for q, fields in data.query_fields.items():
+        if ds.relevance == "group":
+            relevant = set(data.groups.get(q, set())) - {q}
+        else:
+            relevant = set(data.related[q])
+        qrels[q] = relevant & in_corpus  # may be empty: the metrics skip and count such queries
+        query_ids.append(q)
+        query_texts.append(join_fields(fields, scenario.query_fields))
+        exclude.append({q} if scenario.exclude_query else set())
+    empty_texts = sum(1 for t in query_texts if not t)
+    if empty_texts == len(query_texts):
+        raise DataError(f"dataset {ds.name!r}, scenario {scenario.name!r}: every query text is empty; "
+                        f"check query_fields={scenario.query_fields}")
+    if not any(corpus_texts):
+        raise DataError(f"dataset {ds.name!r}, scenario {scenario.name!r}: every document text is empty; "
+                        f"check corpus_fields={scenario.corpus_fields}")
+    return ScenarioInputs(query_ids, query_texts, corpus_ids, corpus_texts, qrels, exclude)

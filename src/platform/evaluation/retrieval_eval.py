@@ -1,0 +1,138 @@
+"""The retrieval evaluation task: every dataset x scenario x retriever, scored with `retrieval_report`.
+
+Models are loaded once per path and shared across scenarios; each scenario
+builds its own index because its corpus text differs.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from lmplatform.evaluation.config import RetrievalTask, RetrieverSpec
+from lmplatform.evaluation.retrieval import retrieval_report
+from lmplatform.evaluation.retrieval_data import load_retrieval_data, scenario_inputs
+from lmplatform.retrieval.index import IndexParams
+from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, Retriever, TwoStageRetriever
+
+logger = logging.getLogger(__name__)
+TABLE_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "mrr@5", "mrr@15", "map", "p@1")
+
+
+@dataclass
+class TaskResult:
+    """What a task hands the evaluation runner (the contract every task follows)."""
+
+    task: str
+    metrics: dict[str, float]  # flat, logged to MLflow
+    markdown: str  # a section of report.md
+    details: dict[str, Any]  # goes to report.json
+    artifacts: list[Path] = field(default_factory=list)  # PNGs and other files in the output folder
+
+
+class ModelCache:
+    def __init__(self) -> None:
+        self._encoders: dict[tuple, Any] = {}
+        self._rerankers: dict[str, Any] = {}
+
+    def encoder(self, spec: RetrieverSpec) -> Any:
+        from lmplatform.models.encoder import Encoder
+
+        key = (spec.model, spec.quantize, spec.max_seq_length)
+        if key not in self._encoders:
+            self._encoders[key] = Encoder.from_pretrained(spec.model, max_seq_length=spec.max_seq_length, quantize=spec.quantize)
+        return self._encoders[key]
+
+    def reranker(self, path: str) -> Any:
+        from lmplatform.models.cross_encoder import CrossEncoder
+
+        if path not in self._rerankers:
+            self._rerankers[path] = CrossEncoder.from_pretrained(path)
+        return self._rerankers[path]
+
+
+def build_retriever(spec: RetrieverSpec, models: ModelCache) -> Retriever:
+    def dense() -> DenseRetriever:
+        return DenseRetriever(models.encoder(spec), IndexParams(kind=spec.index), batch_size=spec.batch_size, show_progress=True)
+
+    if spec.kind == "dense":
+        return dense()
+    if spec.kind == "bm25":
+        return BM25Retriever()
+    first = dense() if spec.first_stage == "dense" else BM25Retriever()
+    return TwoStageRetriever(first, models.reranker(spec.reranker or ""), candidates=spec.candidates)
+
+
+def run_retrieval_task(task: RetrievalTask, output_dir: Path, models: Optional[ModelCache] = None) -> TaskResult:
+    models = models or ModelCache()
+    k_max = max(task.ks + task.mrr_ks)
+    results: list[dict[str, Any]] = []
+    for ds in task.datasets:
+        data = load_retrieval_data(ds)
+        for scenario in task.scenarios:
+            inputs = scenario_inputs(data, ds, scenario)
+            for spec in task.retrievers:
+                retriever = build_retriever(spec, models)
+                start = time.perf_counter()
+                retriever.index(inputs.corpus_ids, inputs.corpus_texts)
+                index_seconds = time.perf_counter() - start
+                start = time.perf_counter()
+                hits = retriever.search(inputs.query_texts, k_max, exclude=inputs.exclude)
+                search_seconds = time.perf_counter() - start
+                rankings = {q: [d for d, _ in row] for q, row in zip(inputs.query_ids, hits)}
+                report = retrieval_report(rankings, inputs.qrels, ks=task.ks, mrr_ks=task.mrr_ks)
+                row = {
+                    "dataset": ds.name, "scenario": scenario.name, "retriever": spec.name, "kind": spec.kind,
+                    "corpus_size": len(inputs.corpus_ids), "index_seconds": round(index_seconds, 3),
+                    "search_seconds": round(search_seconds, 3), "queries_per_second": round(len(inputs.query_ids) / max(search_seconds, 1e-9), 2),
+                    **report.to_dict(), "dataset_counts": data.counts,
+                }
+                logger.info("%s / %s / %s: %s", ds.name, scenario.name, spec.name,
+                            {k: round(v, 4) for k, v in report.metrics.items() if k in TABLE_METRICS})
+                results.append(row)
+    metrics = {
+        f"{r['dataset']}.{r['scenario']}.{r['retriever']}.{name}": value
+        for r in results for name, value in r["metrics"].items()
+    }
+    artifacts = plot_recall_curves(results, task.ks, output_dir)
+    return TaskResult("retrieval", metrics, markdown_table(results), {"results": results, "ks": task.ks, "mrr_ks": task.mrr_ks}, artifacts)
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    present = [m for m in TABLE_METRICS if m in results[0]["metrics"]]
+    head = ["dataset", "scenario", "retriever", "queries", "corpus", *present]
+    lines = ["## Retrieval", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        cells = [r["dataset"], r["scenario"], r["retriever"], str(r["queries_evaluated"]), str(r["corpus_size"])]
+        cells += [f"{r['metrics'][m]:.4f}" for m in present]
+        lines.append("| " + " | ".join(cells) + " |")
+    skipped = sum(r["queries_skipped_no_relevant"] for r in results)
+    lines += ["", "Recall@K is the fraction of a query's relevant reports in the top K; MAP over the full returned "
+              f"list (top {max(int(k.split('@')[1]) for k in results[0]['metrics'] if k.startswith('recall@'))}). "
+              f"Queries skipped because no relevant report is in the searched corpus: {skipped}."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_recall_curves(results: list[dict[str, Any]], ks: list[int], output_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for key in dict.fromkeys((r["dataset"], r["scenario"]) for r in results):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r in (r for r in results if (r["dataset"], r["scenario"]) == key):
+            ax.plot(ks, [r["metrics"][f"recall@{k}"] for k in ks], marker="o", label=r["retriever"])
+        ax.set(xlabel="K", ylabel="Recall@K", title=f"{key[0]} / {key[1]}", ylim=(0, 1))
+        ax.grid(alpha=0.3)
+        ax.legend()
+        path = output_dir / f"recall_at_k_{key[0]}_{key[1]}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,105 @@
+"""Run an `EvaluationConfig`: each task writes its part, the runner writes the report and logs to MLflow.
+
+Extension point: a task is `TASK_RUNNERS[task_name](task_config, output_dir) -> TaskResult`
+(see `retrieval_eval.TaskResult`). Register new tasks here next to their config class
+in `evaluation/config.py`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from lmplatform.evaluation.config import EvaluationConfig, RetrievalTask
+from lmplatform.evaluation.retrieval_eval import TaskResult, run_retrieval_task
+
+logger = logging.getLogger(__name__)
+
+TaskRunner = Callable[[Any, Path], TaskResult]
+TASK_RUNNERS: dict[str, TaskRunner] = {
+    "retrieval": run_retrieval_task,
+}
+
+
+@dataclass
+class EvaluationResult:
+    output_dir: Path
+    report_json: Path
+    report_md: Path
+    metrics: dict[str, float]
+    mlflow_run_id: Optional[str]
+    tasks: list[TaskResult]
+
+
+def model_run_id(model_uri: str, tracking_uri: str) -> Optional[str]:
+    """The MLflow run that produced a registered model version (`models:/name@alias` or `models:/name/3`)."""
+    from mlflow.tracking import MlflowClient
+
+    if not model_uri.startswith("models:/"):
+        return None
+    ref = model_uri[len("models:/"):]
+    client = MlflowClient(tracking_uri)
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        return client.get_model_version_by_alias(name, alias).run_id
+    name, _, version = ref.rpartition("/")
+    return client.get_model_version(name, version).run_id if name else None
+
+
+def _models_evaluated(cfg: EvaluationConfig) -> list[str]:
+    out = []
+    for task in cfg.tasks:
+        if isinstance(task, RetrievalTask):
+            out += [r.model for r in task.retrievers if r.model]
+    return out
+
+
+def run_evaluation(cfg: EvaluationConfig) -> EvaluationResult:
+    from lmplatform.tracking.mlflow_tracking import TrackedRun, resolve_tracking_uri
+
+    output_dir = Path(cfg.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    results = [TASK_RUNNERS[task.task](task, output_dir) for task in cfg.tasks]
+    metrics = {f"{r.task}.{k}": v for r in results for k, v in r.metrics.items()}
+    report = {
+        "name": cfg.name, "config": cfg.model_dump(mode="json"), "seconds": round(time.time() - started, 2),
+        "tasks": {r.task: r.details for r in results},
+    }
+    report_json = output_dir / "report.json"
+    report_md = output_dir / "report.md"
+    report_md.write_text(f"# Evaluation: {cfg.name}\n\n" + "\n".join(r.markdown for r in results))
+
+    run_id = None
+    if cfg.tracking.enabled:
+        tracking_uri = resolve_tracking_uri(cfg.tracking.tracking_uri)
+        run_id = cfg.tracking.run_id
+        if run_id is None:
+            for model in _models_evaluated(cfg):
+                try:
+                    run_id = model_run_id(model, tracking_uri)
+                except Exception as exc:  # the model may be registered in another store
+                    logger.warning("could not find the MLflow run of %s: %s", model, exc)
+                if run_id:
+                    break
+        if run_id:
+            run = TrackedRun(tracking_uri, run_id)
+        else:
+            run = TrackedRun.start(tracking_uri, cfg.tracking.experiment, cfg.tracking.run_name or f"eval-{cfg.name}",
+                                   tags={"lmplatform.kind": "evaluation"})
+        prefix = f"eval.{cfg.name}"
+        run.log_metrics({f"{prefix}.{k}": v for k, v in metrics.items()})
+        run.log_params({f"{prefix}.output_dir": str(output_dir), f"{prefix}.tasks": ",".join(r.task for r in results)})
+        run.set_tags({"lmplatform.evaluated": cfg.name})
+        report["mlflow"] = {"tracking_uri": tracking_uri, "run_id": run.run_id}
+        report_json.write_text(json.dumps(report, indent=2))
+        run.log_artifacts(output_dir, f"evaluation/{cfg.name}")
+        if run_id is None:  # a run we started; runs of evaluated models are left as they were
+            run.finish()
+        run_id = run.run_id
+    else:
+        report_json.write_text(json.dumps(report, indent=2))
+    return EvaluationResult(output_dir, report_json, report_md, metrics, run_id, results)

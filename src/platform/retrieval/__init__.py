@@ -1,0 +1,1 @@
+"""Retrieval: FAISS vector indexes, dense / BM25 / two-stage retrievers."""

@@ -1,0 +1,150 @@
+"""Corpus-scale index building: Ray Data encodes, parquet shards hold (id, vector), FAISS indexes the shards.
+
+1. `encode_corpus_to_shards` reads the corpus with Ray Data, encodes it with
+   `map_batches` on a pool of actors that each hold the model (loaded once per
+   actor), and writes parquet shards with columns `id` (string) and `vector`
+   (fixed_size_list<float32>[dim]). The driver only plans the pipeline: it never
+   holds the texts or the vectors.
+2. `build_index_from_shards` adds the shards to a `VectorIndex` one file at a
+   time (IVF kinds train on the first shard) and saves it with its id mapping.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+
+from lmplatform.retrieval.index import IndexParams, VectorIndex
+
+logger = logging.getLogger(__name__)
+
+
+class EncodeBatch:
+    """A Ray Data actor: holds one Encoder and turns a batch of rows into (id, vector) rows."""
+
+    def __init__(self, model: str, text_fields: Sequence[str], id_field: str, batch_size: int,
+                 quantize: Optional[str] = None, max_seq_length: Optional[int] = None, num_threads: Optional[int] = None):
+        from lmplatform.models.encoder import Encoder
+
+        self.encoder = Encoder.from_pretrained(model, max_seq_length=max_seq_length, quantize=quantize)  # type: ignore[arg-type]
+        self.text_fields, self.id_field = list(text_fields), id_field
+        self.batch_size, self.num_threads = batch_size, num_threads
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> Any:
+        import pyarrow as pa
+
+        from lmplatform.evaluation.retrieval_data import join_fields
+
+        n = len(batch[self.id_field])
+        rows = ({f: batch[f][i] for f in self.text_fields if f in batch} for i in range(n))
+        texts = [join_fields(r, self.text_fields) for r in rows]
+        vectors = self.encoder.encode(texts, batch_size=self.batch_size, num_threads=self.num_threads)
+        dim = vectors.shape[1]
+        return pa.table({
+            "id": pa.array([str(x) for x in batch[self.id_field]], pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim),
+        })
+
+
+@dataclass
+class EncodeStats:
+    rows: int
+    seconds: float
+    shards: int
+    output_dir: str
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / max(self.seconds, 1e-9)
+
+
+def encode_corpus_to_shards(
+    corpus: str | Sequence[str],
+    output_dir: str | Path,
+    model: str = "default",
+    text_fields: Sequence[str] = ("title", "text"),
+    id_field: str = "id",
+    actors: int = 1,
+    cpus_per_actor: float = 1,
+    batch_size: int = 64,
+    rows_per_task: int = 1024,
+    quantize: Optional[str] = None,
+    max_seq_length: Optional[int] = None,
+) -> EncodeStats:
+    """Encode a JSONL/parquet corpus on Ray actors into parquet shards of (id, vector)."""
+    import ray
+
+    output_dir = Path(output_dir)
+    if output_dir.exists() and any(output_dir.glob("*.parquet")):
+        raise FileExistsError(f"{output_dir} already holds parquet shards; choose an empty folder")
+    paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
+    paths = [str(Path(p).resolve()) for p in paths]
+    for p in paths:
+        if not Path(p).exists():
+            raise FileNotFoundError(f"corpus not found: {p}")
+    start = time.perf_counter()
+    dataset = ray.data.read_parquet(paths) if paths[0].endswith(".parquet") else ray.data.read_json(paths, lines=True)
+    missing = [f for f in [id_field] if f not in dataset.schema().names]
+    if missing:
+        raise ValueError(f"corpus has no {missing[0]!r} field; fields: {dataset.schema().names}")
+    encoded = dataset.map_batches(
+        EncodeBatch,
+        fn_constructor_kwargs={
+            "model": str(model), "text_fields": list(text_fields), "id_field": id_field, "batch_size": batch_size,
+            "quantize": quantize, "max_seq_length": max_seq_length, "num_threads": max(1, int(cpus_per_actor)),
+        },
+        batch_size=rows_per_task,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=cpus_per_actor,
+    )
+    encoded.write_parquet(str(output_dir))
+    seconds = time.perf_counter() - start
+    shards = sorted(glob.glob(str(output_dir / "*.parquet")))
+    rows = sum(_parquet_rows(s) for s in shards)
+    stats = EncodeStats(rows, seconds, len(shards), str(output_dir))
+    logger.info("encoded %d rows into %d shards in %.1fs (%.1f rows/s)", rows, len(shards), seconds, stats.rows_per_second)
+    return stats
+
+
+def _parquet_rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def iter_shards(shards_dir: str | Path) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(ids, vectors [n, dim] float32) for each parquet shard, in file-name order."""
+    import pyarrow.parquet as pq
+
+    files = sorted(glob.glob(str(Path(shards_dir) / "*.parquet")))
+    if not files:
+        raise FileNotFoundError(f"no parquet shards in {shards_dir}")
+    for path in files:
+        table = pq.read_table(path, columns=["id", "vector"])
+        if table.num_rows == 0:
+            continue
+        column = table.column("vector").combine_chunks()
+        dim = column.type.list_size
+        vectors = column.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32, copy=False)
+        yield table.column("id").to_pylist(), vectors
+
+
+def build_index_from_shards(shards_dir: str | Path, index_dir: str | Path, params: Optional[IndexParams] = None) -> VectorIndex:
+    """Add every shard to one VectorIndex and save it (index.faiss, ids.json, index_meta.json)."""
+    index: Optional[VectorIndex] = None
+    for ids, vectors in iter_shards(shards_dir):
+        if index is None:
+            index = VectorIndex(vectors.shape[1], params or IndexParams())
+        index.add(ids, vectors)
+    if index is None:
+        raise ValueError(f"the shards in {shards_dir} hold no rows")
+    index.save(index_dir)
+    (Path(index_dir) / "build.json").write_text(json.dumps({"shards_dir": str(shards_dir), "count": len(index)}, indent=2))
+    return index

@@ -1,0 +1,271 @@
+"""`VectorIndex`: a FAISS inner-product index with string ids, save/load and build statistics.
+
+Vectors are expected L2-normalised (as `Encoder.encode` returns them), so inner
+product is cosine similarity.
+
+Kinds:
+- `flat`  exact search (IndexFlatIP). The default, and the reference for recall.
+- `hnsw`  graph search (IndexHNSWFlat); no training, fast queries, ~ +M*8 bytes per vector.
+- `ivf`   inverted lists (IndexIVFFlat); trained by k-means on the first `add`.
+- `ivfpq` inverted lists with product-quantized codes (IndexIVFPQ); ~ `pq_m` bytes per vector.
+- `auto`  chosen by corpus size at the first `add`: flat up to `AUTO_FLAT_MAX` vectors
+          (exact search of 2e5 x 384 floats takes a few ms per query), hnsw up to
+          `AUTO_HNSW_MAX`, ivfpq beyond (HNSW's memory grows too large there).
+
+For approximate kinds, `add` measures recall@10 against exact search on a sample
+of the added vectors used as queries, logs it and stores it in `stats`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence
+
+import numpy as np
+
+from lmplatform.evaluation.retrieval import rank_by_score
+
+logger = logging.getLogger(__name__)
+
+IndexKind = Literal["flat", "hnsw", "ivf", "ivfpq", "auto"]
+KINDS = ("flat", "hnsw", "ivf", "ivfpq", "auto")
+AUTO_FLAT_MAX = 200_000
+AUTO_HNSW_MAX = 2_000_000
+INDEX_FILE = "index.faiss"
+IDS_FILE = "ids.json"
+META_FILE = "index_meta.json"
+
+
+class VectorIndexError(ValueError):
+    """Bad input to a VectorIndex (dimension, ids, k, untrained index)."""
+
+
+@dataclass
+class IndexParams:
+    kind: IndexKind = "flat"
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    nlist: Optional[int] = None  # None: about 4 * sqrt(n), at least 39 training vectors per list
+    nprobe: int = 16
+    pq_m: int = 48  # sub-quantizers for ivfpq; must divide dim
+    recall_sample: int = 200  # queries used to measure recall@10 against exact search
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise VectorIndexError(f"index kind {self.kind!r} is not supported; allowed: {', '.join(KINDS)}")
+        for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe", "pq_m"):
+            if getattr(self, name) <= 0:
+                raise VectorIndexError(f"index parameter {name} must be positive, got {getattr(self, name)}")
+
+
+@dataclass
+class IndexStats:
+    kind: str = ""
+    count: int = 0
+    dim: int = 0
+    build_seconds: float = 0.0
+    train_seconds: float = 0.0
+    memory_bytes: int = 0
+    recall_at_10: Optional[float] = None  # approximate kinds only
+    recall_queries: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def auto_kind(count: int) -> str:
+    if count <= AUTO_FLAT_MAX:
+        return "flat"
+    if count <= AUTO_HNSW_MAX:
+        return "hnsw"
+    return "ivfpq"
+
+
+class VectorIndex:
+    def __init__(self, dim: int, params: Optional[IndexParams] = None, **overrides: Any):
+        if dim <= 0:
+            raise VectorIndexError(f"dim must be positive, got {dim}")
+        self.dim = int(dim)
+        self.params = params or IndexParams(**overrides)
+        if params is not None and overrides:
+            self.params = IndexParams(**{**asdict(params), **overrides})
+        self.kind: str = self.params.kind if self.params.kind != "auto" else ""
+        self.ids: list[str] = []
+        self._positions: dict[str, int] = {}
+        self._index: Any = None
+        self.stats = IndexStats(kind=self.kind, dim=self.dim)
+
+    # ------------------------------------------------------------------ build
+    def _create(self, sample: np.ndarray) -> None:
+        import faiss
+
+        n = len(sample)
+        if not self.kind:
+            self.kind = auto_kind(n)
+            logger.info("index kind auto-selected: %s for %d vectors", self.kind, n)
+        p = self.params
+        if self.kind == "flat":
+            self._index = faiss.IndexFlatIP(self.dim)
+        elif self.kind == "hnsw":
+            self._index = faiss.IndexHNSWFlat(self.dim, p.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            self._index.hnsw.efConstruction = p.ef_construction
+            self._index.hnsw.efSearch = p.ef_search
+        else:
+            nlist = p.nlist or max(1, min(int(4 * math.sqrt(n)), n // 39))
+            if n < nlist:
+                raise VectorIndexError(f"{self.kind} needs at least nlist={nlist} vectors in its first add to train, got {n}")
+            quantizer = faiss.IndexFlatIP(self.dim)
+            if self.kind == "ivf":
+                self._index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            else:
+                if self.dim % p.pq_m:
+                    raise VectorIndexError(f"pq_m={p.pq_m} must divide the dimension {self.dim}")
+                self._index = faiss.IndexIVFPQ(quantizer, self.dim, nlist, p.pq_m, 8, faiss.METRIC_INNER_PRODUCT)
+            self._quantizer = quantizer  # faiss does not own it from Python; keep it alive
+            start = time.perf_counter()
+            self._index.train(sample)
+            self.stats.train_seconds = time.perf_counter() - start
+            self._index.nprobe = p.nprobe
+            self.stats.extra["nlist"] = nlist
+        self.stats.kind = self.kind
+
+    def _as_matrix(self, vectors: np.ndarray, what: str) -> np.ndarray:
+        array = np.asarray(vectors, dtype=np.float32)
+        if array.ndim == 1:
+            array = array[None, :]
+        if array.ndim != 2 or array.shape[1] != self.dim:
+            raise VectorIndexError(f"{what} must have shape [n, {self.dim}], got {list(np.shape(vectors))}")
+        if not np.isfinite(array).all():
+            raise VectorIndexError(f"{what} contain NaN or infinite values")
+        return np.ascontiguousarray(array)
+
+    def add(self, ids: Sequence[str], vectors: np.ndarray, measure_recall: bool = True) -> IndexStats:
+        """Add vectors under string ids; ids must be new and unique."""
+        matrix = self._as_matrix(vectors, "vectors")
+        ids = [str(i) for i in ids]
+        if len(ids) != len(matrix):
+            raise VectorIndexError(f"{len(ids)} ids for {len(matrix)} vectors")
+        if len(set(ids)) != len(ids):
+            raise VectorIndexError("ids within one add are not unique")
+        clash = [i for i in ids if i in self._positions]
+        if clash:
+            raise VectorIndexError(f"{len(clash)} ids are already in the index, e.g. {clash[:3]}")
+        if not len(ids):
+            return self.stats
+        first_add = self._index is None
+        start = time.perf_counter()
+        if first_add:
+            self._create(matrix)
+        self._index.add(matrix)
+        self.stats.build_seconds += time.perf_counter() - start  # includes IVF training on the first add
+        for i in ids:
+            self._positions[i] = len(self.ids)
+            self.ids.append(i)
+        self.stats.count = len(self.ids)
+        self.stats.memory_bytes = self.memory_bytes()
+        if measure_recall and first_add and self.kind != "flat":
+            self.measure_recall(matrix)
+        return self.stats
+
+    def memory_bytes(self) -> int:
+        """Size of the serialized FAISS index (what it occupies in RAM, within a few %)."""
+        import faiss
+
+        if self._index is None:
+            return 0
+        if self.kind == "flat":  # skip copying gigabytes just to count them
+            return int(self._index.ntotal) * self.dim * 4
+        return int(faiss.serialize_index(self._index).size)
+
+    def measure_recall(self, vectors: np.ndarray, k: int = 10) -> float:
+        """Recall@k against exact search when the index holds exactly `vectors` (in order).
+
+        Sampled rows of `vectors` are the queries; the exact top-k over `vectors`
+        is the truth. `add` calls this on the first add, i.e. when the index is built.
+        """
+        import faiss
+
+        if self._index is None or self._index.ntotal != len(vectors):
+            raise VectorIndexError("measure_recall needs the exact set of vectors the index holds")
+        rng = np.random.default_rng(0)
+        n = min(self.params.recall_sample, len(vectors))
+        queries = np.ascontiguousarray(vectors[rng.choice(len(vectors), size=n, replace=False)])
+        k = min(k, len(vectors))
+        exact = faiss.IndexFlatIP(self.dim)
+        exact.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        _, truth = exact.search(queries, k)
+        _, found = self._index.search(queries, k)
+        recall = sum(len(set(t) & set(f)) for t, f in zip(truth, found)) / (n * k)
+        self.stats.recall_at_10 = round(recall, 4)
+        self.stats.recall_queries = n
+        logger.info("%s index: recall@%d vs exact = %.4f over %d queries", self.kind, k, recall, n)
+        print(f"[VectorIndex] {self.kind}: recall@{k} vs exact search = {recall:.4f} ({n} sampled queries)")
+        return recall
+
+    # ----------------------------------------------------------------- search
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        """Top-k (id, score) lists, one per query, best first (equal scores: smaller id first)."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+            raise VectorIndexError(f"k must be a positive integer, got {k!r}")
+        if self._index is None or not self.ids:
+            raise VectorIndexError("the index is empty: add vectors before searching")
+        matrix = self._as_matrix(queries, "queries")
+        scores, positions = self._index.search(matrix, min(int(k), len(self.ids)))
+        results = []
+        for row_scores, row_positions in zip(scores, positions):
+            pairs = [(self.ids[p], float(s)) for s, p in zip(row_scores, row_positions) if p >= 0]
+            results.append(rank_by_score(pairs))
+        return results
+
+    # ------------------------------------------------------------- save/load
+    def save(self, folder: str | Path) -> Path:
+        import faiss
+
+        if self._index is None:
+            raise VectorIndexError("cannot save an empty index")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self._index, str(folder / INDEX_FILE))
+        (folder / IDS_FILE).write_text(json.dumps(self.ids))
+        meta = {"dim": self.dim, "kind": self.kind, "params": asdict(self.params), "stats": asdict(self.stats)}
+        (folder / META_FILE).write_text(json.dumps(meta, indent=2))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "VectorIndex":
+        import faiss
+
+        folder = Path(folder)
+        for name in (INDEX_FILE, IDS_FILE, META_FILE):
+            if not (folder / name).is_file():
+                raise FileNotFoundError(f"{folder} is not a saved VectorIndex: {name} is missing")
+        meta = json.loads((folder / META_FILE).read_text())
+        index = cls(meta["dim"], IndexParams(**meta["params"]))
+        index.kind = meta["kind"]
+        index._index = faiss.read_index(str(folder / INDEX_FILE))
+        index.ids = json.loads((folder / IDS_FILE).read_text())
+        if len(index.ids) != index._index.ntotal or index._index.d != index.dim:
+            raise VectorIndexError(f"{folder}: {len(index.ids)} ids for {index._index.ntotal} vectors of dim {index._index.d}")
+        index._positions = {i: n for n, i in enumerate(index.ids)}
+        index.stats = IndexStats(**meta["stats"])
+        if index.kind == "hnsw":
+            index._index.hnsw.efSearch = index.params.ef_search
+        elif index.kind in ("ivf", "ivfpq"):
+            index._index.nprobe = index.params.nprobe
+        return index
+
+    @classmethod
+    def build(cls, ids: Sequence[str], vectors: np.ndarray, kind: IndexKind = "flat", **params: Any) -> "VectorIndex":
+        """Create, fill and measure an index in one call."""
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2:
+            raise VectorIndexError(f"vectors must be a 2-d array, got shape {list(matrix.shape)}")
+        index = cls(matrix.shape[1], kind=kind, **params)
+        index.add(ids, matrix)
+        return index

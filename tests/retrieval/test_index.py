@@ -1,0 +1,88 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmplatform.retrieval.index import VectorIndex, VectorIndexError, auto_kind
+
+
+def unit_vectors(n: int, dim: int = 32, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_flat_finds_itself_and_keeps_string_ids_across_adds() -> None:
+    vectors = unit_vectors(50)
+    index = VectorIndex(32)
+    index.add([f"a{i}" for i in range(30)], vectors[:30])
+    index.add([f"b{i}" for i in range(20)], vectors[30:])
+    hits = index.search(vectors[[0, 29, 30, 49]], k=3)
+    assert [h[0][0] for h in hits] == ["a0", "a29", "b0", "b19"]
+    assert hits[0][0][1] == pytest.approx(1.0, abs=1e-5)
+    assert all(h[0][1] >= h[1][1] >= h[2][1] for h in hits)
+    assert len(index) == 50 and index.stats.count == 50 and index.stats.memory_bytes == 50 * 32 * 4
+    # k larger than the index returns everything, no padding ids
+    assert len(index.search(vectors[0], k=500)[0]) == 50
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    vectors = unit_vectors(300)
+    ids = [f"doc-{i}" for i in range(300)]
+    for kind in ("flat", "hnsw"):
+        index = VectorIndex.build(ids, vectors, kind=kind)
+        before = index.search(vectors[:5], k=5)
+        again = VectorIndex.load(index.save(tmp_path / kind))
+        assert again.kind == kind and again.ids == ids
+        assert again.search(vectors[:5], k=5) == before
+        assert again.stats.build_seconds == index.stats.build_seconds
+    with pytest.raises(FileNotFoundError, match="ids.json"):
+        (tmp_path / "flat" / "ids.json").unlink()
+        VectorIndex.load(tmp_path / "flat")
+
+
+def test_hnsw_and_ivf_recall_against_flat_is_high(capsys: pytest.CaptureFixture) -> None:
+    vectors = unit_vectors(2000, dim=32, seed=1)
+    ids = [str(i) for i in range(2000)]
+    hnsw = VectorIndex.build(ids, vectors, kind="hnsw")
+    assert "recall@10 vs exact search" in capsys.readouterr().out
+    assert hnsw.stats.recall_at_10 >= 0.95 and hnsw.stats.recall_queries == 200
+    ivf = VectorIndex.build(ids, vectors, kind="ivf", nprobe=32)
+    assert ivf.stats.recall_at_10 >= 0.9 and ivf.stats.extra["nlist"] > 1
+    # independent check on fresh queries
+    queries = unit_vectors(50, dim=32, seed=2)
+    exact = VectorIndex.build(ids, vectors).search(queries, 10)
+    approx = hnsw.search(queries, 10)
+    overlap = np.mean([len({d for d, _ in a} & {d for d, _ in e}) / 10 for a, e in zip(approx, exact)])
+    assert overlap >= 0.9
+    pq = VectorIndex.build(ids, vectors, kind="ivfpq", pq_m=8, nprobe=32)
+    assert 0 < pq.stats.recall_at_10 <= 1 and pq.memory_bytes() < hnsw.memory_bytes()
+
+
+def test_bad_inputs_are_clear_errors() -> None:
+    index = VectorIndex(8)
+    with pytest.raises(VectorIndexError, match="empty"):
+        index.search(unit_vectors(1, 8), k=1)
+    with pytest.raises(VectorIndexError, match=r"shape \[n, 8\]"):
+        index.add(["x"], unit_vectors(1, 16))
+    index.add(["x", "y"], unit_vectors(2, 8))
+    with pytest.raises(VectorIndexError, match="positive"):
+        index.search(unit_vectors(1, 8), k=0)
+    with pytest.raises(VectorIndexError, match=r"shape \[n, 8\]"):
+        index.search(unit_vectors(1, 4), k=1)
+    with pytest.raises(VectorIndexError, match="already in the index"):
+        index.add(["x"], unit_vectors(1, 8))
+    with pytest.raises(VectorIndexError, match="2 ids for 1 vectors"):
+        index.add(["p", "q"], unit_vectors(1, 8))
+    with pytest.raises(VectorIndexError, match="allowed: flat, hnsw"):
+        VectorIndex(8, kind="annoy")
+    with pytest.raises(VectorIndexError, match="NaN"):
+        index.add(["z"], np.full((1, 8), np.nan))
+
+
+def test_auto_kind_by_size() -> None:
+    assert auto_kind(1000) == "flat"
+    assert auto_kind(500_000) == "hnsw"
+    assert auto_kind(5_000_000) == "ivfpq"
+    index = VectorIndex(32, kind="auto")
+    index.add(["a", "b"], unit_vectors(2))
+    assert index.kind == "flat"
