@@ -1,0 +1,1 @@
+"""Evaluation: metrics, readers and runners shared by training, tuning and serving."""
