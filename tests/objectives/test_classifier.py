@@ -68,7 +68,8 @@ def test_recipe_trains_the_head_only_when_frozen(tiny_bert: Path, tmp_path: Path
     batch = recipe.collate({"text": [r["text"] for r in rows], "label": [1] * 4 + [0] * 4})
     recipe.model.eval()  # no head dropout, so the two forward passes agree
     loss, metrics = recipe.objective(recipe.model, batch)
-    manual = torch.nn.functional.cross_entropy(recipe.model(batch["input_ids"], batch["attention_mask"]), batch["labels"])
+    with torch.no_grad():
+        manual = torch.nn.functional.cross_entropy(recipe.model(batch["input_ids"], batch["attention_mask"]), batch["labels"])
     assert float(loss.detach()) == pytest.approx(float(manual), rel=1e-4)  # equal class counts: weights are all 1
     assert 0.0 <= metrics["accuracy"] <= 1.0
     evaluated = ClassificationEvaluator()(recipe.model, [batch, batch])

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Union
 
 from lmplatform.config.schema import DataConfig
 from lmplatform.data.cleaning import clean_text
-from lmplatform.data.corpus import TRAIN, VALIDATION, reason_key, split_of, text_hash
+from lmplatform.data.corpus import TRAIN, VALIDATION, DataReport, reason_key, split_of, text_hash
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
 
 VALIDATION_NAMES = {"dev", "validation", "val", "valid"}
@@ -29,39 +29,24 @@ Extractor = Callable[[dict[str, Any]], Union[dict[str, Any], str]]
 
 
 @dataclass
-class LabelledData:
-    train: list[dict[str, Any]]
-    validation: list[dict[str, Any]]
-    files: list[str]
-    rows_read: int = 0
-    bad_rows: dict[str, int] = field(default_factory=dict)
-    bad_examples: list[str] = field(default_factory=list)
-    left_out: int = 0  # rows of other splits (e.g. test) under split_field
-    fingerprint: str = ""
+class LabelledData(DataReport):
+    """The corpus reader's report (counts, bad rows, fingerprint) plus the examples themselves."""
 
-    @property
-    def bad_total(self) -> int:
-        return sum(self.bad_rows.values())
+    train: list[dict[str, Any]] = field(default_factory=list)
+    validation: list[dict[str, Any]] = field(default_factory=list)
+    left_out: int = 0  # rows of other splits (e.g. test) under split_field
+
+    def _sync_counts(self) -> None:
+        self.train_documents, self.validation_documents = len(self.train), len(self.validation)
 
     def metrics(self) -> dict[str, float]:
-        out = {
-            "data/rows_read": float(self.rows_read),
-            "data/bad_rows": float(self.bad_total),
-            "data/train_documents": float(len(self.train)),
-            "data/validation_documents": float(len(self.validation)),
-        }
-        out.update({f"data/bad_rows/{k}": float(v) for k, v in self.bad_rows.items()})
-        return out
+        self._sync_counts()
+        return super().metrics()
 
     def summary(self) -> str:
-        lines = [f"data: {len(self.files)} file(s), {self.rows_read} rows read, "
-                 f"{len(self.train)} train / {len(self.validation)} validation examples"
-                 + (f", {self.left_out} rows of other splits left out" if self.left_out else "")]
-        if self.bad_total:
-            reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.bad_rows.items()))
-            lines.append(f"data: skipped {self.bad_total} bad row(s): {reasons}")
-            lines.extend(f"  {example}" for example in self.bad_examples[:5])
-        return "\n".join(lines)
+        self._sync_counts()
+        extra = f"\ndata: {self.left_out} rows of other splits left out (split field)" if self.left_out else ""
+        return super().summary() + extra
 
     def report(self) -> dict[str, Any]:
         return {"files": self.files, "rows_read": self.rows_read, "bad_rows": self.bad_rows,
@@ -84,7 +69,7 @@ def read_labelled(cfg: DataConfig, extract: Extractor, split_field: Optional[str
     sources = [(p, None) for p in expand_paths(cfg.train_paths)]
     sources += [(p, VALIDATION) for p in expand_paths(cfg.validation_paths)]
     explicit = bool(cfg.validation_paths)
-    data = LabelledData([], [], [p for p, _ in sources])
+    data = LabelledData(files=[p for p, _ in sources])
     bad: Counter[str] = Counter()
     fingerprint = hashlib.sha256()
     for path, fixed in sources:

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Protocol, Sequence, Union
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 MAX_FAILING_EXAMPLES = 10
@@ -166,13 +165,12 @@ def parse_suite(data: Any, source: str = "<suite>") -> tuple[str, list[Any]]:
 
 
 def load_suite(path: str | Path) -> tuple[str, list[Any]]:
-    path = Path(path)
-    if not path.is_file():
-        raise SuiteError(f"suite file not found: {path}")
+    from lmplatform.config.loader import ConfigError, read_yaml
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SuiteError(f"{path}: not valid YAML: {exc}") from exc
+        data = read_yaml(path)
+    except ConfigError as exc:
+        raise SuiteError(str(exc).replace("config file", "suite file")) from None
     return parse_suite(data, str(path))
 
 
