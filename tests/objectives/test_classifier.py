@@ -16,6 +16,7 @@ from lmplatform.objectives.classifier import (
     build_classifier_recipe,
     class_weights,
     oversample,
+    record_classes,
     read_classification_data,
 )
 
@@ -75,3 +76,21 @@ def test_recipe_trains_the_head_only_when_frozen(tiny_bert: Path, tmp_path: Path
     evaluated = ClassificationEvaluator()(recipe.model, [batch, batch])
     assert evaluated["accuracy"][1] == 16 and evaluated["loss"][0] / 16 == pytest.approx(float(manual), rel=1e-4)
     assert isinstance(recipe.objective, ClassificationObjective)
+
+
+def test_workers_get_labels_and_weights_from_the_config_not_the_files(tiny_bert: Path, tmp_path: Path) -> None:
+    rows = [{"text": f"disk {i}", "label": "storage", "split": "train"} for i in range(3)]
+    rows += [{"text": "vpn down", "label": "network", "split": "train"}]
+    path = _write(tmp_path / "rows.jsonl", rows)
+    cfg = _cfg(tiny_bert, path, "objective.class_balance=weighted_loss", "objective.head_hidden=8")
+    data, labels = read_classification_data(cfg)
+    record_classes(cfg, labels, Counter(ex["label"] for ex in data.train))
+    assert cfg.objective.labels == ["network", "storage"]
+    assert cfg.objective.class_weights == pytest.approx([4 / 2, 4 / 6], abs=1e-6)
+    path.unlink()  # a worker elsewhere may not see the data files at all
+    recipe = build_classifier_recipe(cfg)
+    assert recipe.model.labels == ["network", "storage"]
+    assert recipe.objective.class_weights.tolist() == pytest.approx([2.0, 4 / 6], abs=1e-6)
+    with pytest.raises(DataError, match="class_weights has 3 values for 2 classes"):
+        record_classes(cfg.model_copy(update={"objective": cfg.objective.model_copy(update={"class_weights": [1.0, 1.0, 1.0]})}),
+                       labels, {0: 1, 1: 3})

@@ -1,9 +1,11 @@
 """Classification objective: cross-entropy on encoder + mean pooling + MLP head logits.
 
 Wiring for Ray Train: `prepare_classification` (driver) reads and validates the
-labelled rows; `build_classifier_recipe` (worker) builds the model. The label list
-and class counts come from the same deterministic read on both sides (labelled
-sets are small), so the driver never has to ship them to the workers.
+labelled rows and records the resolved label list (and, for weighted_loss, the
+class weights) in `cfg.objective`, which is what the workers receive and what
+MLflow logs as params; `build_classifier_recipe` (worker) builds the model from
+that config without touching the data files, which a worker on another node or in
+another working directory may not see.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from torch import nn
 
 from lmplatform.config.schema import RunConfig
 from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled, text_field_value
+from lmplatform.data.readers import DataError
 from lmplatform.models.classifier import ClassifierModel, MLPHead, count_parameters
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
@@ -97,8 +100,6 @@ def read_classification_data(cfg: RunConfig) -> tuple[LabelledData, list[str]]:
             if ex["label_name"] not in index:
                 reason = f"{ex['source']}: label {ex['label_name']!r} not among the classes ({', '.join(labels)})"
                 if cfg.data.on_bad_row == "fail":
-                    from lmplatform.data.readers import DataError
-
                     raise DataError(f"bad row (data.on_bad_row=fail): {reason}")
                 data.bad_rows["unknown_label"] = data.bad_rows.get("unknown_label", 0) + 1
                 data.bad_examples.append(reason)
@@ -107,8 +108,6 @@ def read_classification_data(cfg: RunConfig) -> tuple[LabelledData, list[str]]:
             kept.append(ex)
         setattr(data, split, kept)
     if len(labels) < 2:
-        from lmplatform.data.readers import DataError
-
         raise DataError(f"classification needs at least 2 classes in {objective.label_field!r}, found {labels}")
     return data, labels
 
@@ -151,6 +150,17 @@ def _parameter_counts(cfg: RunConfig, num_classes: int) -> dict[str, float]:
             "model/trainable_parameters": float(head_n if objective.freeze_encoder else encoder_n + head_n)}
 
 
+def record_classes(cfg: RunConfig, labels: list[str], counts: dict[int, int]) -> None:
+    """Put what the workers need from the data (labels, class weights) into the config they receive."""
+    objective = cfg.objective
+    if objective.labels is None:
+        objective.labels = labels
+    if objective.class_balance == "weighted_loss" and objective.class_weights is None:
+        objective.class_weights = [round(w, 6) for w in class_weights(counts, len(labels)).tolist()]
+    if objective.class_weights is not None and len(objective.class_weights) != len(labels):
+        raise DataError(f"objective.class_weights has {len(objective.class_weights)} values for {len(labels)} classes ({labels})")
+
+
 def prepare_classification(cfg: RunConfig) -> PreparedData:
     data, labels = read_classification_data(cfg)
     train = oversample(data.train, cfg.optim.seed) if cfg.objective.class_balance == "resample" else data.train
@@ -163,6 +173,7 @@ def prepare_classification(cfg: RunConfig) -> PreparedData:
         + (" (encoder frozen)" if cfg.objective.freeze_encoder else "")
     )
     data.train = train
+    record_classes(cfg, labels, counts)
     return PreparedData(
         datasets=labelled_datasets(data, ["text", "label"]),
         train_examples=len(train),
@@ -177,12 +188,18 @@ def build_classifier_recipe(cfg: RunConfig) -> TrainingRecipe:
     from lmplatform.models.encoder import Encoder
 
     objective = cfg.objective
-    data, labels = read_classification_data(cfg)
+    data = None
+    labels = objective.labels
+    if labels is None:  # called outside run_training (which fills it in on the driver)
+        data, labels = read_classification_data(cfg)
     encoder = Encoder.from_pretrained(cfg.model.name_or_path, pooling=cfg.model.pooling, max_seq_length=cfg.model.max_seq_length)
     head = MLPHead(encoder.dim, len(labels), objective.head_hidden, objective.head_depth, objective.head_dropout)
     model = ClassifierModel(encoder, head, labels, freeze_encoder=objective.freeze_encoder)
     weights = None
-    if objective.class_balance == "weighted_loss":
+    if objective.class_weights is not None:
+        weights = torch.tensor(objective.class_weights, dtype=torch.float32)
+    elif objective.class_balance == "weighted_loss":
+        data = data or read_classification_data(cfg)[0]
         weights = class_weights(Counter(ex["label"] for ex in data.train), len(labels))
     print(f"[lmp] classifier: {count_parameters(model, trainable_only=True):,} trainable parameters "
           f"of {count_parameters(model):,}", flush=True)
