@@ -119,6 +119,11 @@ def demo(
         fail(str(exc))
 
 
+from lmplatform.cli_behavioural import behavioural_app  # noqa: E402
+
+app.add_typer(behavioural_app, name="behavioural")
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     app(args=argv if argv is not None else sys.argv[1:], prog_name="lmp")
 

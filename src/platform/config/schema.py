@@ -10,7 +10,9 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
+from lmplatform.objectives.classifier_config import ClassifierObjectiveConfig
 from lmplatform.objectives.mlm_config import MLMObjectiveConfig
+from lmplatform.objectives.sts_config import STSObjectiveConfig
 
 PACKAGED_MODEL = "default"
 
@@ -54,7 +56,7 @@ class DataConfig(Section):
         return [value] if isinstance(value, str) else value
 
 
-ObjectiveConfig = Annotated[Union[MLMObjectiveConfig], Field(discriminator="name")]
+ObjectiveConfig = Annotated[Union[MLMObjectiveConfig, STSObjectiveConfig, ClassifierObjectiveConfig], Field(discriminator="name")]
 
 
 class OptimConfig(Section):

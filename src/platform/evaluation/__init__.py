@@ -1,1 +1,1 @@
-"""Evaluation: retrieval metrics and scenarios (retrieval), STS, classification and behavioural tests."""
+"""Evaluation: retrieval, STS, classification, behavioural tests and forgetting; shared by training, tuning and serving."""

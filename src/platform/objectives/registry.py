@@ -20,8 +20,22 @@ def _mlm() -> ObjectiveSpec:
     return ObjectiveSpec(mlm_recipe.prepare_corpus, mlm_recipe.build_mlm_recipe)
 
 
+def _sts() -> ObjectiveSpec:
+    from lmplatform.objectives import sts
+
+    return ObjectiveSpec(sts.prepare_sts, sts.build_sts_recipe)
+
+
+def _classifier() -> ObjectiveSpec:
+    from lmplatform.objectives import classifier
+
+    return ObjectiveSpec(classifier.prepare_classification, classifier.build_classifier_recipe)
+
+
 _SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
     "mlm": _mlm,
+    "sts": _sts,
+    "classifier": _classifier,
 }
 
 

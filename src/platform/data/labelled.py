@@ -1,0 +1,123 @@
+"""Supervised rows (text + label, sentence pairs + score) read from the run's data files.
+
+Labelled sets are small next to pre-training corpora (thousands of rows), so they
+are read once on the driver, validated row by row, and handed to Ray Data with
+`from_items`. Bad rows are skipped and counted with file and line, or stop the run
+under `data.on_bad_row=fail`, exactly like the corpus reader.
+
+Splits: explicit `data.validation_paths` win; else a `split_field` in the rows
+(train / dev|validation|val; anything else, e.g. test, is left out); else the
+salted text hash of `lmplatform.data.corpus` with `data.validation_fraction`.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Union
+
+from lmplatform.config.schema import DataConfig
+from lmplatform.data.cleaning import clean_text
+from lmplatform.data.corpus import TRAIN, VALIDATION, DataReport, reason_key, split_of, text_hash
+from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
+
+VALIDATION_NAMES = {"dev", "validation", "val", "valid"}
+_MAX_BAD_EXAMPLES = 20
+
+# Turns one row's fields into an example dict, or returns why the row is unusable.
+Extractor = Callable[[dict[str, Any]], Union[dict[str, Any], str]]
+
+
+@dataclass
+class LabelledData(DataReport):
+    """The corpus reader's report (counts, bad rows, fingerprint) plus the examples themselves."""
+
+    train: list[dict[str, Any]] = field(default_factory=list)
+    validation: list[dict[str, Any]] = field(default_factory=list)
+    left_out: int = 0  # rows of other splits (e.g. test) under split_field
+
+    def _sync_counts(self) -> None:
+        self.train_documents, self.validation_documents = len(self.train), len(self.validation)
+
+    def metrics(self) -> dict[str, float]:
+        self._sync_counts()
+        return super().metrics()
+
+    def summary(self) -> str:
+        self._sync_counts()
+        extra = f"\ndata: {self.left_out} rows of other splits left out (split field)" if self.left_out else ""
+        return super().summary() + extra
+
+    def report(self) -> dict[str, Any]:
+        return {"files": self.files, "rows_read": self.rows_read, "bad_rows": self.bad_rows,
+                "bad_examples": self.bad_examples, "left_out": self.left_out,
+                "train": len(self.train), "validation": len(self.validation)}
+
+
+def text_field_value(fields: dict[str, Any], name: str, clean: bool) -> Optional[str]:
+    """A cleaned non-empty string from `fields[name]`, or None when missing/empty/not text."""
+    value = fields.get(name)
+    if not isinstance(value, str):
+        return None
+    value = clean_text(value) if clean else value
+    return value if value.strip() else None
+
+
+def read_labelled(cfg: DataConfig, extract: Extractor, split_field: Optional[str] = None,
+                  hash_key: str = "text") -> LabelledData:
+    """Read every row of the run's files through `extract`; see the module docstring for splits."""
+    sources = [(p, None) for p in expand_paths(cfg.train_paths)]
+    sources += [(p, VALIDATION) for p in expand_paths(cfg.validation_paths)]
+    explicit = bool(cfg.validation_paths)
+    data = LabelledData(files=[p for p, _ in sources])
+    bad: Counter[str] = Counter()
+    fingerprint = hashlib.sha256()
+    for path, fixed in sources:
+        with open(path, "rb") as handle:
+            fingerprint.update(hashlib.sha256(handle.read()).digest())
+        for row in read_rows(path, detect_format(path, cfg.format)):
+            data.rows_read += 1
+            example = row if isinstance(row, BadRow) else extract(row.fields)
+            if isinstance(example, str):
+                example = BadRow(row.path, row.line, example)
+            if isinstance(example, BadRow):
+                if cfg.on_bad_row == "fail":
+                    raise DataError(f"bad row (data.on_bad_row=fail): {example}")
+                bad[reason_key(example.reason)] += 1
+                if len(data.bad_examples) < _MAX_BAD_EXAMPLES:
+                    data.bad_examples.append(str(example))
+                continue
+            example["source"] = f"{path}:{row.line}"
+            if fixed is not None:
+                split = fixed
+            elif explicit:
+                split = TRAIN
+            elif split_field:
+                tag = str(row.fields.get(split_field, "")).lower()
+                split = TRAIN if tag == TRAIN else VALIDATION if tag in VALIDATION_NAMES else None
+                if split is None:
+                    data.left_out += 1
+                    continue
+            else:
+                split = split_of(text_hash(str(example[hash_key])), cfg.seed, cfg.validation_fraction)
+            (data.train if split == TRAIN else data.validation).append(example)
+            if cfg.max_documents and len(data.train) >= cfg.max_documents and not explicit:
+                break
+    data.bad_rows = dict(bad)
+    data.fingerprint = fingerprint.hexdigest()[:16]
+    if not data.train:
+        raise DataError(
+            f"no usable training examples in {', '.join(cfg.train_paths)} ({data.rows_read} rows read, {data.bad_total} bad)"
+            + (f"; first problem: {data.bad_examples[0]}" if data.bad_examples else "")
+        )
+    return data
+
+
+def labelled_datasets(data: LabelledData, columns: list[str]) -> dict[str, Any]:
+    """Ray datasets {'train', 'validation'} holding only `columns` of each example."""
+    import ray.data
+
+    out = {TRAIN: ray.data.from_items([{c: ex[c] for c in columns} for ex in data.train])}
+    if data.validation:
+        out[VALIDATION] = ray.data.from_items([{c: ex[c] for c in columns} for ex in data.validation])
+    return out

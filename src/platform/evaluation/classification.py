@@ -1,0 +1,288 @@
+"""Classification metrics, confusion-matrix plots, dataset readers and the frozen-vs-fine-tuned study.
+
+Metrics follow the incident-report study's tables: accuracy, ROC-AUC, and F1 /
+precision / recall both weighted and macro. ROC-AUC is the binary AUC for two
+classes and the macro mean of one-vs-rest AUCs otherwise; a class with no
+positive (or no negative) example in `y_true` has no defined AUC and is left
+out of the mean (the number of classes used is reported as `roc_auc_classes`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from lmplatform.data.readers import BadRow, DataError, read_rows
+
+SHARED_DATA = Path("/work/shared/data")
+DEMO_REPORTS = Path(__file__).resolve().parents[3] / "data" / "demo" / "reports.jsonl"
+
+
+def classification_metrics(y_true: Sequence[str], proba: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
+    """Metrics of class probabilities `proba` [n, len(labels)] against true label names."""
+    from sklearn.metrics import accuracy_score, precision_recall_fscore_support, roc_auc_score
+
+    labels = [str(label) for label in labels]
+    proba = np.asarray(proba, dtype=np.float64)
+    if proba.shape != (len(y_true), len(labels)):
+        raise ValueError(f"proba must be [{len(y_true)}, {len(labels)}], got {list(proba.shape)}")
+    index = {name: i for i, name in enumerate(labels)}
+    unknown = sorted({str(y) for y in y_true} - set(index))
+    if unknown:
+        raise ValueError(f"true labels not among the classifier's classes: {unknown}")
+    true_ids = np.array([index[str(y)] for y in y_true])
+    pred_ids = proba.argmax(axis=1)
+    out: dict[str, float] = {"accuracy": float(accuracy_score(true_ids, pred_ids)), "examples": float(len(true_ids))}
+    present = sorted(set(true_ids.tolist()) | set(pred_ids.tolist()))
+    for average in ("macro", "weighted"):
+        p, r, f, _ = precision_recall_fscore_support(true_ids, pred_ids, labels=present, average=average, zero_division=0)
+        out |= {f"precision_{average}": float(p), f"recall_{average}": float(r), f"f1_{average}": float(f)}
+    if len(labels) == 2:
+        both = len(set(true_ids.tolist())) == 2
+        out["roc_auc"] = float(roc_auc_score(true_ids, proba[:, 1])) if both else float("nan")
+        out["roc_auc_classes"] = 2.0 if both else 0.0
+    else:
+        aucs = [roc_auc_score(true_ids == c, proba[:, c]) for c in range(len(labels)) if 0 < (true_ids == c).sum() < len(true_ids)]
+        out["roc_auc"] = float(np.mean(aucs)) if aucs else float("nan")
+        out["roc_auc_classes"] = float(len(aucs))
+    return out
+
+
+def confusion_matrix_png(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str], path: str | Path,
+                         title: str = "Confusion matrix") -> Path:
+    """Counts with row-normalised colours (recall per class on the diagonal), saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import confusion_matrix
+
+    labels = [str(label) for label in labels]
+    matrix = confusion_matrix([str(y) for y in y_true], [str(y) for y in y_pred], labels=labels)
+    rates = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+    size = max(4.0, 0.6 * len(labels) + 2)
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    image = ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title)
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", color="white" if rates[i, j] > 0.5 else "black", fontsize=8)
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -- datasets ----------------------------------------------------------------
+
+@dataclass
+class LabelledTexts:
+    name: str
+    texts: list[str]
+    labels: list[str]
+    splits: list[str]
+    bad_rows: list[str]
+
+    def split(self, name: str) -> tuple[list[str], list[str]]:
+        index = [i for i, s in enumerate(self.splits) if s == name]
+        return [self.texts[i] for i in index], [self.labels[i] for i in index]
+
+
+def read_labelled_texts(path: str | Path, name: str, text_fields: Sequence[str], label_field: str,
+                        split_field: Optional[str] = "split", limit: Optional[int] = None) -> LabelledTexts:
+    """Rows -> (text, label, split); text fields are joined with '. '; bad rows are listed as file:line."""
+    path = str(path)
+    if not Path(path).is_file():
+        raise DataError(f"classification file not found: {path}")
+    texts: list[str] = []
+    labels: list[str] = []
+    splits: list[str] = []
+    bad: list[str] = []
+    for row in read_rows(path, "jsonl"):
+        if isinstance(row, BadRow):
+            bad.append(str(row))
+            continue
+        parts = [row.fields.get(f) for f in text_fields]
+        parts = [p.strip() for p in parts if isinstance(p, str) and p.strip()]
+        label = row.fields.get(label_field)
+        if not parts:
+            bad.append(f"{path}:{row.line}: no text in {list(text_fields)}")
+        elif label is None or isinstance(label, (list, dict)) or not str(label).strip():
+            bad.append(f"{path}:{row.line}: missing label field {label_field!r}")
+        else:
+            texts.append(". ".join(parts))
+            labels.append(str(label).strip())
+            splits.append(str(row.fields.get(split_field, "")) if split_field else "")
+            if limit and len(texts) >= limit:
+                break
+    if not texts:
+        raise DataError(f"no usable rows in {path}" + (f"; first problem: {bad[0]}" if bad else ""))
+    return LabelledTexts(name, texts, labels, splits, bad)
+
+
+def read_medical_abstracts(root: Path = SHARED_DATA, limit: Optional[int] = None) -> LabelledTexts:
+    """5 condition classes (`label_name`), split train/dev/test (stratified 60/20/20)."""
+    return read_labelled_texts(root / "medical_abstracts_tc" / "abstracts.jsonl", "medical_abstracts_tc", ["text"], "label_name", limit=limit)
+
+
+def read_asrs(root: Path = SHARED_DATA, label_field: str = "primary_problem", min_class_size: int = 10,
+              limit: Optional[int] = None) -> LabelledTexts:
+    """ASRS narratives labelled by `primary_problem`; reports without it are bad rows.
+
+    Classes with fewer than `min_class_size` reports are merged into "Other": with a
+    60/20/20 random split they would otherwise be absent from dev or test.
+    """
+    data = read_labelled_texts(root / "asrs_nmac_reports" / "reports.jsonl", "asrs_nmac_reports", ["narrative"], label_field, limit=limit)
+    counts: dict[str, int] = {}
+    for label in data.labels:
+        counts[label] = counts.get(label, 0) + 1
+    data.labels = [label if counts[label] >= min_class_size else "Other" for label in data.labels]
+    return data
+
+
+def read_demo_reports(path: Path = DEMO_REPORTS, limit: Optional[int] = None) -> LabelledTexts:
+    """The shipped trouble reports: title + text, label `component` (8 classes), no split field."""
+    return read_labelled_texts(path, "demo_reports", ["title", "text"], "component", split_field=None, limit=limit)
+
+
+# -- the incident-report study ---------------------------------------------
+
+def evaluate_classifier(classifier: Any, texts: Sequence[str], labels: Sequence[str], out_dir: Optional[Path] = None,
+                        title: str = "") -> tuple[dict[str, float], Optional[Path]]:
+    """Metrics of a fitted `TextClassifier`/`KNNClassifier`, and a confusion PNG when `out_dir` is given."""
+    proba = classifier.predict_proba(list(texts))
+    metrics = classification_metrics(labels, proba, classifier.labels)
+    png = None
+    if out_dir is not None:
+        predicted = [classifier.labels[i] for i in proba.argmax(axis=1)]
+        png = confusion_matrix_png(labels, predicted, classifier.labels, Path(out_dir) / f"confusion_{title or 'model'}.png",
+                                   title=f"Confusion matrix {title}".strip())
+    return metrics, png
+
+
+TABLE_COLUMNS = ("accuracy", "roc_auc", "f1_weighted", "precision_weighted", "recall_weighted", "f1_macro",
+                 "precision_macro", "recall_macro")
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
+    head = "| setting | trainable params | " + " | ".join(columns) + " |"
+    lines = [head, "|" + "---|" * (len(columns) + 2)]
+    for row in rows:
+        cells = [f"{row[c]:.4f}" if isinstance(row.get(c), float) else str(row.get(c, "")) for c in columns]
+        lines.append(f"| {row['setting']} | {int(row.get('trainable_parameters', 0)):,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def frozen_vs_finetuned(cfg: Any, test_texts: Sequence[str], test_labels: Sequence[str], out_dir: str | Path,
+                        parent_run_id: Optional[str] = None) -> dict[str, Any]:
+    """Train the classifier twice on Ray Train (encoder frozen, then fine-tuned) and compare them on a test set.
+
+    Each run's test metrics and confusion-matrix PNG are logged to its own MLflow run;
+    returns {"rows": [...], "markdown": str, "runs": {setting: TrainingResult}} and writes
+    `classification_table.{json,md}` under `out_dir`.
+    """
+    from lmplatform.models.classifier import TextClassifier
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+    from lmplatform.train.run import run_training
+
+    if cfg.objective.name != "classifier":
+        raise ValueError(f"frozen_vs_finetuned needs objective.name=classifier, got {cfg.objective.name!r}")
+    out_dir = Path(out_dir)
+    rows: list[dict[str, Any]] = []
+    runs = {}
+    for setting, frozen in (("frozen", True), ("fine-tuned", False)):
+        run_cfg = cfg.model_copy(update={"objective": cfg.objective.model_copy(update={"freeze_encoder": frozen})})
+        result = run_training(run_cfg, parent_run_id=parent_run_id, extra_tags={"lmp.study": "frozen_vs_finetuned", "lmp.setting": setting})
+        classifier = TextClassifier.from_pretrained(result.model_dir)
+        metrics, png = evaluate_classifier(classifier, test_texts, test_labels, out_dir, title=setting)
+        tracker = TrackedRun(result.tracking_uri, result.mlflow_run_id)
+        tracker.log_metrics({f"test_{k}": v for k, v in metrics.items() if np.isfinite(v)})
+        if png is not None:
+            tracker.log_artifact(png, "evaluation")
+        trainable = sum(p.numel() for p in classifier.model.head.parameters())
+        if not frozen:
+            trainable += sum(p.numel() for p in classifier.model.encoder.parameters())
+        rows.append({"setting": setting, "trainable_parameters": trainable, "mlflow_run_id": result.mlflow_run_id, **metrics})
+        runs[setting] = result
+    table = markdown_table(rows)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "classification_table.json").write_text(json.dumps(rows, indent=2))
+    (out_dir / "classification_table.md").write_text(table + "\n")
+    return {"rows": rows, "markdown": table, "runs": runs}
+
+
+def train_frozen_head(
+    encoder: Any,
+    train_texts: Sequence[str],
+    train_labels: Sequence[str],
+    dev_texts: Sequence[str] = (),
+    dev_labels: Sequence[str] = (),
+    hidden: int = 256,
+    depth: int = 2,
+    epochs: int = 30,
+    lr: float = 1e-3,
+    batch_size: int = 32,
+    class_balance: str = "weighted_loss",
+    seed: int = 13,
+    embeddings: Optional[dict[str, np.ndarray]] = None,
+) -> tuple[Any, dict[str, float]]:
+    """In-process fast path of the frozen setting: encode once, train the MLP head on cached vectors.
+
+    Equivalent to the `classifier` objective with `freeze_encoder=true` (same head, same
+    un-normalised pooled inputs, same class weights) without re-running the encoder every
+    epoch. The epoch with the best dev accuracy is kept (the last one without a dev set).
+    Returns a `TextClassifier` and {"best_epoch", "dev_accuracy"}.
+    """
+    import torch
+
+    from lmplatform.models.classifier import ClassifierModel, MLPHead, TextClassifier
+    from lmplatform.objectives.classifier import class_weights
+
+    labels = sorted({str(y) for y in train_labels})
+    index = {name: i for i, name in enumerate(labels)}
+    cached = embeddings or {}
+    x_train = torch.as_tensor(cached["train"] if "train" in cached else encoder.encode(train_texts, batch_size, normalize=False))
+    y_train = torch.as_tensor([index[str(y)] for y in train_labels])
+    has_dev = len(dev_texts) > 0
+    if has_dev:
+        x_dev = torch.as_tensor(cached["dev"] if "dev" in cached else encoder.encode(dev_texts, batch_size, normalize=False))
+        y_dev = torch.as_tensor([index.get(str(y), -1) for y in dev_labels])
+    torch.manual_seed(seed)
+    head = MLPHead(x_train.shape[1], len(labels), hidden, depth)
+    weights = None
+    if class_balance == "weighted_loss":
+        counts = {c: int((y_train == c).sum()) for c in range(len(labels))}
+        weights = class_weights(counts, len(labels))
+    optimizer = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.01)
+    generator = torch.Generator().manual_seed(seed)
+    best_state, best_acc, best_epoch = None, -1.0, 0
+    for epoch in range(1, epochs + 1):
+        head.train()
+        for batch in torch.randperm(len(x_train), generator=generator).split(batch_size):
+            loss = torch.nn.functional.cross_entropy(head(x_train[batch]), y_train[batch], weight=weights)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        if has_dev:
+            head.eval()
+            with torch.no_grad():
+                accuracy = float((head(x_dev).argmax(-1) == y_dev).float().mean())
+            if accuracy > best_acc:
+                best_acc, best_epoch = accuracy, epoch
+                best_state = {k: v.clone() for k, v in head.state_dict().items()}
+    if best_state is not None:
+        head.load_state_dict(best_state)
+    else:
+        best_epoch = epochs
+    classifier = TextClassifier(ClassifierModel(encoder, head, labels, freeze_encoder=True))
+    return classifier, {"best_epoch": float(best_epoch), "dev_accuracy": best_acc if has_dev else float("nan")}

@@ -1,0 +1,213 @@
+"""Semantic textual similarity: cosine scoring of sentence pairs, Spearman/Pearson, EDRM.
+
+EDRM ("exactitude en distance relative à la solution moyenne", DEFT 2020 / CLISTER)
+scores how close each predicted similarity is to the gold one, relative to the
+largest error possible for that gold value on the scale:
+
+    EDRM = 1/N * sum_i (1 - d_i / dmax_i),  d_i = |pred_i - gold_i|,
+    dmax_i = max(gold_i - low, high - gold_i)
+
+so a gold score at the middle of the scale can be missed by at most half the
+scale, one at an end by the whole scale. Predictions are clipped to the scale
+first (a value outside it cannot be "more wrong" than the far end).
+
+Cosine similarities are not on the gold scale, so EDRM needs a map from cosine to
+the scale. Two are offered (`CosineToScale`): `linear` rescales a fixed cosine
+range ([0, 1] by default, where sentence encoders put almost all pairs) onto the
+scale with no fitting; `isotonic` fits a monotone map on a labelled split (train)
+and is the fair choice when the encoder's cosines are compressed (MiniLM puts
+unrelated sentences near 0.1, not 0). Spearman is unaffected by either map.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional, Sequence
+
+import numpy as np
+from scipy import stats
+
+from lmplatform.data.readers import BadRow, DataError, read_rows
+
+SHARED_DATA = Path("/work/shared/data")
+
+
+@dataclass(frozen=True)
+class STSPairs:
+    """Sentence pairs with gold scores on `scale` (low, high)."""
+
+    name: str
+    sentence1: list[str]
+    sentence2: list[str]
+    scores: np.ndarray
+    scale: tuple[float, float]
+    bad_rows: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def subset(self, index: Sequence[int] | np.ndarray) -> "STSPairs":
+        index = list(index)
+        return STSPairs(
+            self.name,
+            [self.sentence1[i] for i in index],
+            [self.sentence2[i] for i in index],
+            self.scores[index],
+            self.scale,
+            self.bad_rows,
+        )
+
+
+# -- metrics ---------------------------------------------------------------
+
+def spearman(predicted: Sequence[float], gold: Sequence[float]) -> float:
+    return float(stats.spearmanr(predicted, gold).statistic)
+
+
+def pearson(predicted: Sequence[float], gold: Sequence[float]) -> float:
+    return float(stats.pearsonr(predicted, gold).statistic)
+
+
+def edrm(predicted: Sequence[float], gold: Sequence[float], scale: tuple[float, float] = (0.0, 5.0)) -> float:
+    """Mean of 1 - |pred - gold| / dmax(gold) with both on `scale`; see the module docstring."""
+    low, high = scale
+    if not high > low:
+        raise ValueError(f"scale must be (low, high) with high > low, got {scale}")
+    pred = np.clip(np.asarray(predicted, dtype=np.float64), low, high)
+    ref = np.asarray(gold, dtype=np.float64)
+    if pred.shape != ref.shape or pred.ndim != 1 or len(ref) == 0:
+        raise ValueError(f"predicted and gold must be non-empty 1-d sequences of one length, got {pred.shape} and {ref.shape}")
+    if ref.min() < low or ref.max() > high:
+        raise ValueError(f"gold scores must lie on the scale {scale}, found [{ref.min()}, {ref.max()}]")
+    dmax = np.maximum(ref - low, high - ref)
+    return float(np.mean(1.0 - np.abs(pred - ref) / dmax))
+
+
+class CosineToScale:
+    """Maps cosine similarities onto a gold scale for EDRM (see the module docstring)."""
+
+    def __init__(self, scale: tuple[float, float], method: Literal["linear", "isotonic"] = "linear",
+                 cosine_range: tuple[float, float] = (0.0, 1.0)):
+        if method not in ("linear", "isotonic"):
+            raise ValueError(f"method must be 'linear' or 'isotonic', got {method!r}")
+        self.scale = scale
+        self.method = method
+        self.cosine_range = cosine_range
+        self._isotonic = None
+
+    def fit(self, cosines: Sequence[float], gold: Sequence[float]) -> "CosineToScale":
+        if self.method == "isotonic":
+            from sklearn.isotonic import IsotonicRegression
+
+            self._isotonic = IsotonicRegression(y_min=self.scale[0], y_max=self.scale[1], out_of_bounds="clip")
+            self._isotonic.fit(np.asarray(cosines, dtype=np.float64), np.asarray(gold, dtype=np.float64))
+        return self
+
+    def __call__(self, cosines: Sequence[float]) -> np.ndarray:
+        cos = np.asarray(cosines, dtype=np.float64)
+        if self.method == "isotonic":
+            if self._isotonic is None:
+                raise RuntimeError("isotonic CosineToScale must be fitted on a labelled split first")
+            return self._isotonic.predict(cos)
+        (c_low, c_high), (low, high) = self.cosine_range, self.scale
+        return np.clip(low + (cos - c_low) / (c_high - c_low) * (high - low), low, high)
+
+
+def cosine_scores(encoder, sentence1: Sequence[str], sentence2: Sequence[str], batch_size: int = 32) -> np.ndarray:  # noqa: ANN001 - an Encoder
+    """Cosine similarity of each pair; each distinct sentence is encoded once."""
+    unique = list(dict.fromkeys([*sentence1, *sentence2]))
+    position = {text: i for i, text in enumerate(unique)}
+    vectors = encoder.encode(unique, batch_size=batch_size, normalize=True)
+    a = vectors[[position[t] for t in sentence1]]
+    b = vectors[[position[t] for t in sentence2]]
+    return np.sum(a * b, axis=1).astype(np.float64)
+
+
+def sts_metrics(cosines: Sequence[float], pairs: STSPairs, mapping: Optional[CosineToScale] = None) -> dict[str, float]:
+    """Spearman and Pearson of raw cosines, EDRM of the mapped ones (linear by default)."""
+    mapping = mapping or CosineToScale(pairs.scale)
+    return {
+        "spearman": spearman(cosines, pairs.scores),
+        "pearson": pearson(cosines, pairs.scores),
+        "edrm": edrm(mapping(cosines), pairs.scores, pairs.scale),
+        "pairs": float(len(pairs)),
+    }
+
+
+def evaluate_sts(encoder, pairs: STSPairs, mapping: Optional[CosineToScale] = None, batch_size: int = 32) -> dict[str, float]:  # noqa: ANN001
+    return sts_metrics(cosine_scores(encoder, pairs.sentence1, pairs.sentence2, batch_size), pairs, mapping)
+
+
+# -- readers ---------------------------------------------------------------
+
+def read_pairs_jsonl(
+    path: str | Path,
+    name: str,
+    scale: tuple[float, float],
+    score_field: str = "score",
+    sentence1_field: str = "sentence1",
+    sentence2_field: str = "sentence2",
+    where: Optional[dict[str, object]] = None,
+    limit: Optional[int] = None,
+) -> STSPairs:
+    """Read scored pairs; rows that are malformed or off the scale are skipped and listed as file:line."""
+    path = str(path)
+    if not Path(path).is_file():
+        raise DataError(f"STS file not found: {path}")
+    s1: list[str] = []
+    s2: list[str] = []
+    scores: list[float] = []
+    bad: list[str] = []
+    for row in read_rows(path, "jsonl"):
+        if isinstance(row, BadRow):
+            bad.append(str(row))
+            continue
+        fields = row.fields
+        if where and not all(_matches(fields.get(k), v) for k, v in where.items()):
+            continue
+        reason = _pair_problem(fields, score_field, sentence1_field, sentence2_field, scale)
+        if reason:
+            bad.append(f"{path}:{row.line}: {reason}")
+            continue
+        s1.append(fields[sentence1_field])
+        s2.append(fields[sentence2_field])
+        scores.append(float(fields[score_field]))
+        if limit and len(scores) >= limit:
+            break
+    if not scores:
+        raise DataError(f"no usable pairs in {path}" + (f" matching {where}" if where else "") + (f"; first problem: {bad[0]}" if bad else ""))
+    return STSPairs(name, s1, s2, np.asarray(scores, dtype=np.float64), scale, bad)
+
+
+def _matches(value: object, wanted: object) -> bool:
+    return value in wanted if isinstance(wanted, (set, frozenset, list, tuple)) else value == wanted
+
+
+def _pair_problem(fields: dict, score_field: str, f1: str, f2: str, scale: tuple[float, float]) -> Optional[str]:
+    for key in (f1, f2):
+        value = fields.get(key)
+        if not isinstance(value, str) or not value.strip():
+            return f"field {key!r} is missing or not a non-empty string"
+    value = fields.get(score_field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"score field {score_field!r} is missing or not a number ({value!r})"
+    if not scale[0] <= float(value) <= scale[1]:
+        return f"score {value} outside the scale {scale}"
+    return None
+
+
+def read_stsb(split: Literal["train", "dev", "test"] = "test", root: Path = SHARED_DATA, limit: Optional[int] = None) -> STSPairs:
+    """STS Benchmark, scores 0-5 (`stsbenchmark/sts-<split>.jsonl`)."""
+    return read_pairs_jsonl(root / "stsbenchmark" / f"sts-{split}.jsonl", f"stsb-{split}", (0.0, 5.0), limit=limit)
+
+
+def read_sick(split: Literal["train", "dev", "test"] = "test", root: Path = SHARED_DATA, limit: Optional[int] = None) -> STSPairs:
+    """SICK relatedness, scores 1-5 (SemEval-2014 split in the `split` field)."""
+    return read_pairs_jsonl(root / "sick" / "sick.jsonl", f"sick-{split}", (1.0, 5.0), score_field="relatedness_score",
+                            where={"split": split}, limit=limit)
+
+
+def read_biosses(folds: Optional[Sequence[int]] = None, root: Path = SHARED_DATA, limit: Optional[int] = None) -> STSPairs:
+    """BIOSSES, mean of 5 annotators on 0-4; `folds` selects among the 10 folds (all by default)."""
+    where = None if folds is None else {"fold": set(folds)}
+    return read_pairs_jsonl(root / "biosses" / "biosses.jsonl", "biosses", (0.0, 4.0), where=where, limit=limit)

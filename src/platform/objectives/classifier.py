@@ -1,0 +1,216 @@
+"""Classification objective: cross-entropy on encoder + mean pooling + MLP head logits.
+
+Wiring for Ray Train: `prepare_classification` (driver) reads and validates the
+labelled rows and records the resolved label list (and, for weighted_loss, the
+class weights) in `cfg.objective`, which is what the workers receive and what
+MLflow logs as params; `build_classifier_recipe` (worker) builds the model from
+that config without touching the data files, which a worker on another node or in
+another working directory may not see.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmplatform.config.schema import RunConfig
+from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled, text_field_value
+from lmplatform.data.readers import DataError
+from lmplatform.models.classifier import ClassifierModel, MLPHead, count_parameters
+from lmplatform.train.recipe import PreparedData, TrainingRecipe
+
+
+class ClassificationObjective(nn.Module):
+    """Cross-entropy, optionally class-weighted; reports batch accuracy."""
+
+    def __init__(self, class_weights: Optional[torch.Tensor] = None):
+        super().__init__()
+        self.register_buffer("class_weights", class_weights if class_weights is not None else torch.empty(0))
+
+    def forward(self, model: ClassifierModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = model(batch["input_ids"], batch["attention_mask"])
+        weight = self.class_weights if self.class_weights.numel() else None
+        loss = F.cross_entropy(logits, batch["labels"], weight=weight)
+        accuracy = float((logits.argmax(-1) == batch["labels"]).float().mean())
+        return loss, {"accuracy": accuracy}
+
+
+class ClassificationEvaluator:
+    """Validation loss and accuracy as (sum, count), which reduce exactly across workers."""
+
+    def __call__(self, model: ClassifierModel, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
+        model.eval()
+        loss_sum = correct = count = 0.0
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            for batch in batches:
+                batch = {k: v.to(device) for k, v in batch.items()}
+                logits = model(batch["input_ids"], batch["attention_mask"])
+                loss_sum += float(F.cross_entropy(logits, batch["labels"], reduction="sum"))
+                correct += float((logits.argmax(-1) == batch["labels"]).sum())
+                count += len(batch["labels"])
+        return {"loss": (loss_sum, count), "accuracy": (correct, count)} if count else {}
+
+
+class LabelledCollator:
+    def __init__(self, tokenizer: Any, max_length: int):
+        from lmplatform.train.collate import TextCollator
+
+        self.text = TextCollator(tokenizer, max_length)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        features = self.text(batch)
+        features["labels"] = torch.as_tensor(np.asarray(batch["label"], dtype=np.int64))
+        return features
+
+
+def _label_text(value: Any) -> Optional[str]:
+    if value is None or isinstance(value, (list, dict)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def read_classification_data(cfg: RunConfig) -> tuple[LabelledData, list[str]]:
+    """Rows -> {text, label id}; the label list is config's or the sorted training labels."""
+    objective = cfg.objective
+    text_field, label_field = cfg.data.text_field, objective.label_field
+
+    def extract(fields: dict[str, Any]) -> Union[dict[str, Any], str]:
+        text = text_field_value(fields, text_field, cfg.data.clean)
+        if text is None:
+            return f"missing text field {text_field!r} (or empty, or not text)"
+        label = _label_text(fields.get(label_field))
+        if label is None:
+            return f"missing label field {label_field!r} (or null, or not a scalar)"
+        return {"text": text, "label_name": label}
+
+    data = read_labelled(cfg.data, extract, objective.split_field)
+    labels = list(objective.labels) if objective.labels else sorted({ex["label_name"] for ex in data.train})
+    index = {name: i for i, name in enumerate(labels)}
+    for split in ("train", "validation"):
+        kept = []
+        for ex in getattr(data, split):
+            if ex["label_name"] not in index:
+                reason = f"{ex['source']}: label {ex['label_name']!r} not among the classes ({', '.join(labels)})"
+                if cfg.data.on_bad_row == "fail":
+                    raise DataError(f"bad row (data.on_bad_row=fail): {reason}")
+                data.bad_rows["unknown_label"] = data.bad_rows.get("unknown_label", 0) + 1
+                data.bad_examples.append(reason)
+                continue
+            ex["label"] = index[ex["label_name"]]
+            kept.append(ex)
+        setattr(data, split, kept)
+    if len(labels) < 2:
+        raise DataError(f"classification needs at least 2 classes in {objective.label_field!r}, found {labels}")
+    return data, labels
+
+
+def class_weights(counts: dict[int, int], num_classes: int) -> torch.Tensor:
+    """n / (k * n_c): every class contributes equally to the expected loss (absent classes get weight 0)."""
+    total = sum(counts.values())
+    return torch.tensor([total / (num_classes * counts[c]) if counts.get(c) else 0.0 for c in range(num_classes)],
+                        dtype=torch.float32)
+
+
+def oversample(examples: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """Repeat examples of smaller classes (random draws) up to the largest class's count."""
+    rng = random.Random(seed)
+    by_class: dict[int, list[dict[str, Any]]] = {}
+    for ex in examples:
+        by_class.setdefault(ex["label"], []).append(ex)
+    target = max(len(v) for v in by_class.values())
+    out: list[dict[str, Any]] = []
+    for members in by_class.values():
+        out.extend(members)
+        out.extend(rng.choice(members) for _ in range(target - len(members)))
+    rng.shuffle(out)
+    return out
+
+
+def _parameter_counts(cfg: RunConfig, num_classes: int) -> dict[str, float]:
+    """Total and trainable parameters, from the model config on the meta device (no weights loaded)."""
+    from transformers import AutoConfig, AutoModel
+
+    from lmplatform.models.resolve import resolve_model_path
+
+    config = AutoConfig.from_pretrained(str(resolve_model_path(cfg.model.name_or_path)))
+    with torch.device("meta"):
+        backbone = AutoModel.from_config(config)
+    objective = cfg.objective
+    head = MLPHead(config.hidden_size, num_classes, objective.head_hidden, objective.head_depth)
+    encoder_n, head_n = count_parameters(backbone), count_parameters(head)
+    return {"model/total_parameters": float(encoder_n + head_n),
+            "model/trainable_parameters": float(head_n if objective.freeze_encoder else encoder_n + head_n)}
+
+
+def record_classes(cfg: RunConfig, labels: list[str], counts: dict[int, int]) -> None:
+    """Put what the workers need from the data (labels, class weights) into the config they receive."""
+    objective = cfg.objective
+    if objective.labels is None:
+        objective.labels = labels
+    if objective.class_balance == "weighted_loss" and objective.class_weights is None:
+        objective.class_weights = [round(w, 6) for w in class_weights(counts, len(labels)).tolist()]
+    if objective.class_weights is not None and len(objective.class_weights) != len(labels):
+        raise DataError(f"objective.class_weights has {len(objective.class_weights)} values for {len(labels)} classes ({labels})")
+
+
+def prepare_classification(cfg: RunConfig) -> PreparedData:
+    data, labels = read_classification_data(cfg)
+    train = oversample(data.train, cfg.optim.seed) if cfg.objective.class_balance == "resample" else data.train
+    counts = Counter(ex["label"] for ex in data.train)
+    params = _parameter_counts(cfg, len(labels))
+    metrics = data.metrics() | params | {f"data/class_count/{labels[c]}": float(n) for c, n in sorted(counts.items())}
+    summary = data.summary() + (
+        f"\ndata: {len(labels)} classes: " + ", ".join(f"{labels[c]} {n}" for c, n in sorted(counts.items()))
+        + f"\nmodel: {int(params['model/trainable_parameters']):,} trainable of {int(params['model/total_parameters']):,} parameters"
+        + (" (encoder frozen)" if cfg.objective.freeze_encoder else "")
+    )
+    data.train = train
+    record_classes(cfg, labels, counts)
+    return PreparedData(
+        datasets=labelled_datasets(data, ["text", "label"]),
+        train_examples=len(train),
+        metrics=metrics,
+        summary=summary,
+        fingerprint=data.fingerprint,
+        report=data.report() | {"labels": labels, "class_counts": {labels[c]: n for c, n in counts.items()}},
+    )
+
+
+def build_classifier_recipe(cfg: RunConfig) -> TrainingRecipe:
+    from lmplatform.models.encoder import Encoder
+
+    objective = cfg.objective
+    data = None
+    labels = objective.labels
+    if labels is None:  # called outside run_training (which fills it in on the driver)
+        data, labels = read_classification_data(cfg)
+    encoder = Encoder.from_pretrained(cfg.model.name_or_path, pooling=cfg.model.pooling, max_seq_length=cfg.model.max_seq_length)
+    head = MLPHead(encoder.dim, len(labels), objective.head_hidden, objective.head_depth, objective.head_dropout)
+    model = ClassifierModel(encoder, head, labels, freeze_encoder=objective.freeze_encoder)
+    weights = None
+    if objective.class_weights is not None:
+        weights = torch.tensor(objective.class_weights, dtype=torch.float32)
+    elif objective.class_balance == "weighted_loss":
+        data = data or read_classification_data(cfg)[0]
+        weights = class_weights(Counter(ex["label"] for ex in data.train), len(labels))
+    print(f"[lmp] classifier: {count_parameters(model, trainable_only=True):,} trainable parameters "
+          f"of {count_parameters(model):,}", flush=True)
+
+    def export(trained: ClassifierModel, folder: Path) -> None:
+        trained.save_pretrained(folder)
+
+    return TrainingRecipe(
+        model=model,
+        objective=ClassificationObjective(weights),
+        collate=LabelledCollator(encoder.tokenizer, cfg.model.max_seq_length),
+        export=export,
+        evaluate=ClassificationEvaluator(),
+    )

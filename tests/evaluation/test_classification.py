@@ -1,0 +1,97 @@
+"""Classification metrics against hand-computed values, the confusion PNG and the dataset readers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmplatform.data.readers import DataError
+from lmplatform.evaluation.classification import (
+    classification_metrics,
+    confusion_matrix_png,
+    markdown_table,
+    read_demo_reports,
+    read_labelled_texts,
+)
+
+
+def test_binary_metrics_by_hand() -> None:
+    y = ["pos", "neg", "pos", "neg"]
+    proba = np.array([[0.2, 0.8], [0.6, 0.4], [0.7, 0.3], [0.9, 0.1]])  # columns: neg, pos
+    m = classification_metrics(y, proba, ["neg", "pos"])
+    assert m["accuracy"] == 0.75  # third example wrong
+    # AUC: positives score 0.8, 0.3; negatives 0.4, 0.1 -> pairs won: (0.8>0.4, 0.8>0.1, 0.3<0.4, 0.3>0.1) = 3/4
+    assert m["roc_auc"] == pytest.approx(0.75)
+    # pos: P=1/1, R=1/2, F1=2/3; neg: P=2/3, R=1, F1=0.8 -> macro F1 = (2/3+0.8)/2
+    assert m["f1_macro"] == pytest.approx((2 / 3 + 0.8) / 2)
+    assert m["precision_macro"] == pytest.approx((1 + 2 / 3) / 2)
+    assert m["recall_weighted"] == pytest.approx(0.75)  # weighted recall equals accuracy
+
+
+def test_multiclass_auc_is_macro_one_vs_rest_and_skips_undefined_classes() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    labels = ["a", "b", "c", "d"]
+    rng = np.random.default_rng(0)
+    y = ["a", "b", "c", "a", "b", "c", "a", "c"]  # "d" never occurs: its AUC is undefined
+    proba = rng.dirichlet(np.ones(4), size=len(y))
+    m = classification_metrics(y, proba, labels)
+    ids = np.array([labels.index(v) for v in y])
+    expected = np.mean([roc_auc_score(ids == c, proba[:, c]) for c in range(3)])
+    assert m["roc_auc"] == pytest.approx(expected) and m["roc_auc_classes"] == 3
+    with pytest.raises(ValueError, match="not among"):
+        classification_metrics(["z"], proba[:1], labels)
+    with pytest.raises(ValueError, match="proba must be"):
+        classification_metrics(y, proba[:, :3], labels)
+
+
+def test_confusion_png_and_table(tmp_path: Path) -> None:
+    png = confusion_matrix_png(["a", "b", "b"], ["a", "a", "b"], ["a", "b"], tmp_path / "cm.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = markdown_table([{"setting": "frozen", "trainable_parameters": 1234, "accuracy": 0.5}], ["accuracy"])
+    assert "| frozen | 1,234 | 0.5000 |" in table
+
+
+def test_readers(tmp_path: Path) -> None:
+    demo = read_demo_reports()
+    assert len(demo.texts) == 320 and len(set(demo.labels)) == 8 and not demo.bad_rows
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join([json.dumps({"t": "disk full", "y": "storage", "split": "train"}), "{bad",
+                               json.dumps({"t": "", "y": "x"}), json.dumps({"t": "vpn", "y": None})]) + "\n")
+    data = read_labelled_texts(path, "toy", ["t"], "y")
+    assert data.texts == ["disk full"] and data.split("train") == (["disk full"], ["storage"])
+    assert [b.split(": ")[0].rsplit(":", 1)[1] for b in data.bad_rows] == ["2", "3", "4"]
+    with pytest.raises(DataError, match="no usable rows"):
+        read_labelled_texts(path, "toy", ["missing"], "y")
+
+
+@pytest.mark.skipif(not Path("/work/shared/data/asrs_nmac_reports/reports.jsonl").is_file(), reason="shared data not present")
+def test_shared_readers() -> None:
+    from lmplatform.evaluation.classification import read_asrs, read_medical_abstracts
+
+    med = read_medical_abstracts()
+    assert len(med.texts) == 2888 and len(set(med.labels)) == 5 and len(med.split("test")[0]) == 576
+    asrs = read_asrs()
+    assert len(asrs.texts) == 926 - 36 and "Other" in asrs.labels and len(asrs.bad_rows) == 36
+
+
+def test_train_frozen_head_learns_and_packages_a_text_classifier(tiny_bert: Path) -> None:
+    from lmplatform.evaluation.classification import evaluate_classifier, train_frozen_head
+    from lmplatform.models.encoder import Encoder
+
+    vocab = {"storage": "disk backup queue memory".split(), "network": "vpn tunnel network certificate".split()}
+    rng = np.random.default_rng(0)
+
+    def make(n: int) -> tuple[list[str], list[str]]:
+        labels = [list(vocab)[i % 2] for i in range(n)]
+        return [" ".join(rng.choice(vocab[y], 5)) for y in labels], labels
+
+    encoder = Encoder.from_pretrained(tiny_bert)
+    classifier, info = train_frozen_head(encoder, *make(40), *make(20), hidden=16, epochs=15, lr=5e-3)
+    assert info["dev_accuracy"] >= 0.8 and 1 <= info["best_epoch"] <= 15
+    texts, labels = make(20)
+    metrics, png = evaluate_classifier(classifier, texts, labels)
+    assert metrics["accuracy"] >= 0.8 and png is None
+    assert classifier.labels == ["network", "storage"]

@@ -1,0 +1,113 @@
+"""STS metrics against hand-computed values, EDRM worked cases, readers and cosine scoring."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmplatform.data.readers import DataError
+from lmplatform.evaluation.sts import (
+    CosineToScale,
+    cosine_scores,
+    edrm,
+    evaluate_sts,
+    pearson,
+    read_pairs_jsonl,
+    spearman,
+)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "expected"),
+    [
+        ([5.0], [5.0], 1.0),  # exact answer
+        ([0.0], [5.0], 0.0),  # gold at the top, prediction at the bottom: the largest possible miss
+        ([0.0], [2.5], 0.0),  # gold mid-scale: dmax is 2.5, so missing by 2.5 is a total miss
+        ([5.0], [2.5], 0.0),
+        ([3.0], [1.0], 0.5),  # d = 2, dmax = max(1, 4) = 4
+        ([1.0], [4.0], 0.25),  # d = 3, dmax = 4
+        ([2.0], [3.0], 2 / 3),  # d = 1, dmax = 3
+        ([7.0], [4.0], 0.75),  # clipped to 5: d = 1, dmax = 4
+        ([3.0, 1.0, 5.0], [1.0, 4.0, 5.0], (0.5 + 0.25 + 1.0) / 3),  # the mean of the cases
+    ],
+)
+def test_edrm_worked_cases(pred, gold, expected) -> None:  # noqa: ANN001
+    assert edrm(pred, gold, (0.0, 5.0)) == pytest.approx(expected)
+
+
+def test_edrm_on_another_scale_and_bad_input() -> None:
+    # SICK-like 1..5: gold 2 -> dmax = max(1, 3) = 3; pred 4 -> 1 - 2/3
+    assert edrm([4.0], [2.0], (1.0, 5.0)) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="on the scale"):
+        edrm([1.0], [6.0], (0.0, 5.0))
+    with pytest.raises(ValueError, match="one length"):
+        edrm([1.0, 2.0], [1.0], (0.0, 5.0))
+
+
+def test_correlations_match_hand_values() -> None:
+    pred, gold = [0.1, 0.4, 0.35, 0.8], [1.0, 2.0, 3.0, 4.0]
+    # ranks of pred: 1, 3, 2, 4 -> d^2 = 0 + 1 + 1 + 0 = 2 -> rho = 1 - 6*2/(4*15) = 0.8
+    assert spearman(pred, gold) == pytest.approx(0.8)
+    assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    # ties get average ranks: pred ranks 1.5, 1.5, 3 against 1, 2, 3
+    assert spearman([0.2, 0.2, 0.9], [1, 2, 3]) == pytest.approx(np.corrcoef([1.5, 1.5, 3], [1, 2, 3])[0, 1])
+
+
+def test_cosine_to_scale_linear_and_isotonic() -> None:
+    linear = CosineToScale((0.0, 5.0))
+    assert linear([0.0, 0.5, 1.0, -0.3]).tolist() == [0.0, 2.5, 5.0, 0.0]
+    wide = CosineToScale((1.0, 5.0), cosine_range=(-1.0, 1.0))
+    assert wide([0.0]).tolist() == [3.0]
+    iso = CosineToScale((0.0, 4.0), method="isotonic").fit([0.1, 0.2, 0.3, 0.4], [0.0, 1.0, 3.0, 4.0])
+    assert iso([0.1, 0.4, 0.9]).tolist() == [0.0, 4.0, 4.0]
+    with pytest.raises(RuntimeError, match="fitted"):
+        CosineToScale((0.0, 4.0), method="isotonic")([0.1])
+
+
+def test_reader_counts_bad_rows_by_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    rows = [
+        {"sentence1": "a cat", "sentence2": "a dog", "score": 2.0, "split": "test"},
+        "not json",
+        {"sentence1": "a cat", "sentence2": "", "score": 2.0, "split": "test"},
+        {"sentence1": "x", "sentence2": "y", "score": 9.0, "split": "test"},
+        {"sentence1": "x", "sentence2": "y", "score": 1.0, "split": "train"},
+        {"sentence1": "x", "sentence2": "y", "score": "high", "split": "test"},
+    ]
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    pairs = read_pairs_jsonl(path, "toy", (0.0, 5.0), where={"split": "test"})
+    assert pairs.sentence1 == ["a cat"] and pairs.scores.tolist() == [2.0]
+    assert [b.split(": ")[0].rsplit(":", 1)[1] for b in pairs.bad_rows] == ["2", "3", "4", "6"]
+    assert "outside the scale" in pairs.bad_rows[2] and "not a number" in pairs.bad_rows[3]
+    with pytest.raises(DataError, match="no usable pairs"):
+        read_pairs_jsonl(path, "toy", (0.0, 5.0), where={"split": "dev"})
+
+
+def test_cosine_scores_and_evaluate_with_a_tiny_encoder(tiny_bert: Path) -> None:
+    from lmplatform.models.encoder import Encoder
+
+    encoder = Encoder.from_pretrained(tiny_bert)
+    s1 = ["disk full on server", "vpn tunnel down", "disk full on server"]
+    s2 = ["disk full on server", "printer jam", "memory error"]
+    cos = cosine_scores(encoder, s1, s2)
+    vectors = encoder.encode(s1 + s2)
+    expected = np.sum(vectors[:3] * vectors[3:], axis=1)
+    assert cos == pytest.approx(expected, abs=1e-5) and cos[0] == pytest.approx(1.0, abs=1e-5)
+    from lmplatform.evaluation.sts import STSPairs
+
+    pairs = STSPairs("toy", s1, s2, np.array([5.0, 0.0, 1.0]), (0.0, 5.0))
+    metrics = evaluate_sts(encoder, pairs)
+    assert set(metrics) == {"spearman", "pearson", "edrm", "pairs"} and metrics["pairs"] == 3
+    assert metrics["spearman"] == pytest.approx(spearman(cos, [5.0, 0.0, 1.0]))
+
+
+@pytest.mark.skipif(not Path("/work/shared/data/biosses/biosses.jsonl").is_file(), reason="shared data not present")
+def test_shared_readers_know_the_scales() -> None:
+    from lmplatform.evaluation.sts import read_biosses, read_sick, read_stsb
+
+    assert len(read_stsb("test")) == 1379 and read_stsb("dev", limit=5).scale == (0.0, 5.0)
+    sick = read_sick("test")
+    assert len(sick) == 4906 and sick.scale == (1.0, 5.0)
+    assert len(read_biosses()) == 100 and len(read_biosses(folds=[0, 1])) == 20
