@@ -93,6 +93,7 @@ def info_nce(
     symmetric: bool = False,
     hard_negatives: Optional[torch.Tensor] = None,
     normalize: bool = True,
+    gather: bool = True,
 ) -> InfoNCEOutput:
     """Cross-entropy of each query against its own key among every key of the global batch.
 
@@ -100,17 +101,20 @@ def info_nce(
     hard_negatives: [n, d] extra keys that are negatives for every query (gathered too).
     symmetric: also score each key against all queries and average the two losses;
     hard negatives take part in the query→key direction only.
+    gather=False keeps to this worker's rows (evaluation, where workers may hold
+    different numbers of batches and must not enter a collective).
     """
+    collect = gather_with_grad if gather else (lambda tensor: (tensor, 0))
     if queries.shape != keys.shape:
         raise ValueError(f"queries {tuple(queries.shape)} and keys {tuple(keys.shape)} must have the same shape")
     if normalize:
         queries, keys = F.normalize(queries.float(), dim=-1), F.normalize(keys.float(), dim=-1)
         if hard_negatives is not None:
             hard_negatives = F.normalize(hard_negatives.float(), dim=-1)
-    all_keys, offset = gather_with_grad(keys)
+    all_keys, offset = collect(keys)
     candidates = all_keys
     if hard_negatives is not None:
-        all_negatives, _ = gather_with_grad(hard_negatives)
+        all_negatives, _ = collect(hard_negatives)
         candidates = torch.cat([all_keys, all_negatives])
     labels = torch.arange(queries.shape[0], device=queries.device) + offset
     logits = queries @ candidates.T / temperature
@@ -118,6 +122,6 @@ def info_nce(
     accuracy = float((logits.detach().argmax(-1) == labels).float().mean()) if len(labels) else 0.0
     if not symmetric:
         return InfoNCEOutput(forward_loss, forward_loss, None, accuracy)
-    all_queries, _ = gather_with_grad(queries)
+    all_queries, _ = collect(queries)
     backward_loss = F.cross_entropy(keys @ all_queries.T / temperature, labels)
     return InfoNCEOutput((forward_loss + backward_loss) / 2, forward_loss, backward_loss, accuracy)

@@ -20,8 +20,15 @@ def _mlm() -> ObjectiveSpec:
     return ObjectiveSpec(mlm_recipe.prepare_corpus, mlm_recipe.build_mlm_recipe)
 
 
+def _declutr() -> ObjectiveSpec:
+    from lmplatform.objectives import declutr_recipe
+
+    return ObjectiveSpec(declutr_recipe.prepare_declutr_corpus, declutr_recipe.build_declutr_recipe)
+
+
 _SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
     "mlm": _mlm,
+    "declutr": _declutr,
 }
 
 
