@@ -10,6 +10,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
+from lmplatform.objectives.biencoder_config import BiencoderObjectiveConfig
 from lmplatform.objectives.declutr_config import DeclutrObjectiveConfig
 from lmplatform.objectives.mlm_config import MLMObjectiveConfig
 
@@ -48,6 +49,11 @@ class DataConfig(Section):
         "skip", description="'skip' counts and reports bad rows; 'fail' stops at the first one with its file and line."
     )
     max_documents: Optional[int] = Field(None, ge=1, description="Read at most this many documents (demos, smoke runs).")
+    query_field: str = Field("query", min_length=1, description="Pair objectives (biencoder, cross_encoder): column of the query / observation.")
+    document_field: str = Field("document", min_length=1, description="Pair objectives: column of the matching document / answer.")
+    hard_negative_field: Optional[str] = Field(
+        None, description="Pair objectives: optional column of hard negatives (a list of texts, or one text)."
+    )
 
     @field_validator("train_paths", "validation_paths", mode="before")
     @classmethod
@@ -55,7 +61,7 @@ class DataConfig(Section):
         return [value] if isinstance(value, str) else value
 
 
-ObjectiveConfig = Annotated[Union[MLMObjectiveConfig, DeclutrObjectiveConfig], Field(discriminator="name")]
+ObjectiveConfig = Annotated[Union[MLMObjectiveConfig, DeclutrObjectiveConfig, BiencoderObjectiveConfig], Field(discriminator="name")]
 
 
 class OptimConfig(Section):

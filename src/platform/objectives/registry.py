@@ -26,9 +26,16 @@ def _declutr() -> ObjectiveSpec:
     return ObjectiveSpec(declutr_recipe.prepare_declutr_corpus, declutr_recipe.build_declutr_recipe)
 
 
+def _biencoder() -> ObjectiveSpec:
+    from lmplatform.objectives import biencoder_recipe
+
+    return ObjectiveSpec(biencoder_recipe.prepare_biencoder_pairs, biencoder_recipe.build_biencoder_recipe)
+
+
 _SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
     "mlm": _mlm,
     "declutr": _declutr,
+    "biencoder": _biencoder,
 }
 
 
