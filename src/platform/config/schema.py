@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.objectives.biencoder_config import BiencoderObjectiveConfig
+from lmplatform.objectives.cross_encoder_config import CrossEncoderObjectiveConfig
 from lmplatform.objectives.declutr_config import DeclutrObjectiveConfig
 from lmplatform.objectives.mlm_config import MLMObjectiveConfig
 
@@ -61,7 +62,9 @@ class DataConfig(Section):
         return [value] if isinstance(value, str) else value
 
 
-ObjectiveConfig = Annotated[Union[MLMObjectiveConfig, DeclutrObjectiveConfig, BiencoderObjectiveConfig], Field(discriminator="name")]
+ObjectiveConfig = Annotated[Union[
+    MLMObjectiveConfig, DeclutrObjectiveConfig, BiencoderObjectiveConfig, CrossEncoderObjectiveConfig
+], Field(discriminator="name")]
 
 
 class OptimConfig(Section):

@@ -32,10 +32,17 @@ def _biencoder() -> ObjectiveSpec:
     return ObjectiveSpec(biencoder_recipe.prepare_biencoder_pairs, biencoder_recipe.build_biencoder_recipe)
 
 
+def _cross_encoder() -> ObjectiveSpec:
+    from lmplatform.objectives import cross_encoder_recipe
+
+    return ObjectiveSpec(cross_encoder_recipe.prepare_cross_encoder_pairs, cross_encoder_recipe.build_cross_encoder_recipe)
+
+
 _SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
     "mlm": _mlm,
     "declutr": _declutr,
     "biencoder": _biencoder,
+    "cross_encoder": _cross_encoder,
 }
 
 
