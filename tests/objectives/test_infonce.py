@@ -112,11 +112,17 @@ def _worker(rank: int, world: int, port: int, queries: torch.Tensor, keys: torch
         # the loop averages gradients; here the rows are disjoint, so scale by the local share
         (loss * q.shape[0] / queries.shape[0]).backward()
         out[rank] = (float(loss), q.shape[0], q.grad.clone(), k.grad.clone(), offset, gathered.shape[0])
+        # rank 0 has one hard negative, rank 1 none: both still meet in the same collectives
+        negatives = torch.ones(1, 6) if rank == 0 else torch.zeros(0, 6)
+        with_negatives = info_nce(q.detach(), k.detach(), 0.2, hard_negatives=negatives)
+        out[f"negatives{rank}"] = (gather_with_grad(negatives)[0].shape[0], float(with_negatives.loss))
+        out[f"none{rank}"] = gather_with_grad(torch.zeros(0, 6))[0].shape[0]
     finally:
         dist.destroy_process_group()
 
 
 def test_two_workers_equal_one_worker_on_the_same_global_batch() -> None:
+    """Also: workers with and without hard negatives do not deadlock in the gather."""
     torch.manual_seed(1)
     queries, keys = torch.randn(5, 6), torch.randn(5, 6)
     q1, k1 = queries.clone().requires_grad_(True), keys.clone().requires_grad_(True)
@@ -127,6 +133,9 @@ def test_two_workers_equal_one_worker_on_the_same_global_batch() -> None:
         out = manager.dict()
         mp.spawn(_worker, args=(2, _free_port(), queries, keys, out), nprocs=2, join=True)
         results = dict(out)
+    assert results["negatives0"][0] == results["negatives1"][0] == 1
+    assert all(math.isfinite(results[f"negatives{r}"][1]) for r in (0, 1))
+    assert results["none0"] == results["none1"] == 0
     loss0, n0, qg0, kg0, off0, total0 = results[0]
     loss1, n1, qg1, kg1, off1, total1 = results[1]
     assert (off0, off1, total0, total1) == (0, 3, 5, 5)
@@ -135,3 +144,4 @@ def test_two_workers_equal_one_worker_on_the_same_global_batch() -> None:
     # gradients reach every embedding through the gather, as in one worker
     torch.testing.assert_close(torch.cat([qg0, qg1]), q1.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(torch.cat([kg0, kg1]), k1.grad, rtol=1e-4, atol=1e-6)
+

@@ -56,16 +56,26 @@ def embed(model: Encoder, batch: Batch, prefix: str) -> Optional[torch.Tensor]:
 
 
 class BiencoderObjective(nn.Module):
-    def __init__(self, temperature: Temperature, symmetric: bool = False, gather: bool = True):
+    """uses_hard_negatives: the data has a hard-negative field. Then every step passes a (possibly
+    empty) negatives tensor, so all workers enter the same collectives even when only some of
+    their batches hold hard negatives."""
+
+    def __init__(self, temperature: Temperature, symmetric: bool = False, gather: bool = True,
+                 uses_hard_negatives: bool = False):
         super().__init__()
         self.temperature = temperature
         self.symmetric = symmetric
         self.gather = gather
+        self.uses_hard_negatives = uses_hard_negatives
 
     def forward(self, model: Encoder, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        queries, documents = embed(model, batch, "query"), embed(model, batch, "document")
+        negatives = embed(model, batch, "negative")
+        if negatives is None and self.uses_hard_negatives:
+            negatives = documents.new_zeros((0, documents.shape[1]))
         out = info_nce(
-            embed(model, batch, "query"), embed(model, batch, "document"), self.temperature(),
-            symmetric=self.symmetric, hard_negatives=embed(model, batch, "negative"), gather=self.gather,
+            queries, documents, self.temperature(),
+            symmetric=self.symmetric, hard_negatives=negatives, gather=self.gather,
         )
         metrics = out.metrics("ranking_") | {"temperature": float(self.temperature().detach())}
         return out.loss, metrics

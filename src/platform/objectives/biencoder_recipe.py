@@ -45,7 +45,10 @@ def build_biencoder_recipe(cfg: RunConfig) -> TrainingRecipe:
 
     return TrainingRecipe(
         model=model,
-        objective=BiencoderObjective(temperature, objective_cfg.symmetric, objective_cfg.gather_across_workers),
+        objective=BiencoderObjective(
+            temperature, objective_cfg.symmetric, objective_cfg.gather_across_workers,
+            uses_hard_negatives=cfg.data.hard_negative_field is not None and objective_cfg.max_hard_negatives > 0,
+        ),
         collate=PairCollator(model.tokenizer, cfg.model.max_seq_length, objective_cfg.max_hard_negatives),
         export=export,
         evaluate=RetrievalEvaluator(temperature),

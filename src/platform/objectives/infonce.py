@@ -65,6 +65,8 @@ def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     dist.all_gather(counts, count)
     sizes = [int(c.item()) for c in counts]
     largest = max(sizes)
+    if largest == 0:  # every worker is empty (e.g. no hard negatives anywhere in this step)
+        return tensor, 0
     padded = F.pad(tensor, (0, 0, 0, largest - tensor.shape[0])) if tensor.shape[0] < largest else tensor
     pieces = all_gather(padded)
     gathered = torch.cat([piece[:size] for piece, size in zip(pieces, sizes)])
