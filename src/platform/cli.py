@@ -123,6 +123,10 @@ from lmplatform.cli_behavioural import behavioural_app  # noqa: E402
 
 app.add_typer(behavioural_app, name="behavioural")
 
+from lmplatform.cli_data_spans import register as _register_span_report  # noqa: E402
+
+_register_span_report(data_app)
+
 
 def main(argv: Optional[list[str]] = None) -> None:
     app(args=argv if argv is not None else sys.argv[1:], prog_name="lmp")

@@ -11,6 +11,9 @@ from pydantic import Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.objectives.classifier_config import ClassifierObjectiveConfig
+from lmplatform.objectives.biencoder_config import BiencoderObjectiveConfig
+from lmplatform.objectives.cross_encoder_config import CrossEncoderObjectiveConfig
+from lmplatform.objectives.declutr_config import DeclutrObjectiveConfig
 from lmplatform.objectives.mlm_config import MLMObjectiveConfig
 from lmplatform.objectives.sts_config import STSObjectiveConfig
 
@@ -49,6 +52,11 @@ class DataConfig(Section):
         "skip", description="'skip' counts and reports bad rows; 'fail' stops at the first one with its file and line."
     )
     max_documents: Optional[int] = Field(None, ge=1, description="Read at most this many documents (demos, smoke runs).")
+    query_field: str = Field("query", min_length=1, description="Pair objectives (biencoder, cross_encoder): column of the query / observation.")
+    document_field: str = Field("document", min_length=1, description="Pair objectives: column of the matching document / answer.")
+    hard_negative_field: Optional[str] = Field(
+        None, description="Pair objectives: optional column of hard negatives (a list of texts, or one text)."
+    )
 
     @field_validator("train_paths", "validation_paths", mode="before")
     @classmethod
@@ -56,7 +64,19 @@ class DataConfig(Section):
         return [value] if isinstance(value, str) else value
 
 
-ObjectiveConfig = Annotated[Union[MLMObjectiveConfig, STSObjectiveConfig, ClassifierObjectiveConfig], Field(discriminator="name")]
+
+
+ObjectiveConfig = Annotated[
+    Union[
+        MLMObjectiveConfig,
+        BiencoderObjectiveConfig,
+        ClassifierObjectiveConfig,
+        CrossEncoderObjectiveConfig,
+        DeclutrObjectiveConfig,
+        STSObjectiveConfig,
+    ],
+    Field(discriminator="name"),
+]
 
 
 class OptimConfig(Section):

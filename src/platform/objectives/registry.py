@@ -31,11 +31,31 @@ def _classifier() -> ObjectiveSpec:
 
     return ObjectiveSpec(classifier.prepare_classification, classifier.build_classifier_recipe)
 
+def _declutr() -> ObjectiveSpec:
+    from lmplatform.objectives import declutr_recipe
+
+    return ObjectiveSpec(declutr_recipe.prepare_declutr_corpus, declutr_recipe.build_declutr_recipe)
+
+
+def _biencoder() -> ObjectiveSpec:
+    from lmplatform.objectives import biencoder_recipe
+
+    return ObjectiveSpec(biencoder_recipe.prepare_biencoder_pairs, biencoder_recipe.build_biencoder_recipe)
+
+
+def _cross_encoder() -> ObjectiveSpec:
+    from lmplatform.objectives import cross_encoder_recipe
+
+    return ObjectiveSpec(cross_encoder_recipe.prepare_cross_encoder_pairs, cross_encoder_recipe.build_cross_encoder_recipe)
+
 
 _SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
     "mlm": _mlm,
     "sts": _sts,
     "classifier": _classifier,
+    "declutr": _declutr,
+    "biencoder": _biencoder,
+    "cross_encoder": _cross_encoder,
 }
 
 

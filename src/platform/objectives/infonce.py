@@ -1,0 +1,129 @@
+"""InfoNCE over in-batch negatives, with a learnable temperature and a global-batch gather.
+
+Under several workers each one scores its own queries against the keys of the
+*global* batch: embeddings are gathered with `torch.distributed.nn.functional.all_gather`,
+whose backward sends every rank's gradient back to the rank that produced the
+embedding. Each rank's loss is the mean over its own queries, and the loop averages
+gradients over workers, so W workers with batch B/W give the loss and gradients of
+one worker with batch B (checked in tests/objectives/test_infonce.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from lmplatform.train.distributed import is_distributed
+
+
+class Temperature(nn.Module):
+    """τ = exp(log τ), clamped to [min_value, max_value]; learnable or fixed.
+
+    Learning log τ keeps τ positive and makes its steps relative; the clamp stops a
+    collapse to τ→0 (logits blow up) or a drift to a uselessly flat softmax.
+    """
+
+    def __init__(self, initial: float = 0.05, learnable: bool = True, min_value: float = 0.01, max_value: float = 1.0):
+        super().__init__()
+        if not min_value <= initial <= max_value:
+            raise ValueError(f"temperature {initial} is outside [{min_value}, {max_value}]")
+        self.min_value = min_value
+        self.max_value = max_value
+        log_tau = torch.tensor(math.log(initial), dtype=torch.float32)
+        if learnable:
+            self.log_tau = nn.Parameter(log_tau)
+        else:
+            self.register_buffer("log_tau", log_tau)
+
+    @property
+    def learnable(self) -> bool:
+        return isinstance(self.log_tau, nn.Parameter)
+
+    def forward(self) -> torch.Tensor:
+        return self.log_tau.exp().clamp(self.min_value, self.max_value)
+
+
+def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(rows of every worker concatenated in rank order, offset of this worker's rows).
+
+    Identity outside a multi-worker group. Workers may hold different numbers of
+    rows (the last batch of an epoch): rows are padded to the largest count for the
+    collective and the padding is cut off again.
+    """
+    if not is_distributed():
+        return tensor, 0
+    from torch.distributed.nn.functional import all_gather
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    count = torch.tensor([tensor.shape[0]], dtype=torch.long, device=tensor.device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    sizes = [int(c.item()) for c in counts]
+    largest = max(sizes)
+    if largest == 0:  # every worker is empty (e.g. no hard negatives anywhere in this step)
+        return tensor, 0
+    padded = F.pad(tensor, (0, 0, 0, largest - tensor.shape[0])) if tensor.shape[0] < largest else tensor
+    pieces = all_gather(padded)
+    gathered = torch.cat([piece[:size] for piece, size in zip(pieces, sizes)])
+    return gathered, sum(sizes[:rank])
+
+
+@dataclass
+class InfoNCEOutput:
+    loss: torch.Tensor
+    query_to_key_loss: torch.Tensor
+    key_to_query_loss: Optional[torch.Tensor]
+    accuracy: float  # share of local queries whose own key scores highest
+
+    def metrics(self, prefix: str = "") -> dict[str, float]:
+        out = {f"{prefix}loss": float(self.loss.detach()), f"{prefix}accuracy": self.accuracy}
+        if self.key_to_query_loss is not None:
+            out[f"{prefix}q2k_loss"] = float(self.query_to_key_loss.detach())
+            out[f"{prefix}k2q_loss"] = float(self.key_to_query_loss.detach())
+        return out
+
+
+def info_nce(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    temperature: torch.Tensor | float,
+    symmetric: bool = False,
+    hard_negatives: Optional[torch.Tensor] = None,
+    normalize: bool = True,
+    gather: bool = True,
+) -> InfoNCEOutput:
+    """Cross-entropy of each query against its own key among every key of the global batch.
+
+    queries, keys: [b, d], row i of keys is the positive of row i of queries.
+    hard_negatives: [n, d] extra keys that are negatives for every query (gathered too).
+    symmetric: also score each key against all queries and average the two losses;
+    hard negatives take part in the query→key direction only.
+    gather=False keeps to this worker's rows (evaluation, where workers may hold
+    different numbers of batches and must not enter a collective).
+    """
+    collect = gather_with_grad if gather else (lambda tensor: (tensor, 0))
+    if queries.shape != keys.shape:
+        raise ValueError(f"queries {tuple(queries.shape)} and keys {tuple(keys.shape)} must have the same shape")
+    if normalize:
+        queries, keys = F.normalize(queries.float(), dim=-1), F.normalize(keys.float(), dim=-1)
+        if hard_negatives is not None:
+            hard_negatives = F.normalize(hard_negatives.float(), dim=-1)
+    all_keys, offset = collect(keys)
+    candidates = all_keys
+    if hard_negatives is not None:
+        all_negatives, _ = collect(hard_negatives)
+        candidates = torch.cat([all_keys, all_negatives])
+    labels = torch.arange(queries.shape[0], device=queries.device) + offset
+    logits = queries @ candidates.T / temperature
+    forward_loss = F.cross_entropy(logits, labels)
+    accuracy = float((logits.detach().argmax(-1) == labels).float().mean()) if len(labels) else 0.0
+    if not symmetric:
+        return InfoNCEOutput(forward_loss, forward_loss, None, accuracy)
+    all_queries, _ = collect(queries)
+    backward_loss = F.cross_entropy(keys @ all_queries.T / temperature, labels)
+    return InfoNCEOutput((forward_loss + backward_loss) / 2, forward_loss, backward_loss, accuracy)

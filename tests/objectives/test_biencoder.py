@@ -1,0 +1,81 @@
+"""Bi-encoder objective on a tiny BERT: collate, loss with hard negatives, learning, retrieval metrics."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lmplatform.models.encoder import Encoder
+from lmplatform.objectives.biencoder import BiencoderObjective, PairCollator, RetrievalEvaluator, count_pair_tokens
+from lmplatform.objectives.infonce import Temperature, info_nce
+
+QUERIES = ["printer jams", "vpn drops", "disk full", "login timeout", "payment failed", "app crash"]
+DOCUMENTS = ["paper jam tray", "vpn tunnel error", "disk memory", "login server timeout", "payment gateway invoice", "mobile app crash"]
+
+
+def _batch(hard: bool = False) -> dict[str, np.ndarray]:
+    batch = {"query": np.array(QUERIES, dtype=object), "document": np.array(DOCUMENTS, dtype=object)}
+    if hard:
+        batch["hard_negatives"] = np.array([["backup queue", "certificate expired"]] * len(QUERIES), dtype=object)
+    return batch
+
+
+def test_collator_and_loss_use_hard_negatives(tiny_bert: Path) -> None:
+    torch.manual_seed(0)
+    model = Encoder.from_pretrained(tiny_bert, max_seq_length=16)
+    collate = PairCollator(model.tokenizer, 16, max_hard_negatives=1)
+    batch = collate(_batch(hard=True))
+    assert batch["query_input_ids"].shape[0] == 6 and batch["negative_input_ids"].shape[0] == 6  # 1 per pair
+    assert count_pair_tokens(batch) == int(sum(batch[k].sum() for k in batch if k.endswith("attention_mask")))
+    assert "negative_input_ids" not in PairCollator(model.tokenizer, 16)(_batch(hard=True))
+
+    objective = BiencoderObjective(Temperature(0.05, learnable=False), symmetric=False)
+    loss, metrics = objective(model, batch)
+    with torch.no_grad():
+        q, d, n = (model(batch[f"{p}_input_ids"], batch[f"{p}_attention_mask"]) for p in ("query", "document", "negative"))
+    expected = info_nce(q, d, 0.05, hard_negatives=n).loss
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+    assert metrics["temperature"] == pytest.approx(0.05) and 0 <= metrics["ranking_accuracy"] <= 1
+
+
+def test_training_raises_in_batch_retrieval(tiny_bert: Path) -> None:
+    torch.manual_seed(0)
+    model = Encoder.from_pretrained(tiny_bert, max_seq_length=16)
+    collate = PairCollator(model.tokenizer, 16)
+    batch = collate(_batch())
+    temperature = Temperature(0.1, learnable=True)
+    objective = BiencoderObjective(temperature, symmetric=True)
+    evaluator = RetrievalEvaluator(temperature)
+    before = evaluator(model, [batch])
+    optimizer = torch.optim.AdamW(list(model.parameters()) + list(objective.parameters()), lr=3e-3)
+    for _ in range(15):
+        loss, metrics = objective(model, batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    after = evaluator(model, [batch])
+    assert {k: w for k, (_, w) in after.items()} == {k: 6.0 for k in after}
+    assert after["retrieval_candidates"][0] / 6 == 6
+    assert after["ranking_loss"][0] < before["ranking_loss"][0]
+    assert after["retrieval_mrr"][0] / 6 > before["retrieval_mrr"][0] / 6
+    assert after["retrieval_accuracy"][0] / 6 == pytest.approx(1.0)
+    assert "ranking_k2q_loss" in metrics and metrics["temperature"] != pytest.approx(0.1)
+
+
+def test_retrieval_metrics_against_hand_ranks(tiny_bert: Path) -> None:
+    class Fixed(torch.nn.Module):
+        """Embeds each text as a fixed vector so the ranks are known."""
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            return input_ids[:, :2].float()
+
+    batch = {
+        "query_input_ids": torch.tensor([[1, 0], [0, 1], [1, 1]]), "query_attention_mask": torch.ones(3, 2),
+        "document_input_ids": torch.tensor([[1, 0], [1, 1], [0, 1]]), "document_attention_mask": torch.ones(3, 2),
+    }
+    # scores (cosine): q0 -> own d0 first (rank 1); q1 -> d2 beats own d1 (rank 2); q2 -> d1 (own, 1.0) rank... own is d2 (0.707) < d1 (1.0) -> rank 2
+    out = RetrievalEvaluator(Temperature(0.5, learnable=False))(Fixed(), [batch])
+    assert out["retrieval_accuracy"] == (1.0, 3.0)
+    assert out["retrieval_mrr"][0] == pytest.approx(1 + 0.5 + 0.5)

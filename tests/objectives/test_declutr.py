@@ -1,0 +1,137 @@
+"""DeCLUTR span sampling, drop counts, and the combined loss on a tiny BERT."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lmplatform.objectives.declutr import (
+    DeclutrCollator,
+    DeclutrEvaluator,
+    DeclutrObjective,
+    DeclutrSpanSampler,
+    count_sampleable,
+)
+from lmplatform.objectives.infonce import Temperature
+
+
+def test_span_lengths_follow_the_beta_distributions() -> None:
+    sampler = DeclutrSpanSampler(num_anchors=2, num_positives=1, min_span=10, max_span=100)
+    rng = np.random.default_rng(0)
+    anchors = np.array([sampler.anchor_length(rng) for _ in range(20_000)])
+    positives = np.array([sampler.positive_length(rng) for _ in range(20_000)])
+    assert anchors.min() >= 10 and anchors.max() <= 100 and positives.min() >= 10 and positives.max() <= 100
+    # Beta(4,2) has mean 2/3 and Beta(2,4) mean 1/3 of the way from min_span to max_span (+0.5 from flooring 91 bins)
+    width = 100 - 10 + 1
+    assert anchors.mean() == pytest.approx(10 + width * 2 / 3 - 0.5, abs=1.0)
+    assert positives.mean() == pytest.approx(10 + width / 3 - 0.5, abs=1.0)
+    assert positives.mean() < anchors.mean()
+
+
+def test_positives_touch_their_anchor_in_every_allowed_way() -> None:
+    sampler = DeclutrSpanSampler(num_anchors=2, num_positives=3, min_span=4, max_span=16)
+    rng = np.random.default_rng(1)
+    kinds = set()
+    for _ in range(2000):
+        spans = sampler.sample(200, rng)
+        assert len(spans.anchors) == 2 and all(len(p) == 3 for p in spans.positives)
+        for (a0, a1), own in zip(spans.anchors, spans.positives):
+            assert 0 <= a0 < a1 <= 200
+            for p0, p1 in own:
+                assert 0 <= p0 < p1 <= 200
+                assert p1 >= a0 and p0 <= a1, "a positive is never apart from its anchor"
+                if p0 >= a0 and p1 <= a1:
+                    kinds.add("subsumed")
+                elif p1 == a0 or p0 == a1:
+                    kinds.add("adjacent")
+                else:
+                    kinds.add("overlapping")
+    assert kinds == {"subsumed", "adjacent", "overlapping"}
+
+
+def test_short_documents_cannot_be_sampled_and_are_counted_exactly() -> None:
+    sampler = DeclutrSpanSampler(num_anchors=2, max_span=8, min_span=2)
+    assert sampler.min_document_tokens == 32
+    assert sampler.can_sample(32) and not sampler.can_sample(31)
+    with pytest.raises(ValueError, match="under the minimum of 32"):
+        sampler.sample(31, np.random.default_rng(0))
+    counts = count_sampleable([31, 32, 5, 100, 0], num_anchors=2, max_span=8)
+    assert (counts.min_tokens, counts.kept, counts.dropped) == (32, 2, 3)
+    assert counts.dropped_fraction == pytest.approx(0.6)
+    counts = count_sampleable([31, 32, 5, 100, 0], num_anchors=1, max_span=4)
+    assert (counts.kept, counts.dropped) == (3, 2)
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm(tiny_bert: Path):  # noqa: ANN201
+    from transformers import AutoTokenizer
+
+    from lmplatform.objectives.mlm import MaskedLanguageModel
+
+    return MaskedLanguageModel.from_pretrained(tiny_bert), AutoTokenizer.from_pretrained(str(tiny_bert))
+
+
+def _texts(n: int, words: int, seed: int = 0) -> list[str]:
+    from tests.conftest import TOKEN_WORDS
+
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(TOKEN_WORDS, size=words)) for _ in range(n)]
+
+
+def test_collator_builds_anchor_then_positive_spans_and_skips_short_documents(tiny_mlm) -> None:  # noqa: ANN001
+    _, tokenizer = tiny_mlm
+    sampler = DeclutrSpanSampler(num_anchors=2, num_positives=2, min_span=3, max_span=6)
+    collator = DeclutrCollator(tokenizer, sampler, seed=3)
+    texts = _texts(3, 40) + ["printer crash"]
+    batch = collator({"text": np.array(texts, dtype=object)})
+    assert collator.dropped == 1
+    rows = 3 * 2 * (1 + 2)
+    assert batch["input_ids"].shape[0] == rows and batch["input_ids"].shape[1] % 8 == 0
+    lengths = batch["attention_mask"].sum(1)
+    assert bool(((lengths >= 3 + 2) & (lengths <= 6 + 2)).all())  # span + [CLS]/[SEP]
+    assert bool((batch["input_ids"][:, 0] == tokenizer.cls_token_id).all())
+    # seeded: the same seed draws the same spans
+    again = DeclutrCollator(tokenizer, sampler, seed=3)({"text": np.array(texts, dtype=object)})
+    assert torch.equal(again["input_ids"], batch["input_ids"])
+    with collator.fixed_spans(5):
+        first = collator.collate_texts(texts)
+    with collator.fixed_spans(5):
+        second = collator.collate_texts(texts)
+    assert torch.equal(first["input_ids"], second["input_ids"])
+    with pytest.raises(ValueError, match="no document in this batch"):
+        collator.collate_texts(["too short"])
+
+
+def test_declutr_loss_is_finite_logs_its_parts_and_decreases(tiny_mlm) -> None:  # noqa: ANN001
+    from lmplatform.objectives.masking import DynamicMasker
+
+    model, tokenizer = tiny_mlm
+    torch.manual_seed(0)
+    sampler = DeclutrSpanSampler(num_anchors=2, num_positives=1, min_span=4, max_span=8)
+    collator = DeclutrCollator(tokenizer, sampler, seed=0)
+    objective = DeclutrObjective(DynamicMasker(tokenizer), Temperature(0.1, learnable=True), 1, 1.0, 0.5)
+    with collator.fixed_spans(0):
+        batch = collator.collate_texts(_texts(8, 48, seed=1))
+    params = list(model.parameters()) + list(objective.parameters())
+    optimizer = torch.optim.AdamW(params, lr=3e-3)
+    losses = []
+    for _ in range(12):
+        loss, metrics = objective(model, batch)
+        assert torch.isfinite(loss)
+        assert set(metrics) >= {"contrastive_loss", "mlm_loss", "temperature", "contrastive_accuracy"}
+        assert float(loss.detach()) == pytest.approx(metrics["mlm_loss"] + 0.5 * metrics["contrastive_loss"], rel=1e-4)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(metrics["contrastive_loss"])
+    assert losses[-1] < losses[0]
+    assert metrics["temperature"] != pytest.approx(0.1)  # τ is learned
+
+    evaluator = DeclutrEvaluator(objective, collator)
+    texts = _texts(6, 48, seed=2)
+    first = evaluator(model, (collator.collate_texts(texts[i:i + 3]) for i in (0, 3)))
+    second = evaluator(model, (collator.collate_texts(texts[i:i + 3]) for i in (0, 3)))
+    assert first == second  # fixed spans and masks: validation is comparable across evaluations
+    assert first["contrastive_loss"][1] == 12 and first["mlm_loss"][1] > 0
