@@ -8,7 +8,6 @@ regularizers.
 from __future__ import annotations
 
 import math
-import random
 from pathlib import Path
 from typing import Any, Optional
 
@@ -16,17 +15,8 @@ import torch
 from torch import nn
 
 from lmplatform.config.schema import DataConfig, EWCConfig, RunConfig
+from lmplatform.data.sampling import sample_texts
 from lmplatform.objectives.ewc import FISHER_FILE, EWCPenalty, FisherDiagonal, MatchReport, MLMFisherLoss, canonical_parameter_names
-
-
-def sample_texts(data: DataConfig, n: int, seed: int, split: str = "train") -> list[str]:
-    """Up to `n` cleaned documents of one split of `data`, a seeded random sample, read in this process."""
-    from lmplatform.data.corpus import local_documents, scan_corpus
-
-    texts = list(local_documents(scan_corpus(data, use_ray=False), split))
-    if len(texts) > n:
-        texts = random.Random(seed).sample(texts, n)
-    return texts
 
 
 def compute_fisher_file(
