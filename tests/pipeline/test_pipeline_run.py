@@ -61,14 +61,15 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
     config_path.write_text(yaml.safe_dump(spec))
     cfg = load_pipeline_config(config_path)
 
-    # Interrupt stage 2 for real: kill its Train worker once its step-20 checkpoint is on storage.
+    # Interrupt stage 2 for real: kill its Train worker once the step-40 checkpoint folder exists. Reporting is
+    # synchronous, so by then the step-20 checkpoint is committed and the kill lands mid-run.
     killed: dict[str, int] = {}
     gcs = ray.get_runtime_context().gcs_address
 
     def kill_stage_two_worker() -> None:
         deadline = time.time() + 300
         while time.time() < deadline and not killed:
-            if list(storage.glob("*/*/checkpoint_step00000020")):
+            if list(storage.glob("*/*/checkpoint_step00000040")):
                 for actor in list_actors(address=gcs, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")]):
                     if actor.pid:
                         os.kill(actor.pid, signal.SIGKILL)
