@@ -53,9 +53,15 @@ def prepare_ewc(cfg: RunConfig, tracker: Any, run_dir: Path) -> RunConfig:
     ewc = cfg.ewc
     if ewc is None:
         return cfg
+    if ewc.anchor_model and Path(ewc.anchor_model).expanduser().is_dir():  # workers run in their own directories
+        ewc = ewc.model_copy(update={"anchor_model": str(Path(ewc.anchor_model).expanduser().resolve())})
+        cfg = cfg.model_copy(update={"ewc": ewc})
     if ewc.fisher_from is None:
-        FisherDiagonal.load(ewc.fisher_path, tracker.tracking_uri).metadata  # fail now, not in a worker
+        FisherDiagonal.load(ewc.fisher_path, tracker.tracking_uri)  # a missing or bad file fails now, not in a worker
         tracker.set_tags({"lmp.ewc.fisher": ewc.fisher_path})
+        local = Path(ewc.fisher_path).expanduser()
+        if local.is_file():  # workers run in their own working directories
+            return cfg.model_copy(update={"ewc": ewc.model_copy(update={"fisher_path": str(local.resolve())})})
         return cfg
     out = run_dir / FISHER_FILE
     if out.is_file():  # a resumed run reuses the Fisher its first attempt computed
