@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
+from lmplatform.cli_pipeline import pipeline_app
 from lmplatform.config.loader import ConfigError, load_run_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="lmplatform: adapt, tune, track and serve text encoders on Ray.")
@@ -18,6 +19,8 @@ app.add_typer(config_app, name="config")
 app.add_typer(data_app, name="data")
 from lmplatform.cli_evaluate import evaluate_app  # noqa: E402
 app.add_typer(evaluate_app, name="evaluate")
+
+app.add_typer(pipeline_app, name="pipeline")
 
 console = Console(stderr=True)
 SetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")

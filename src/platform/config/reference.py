@@ -22,6 +22,12 @@ def _type_name(annotation: object) -> str:
     return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))
 
 
+def _unwrap_optional(annotation: object) -> object:
+    if typing.get_origin(annotation) is typing.Union:
+        return next(a for a in typing.get_args(annotation) if a is not type(None))
+    return annotation
+
+
 def _default(field: typing.Any) -> str:
     if field.default is not PydanticUndefined:
         return f"`{field.default!r}`"
@@ -39,6 +45,7 @@ def _section(title: str, model: type[BaseModel]) -> list[str]:
     for name, field in model.model_fields.items():
         constraints = ", ".join(str(m) for m in field.metadata)
         description = (field.description or "") + (f" ({constraints})" if constraints else "")
+        name = field.alias or name  # e.g. ewc.lambda, stored as lambda_
         lines.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {description} |")
     return lines + [""]
 
@@ -60,7 +67,7 @@ def render() -> str:
     for name, field in RunConfig.model_fields.items():
         if name == "objective":
             continue
-        lines += _section(name, field.annotation)  # type: ignore[arg-type]
+        lines += _section(name, _unwrap_optional(field.annotation))  # type: ignore[arg-type]
     lines += ["## `objective` (one of, chosen by `name`)", ""]
     for model in objective_models():
         lines += _section(f"objective: {model.model_fields['name'].default}", model)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.objectives.classifier_config import ClassifierObjectiveConfig
@@ -140,6 +140,36 @@ class TrackingSection(Section):
     eval_every_n_steps: Optional[int] = Field(None, ge=1, description="Validation during training; always run at the start and end.")
 
 
+class EWCConfig(Section):
+    """Elastic weight consolidation: penalise moving away from an earlier model (docs/ewc_pipelines.md)."""
+
+    # `lambda` is a Python keyword: the field is `lambda_`, written `lambda` in YAML and --set.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    fisher_path: Optional[str] = Field(
+        None, description="A saved Fisher diagonal: a local .safetensors file, or an MLflow URI (runs:/<id>/ewc/fisher.safetensors)."
+    )
+    fisher_from: Optional[DataConfig] = Field(
+        None, description="Compute the Fisher diagonal before training from this data (the previous stage's data)."
+    )
+    anchor_model: Optional[str] = Field(
+        None, description="theta*, the model to stay close to and where the Fisher is computed. Default: model.name_or_path."
+    )
+    lambda_: float = Field(..., gt=0.0, alias="lambda", description="Penalty strength; the trouble-report study swept 1e4, 1e6, 1e7.")
+    samples: int = Field(7000, ge=1, description="Examples of fisher_from used for the Fisher diagonal.")
+    loss: Literal["mlm"] = Field("mlm", description="The loss whose squared gradients make the Fisher diagonal.")
+    batch_size: int = Field(
+        1, ge=1, description="Examples per gradient when computing the Fisher; 1 is the exact empirical Fisher, larger is faster."
+    )
+    seed: int = Field(1234, description="Seeds the masks and the sample of fisher_from.")
+
+    @model_validator(mode="after")
+    def _one_fisher_source(self) -> "EWCConfig":
+        if (self.fisher_path is None) == (self.fisher_from is None):
+            raise ValueError("set exactly one of ewc.fisher_path (a saved Fisher) or ewc.fisher_from (data to compute it from)")
+        return self
+
+
 class RunConfig(Section):
     """One training run."""
 
@@ -150,6 +180,7 @@ class RunConfig(Section):
     scaling: ScalingSection = Field(default_factory=ScalingSection)
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
+    ewc: Optional[EWCConfig] = Field(None, description="Add an EWC penalty to the objective's loss.")
 
     @model_validator(mode="before")
     @classmethod

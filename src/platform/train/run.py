@@ -114,6 +114,10 @@ def run_training(
         tracker.log_params(flatten(cfg.model_dump(mode="json")) | {"total_steps": total_steps})
         tracker.log_metrics(data.metrics, step=0)
         tracker.log_dict(data.report, "data_report.json")
+    if cfg.ewc is not None:
+        from lmplatform.objectives.ewc_setup import prepare_ewc
+
+        cfg = prepare_ewc(cfg, tracker, _local_model_dir(storage, run_name).parent)
     print(f"[lmp] run {run_name}: {total_steps} steps on {cfg.scaling.num_workers} worker(s); "
           f"MLflow run {tracker.run_id} at {tracking_uri}", flush=True)
 

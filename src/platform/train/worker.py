@@ -8,6 +8,7 @@ from typing import Any, Iterator
 import torch
 
 from lmplatform.config.schema import RunConfig
+from lmplatform.objectives.ewc_setup import attach_ewc
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.train.loop import Trainer
 from lmplatform.train.recipe import Batch
@@ -32,8 +33,12 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     torch.manual_seed(cfg.optim.seed)  # identical initialisation of new heads on every rank
 
     recipe = objective_spec(cfg.objective.name).build_recipe(cfg)
+    ewc_report = attach_ewc(cfg, recipe, loop_config["tracking_uri"])  # before any restore: θ* is the start model
     device = ray.train.torch.get_device()
     tracker = TrackedRun(loop_config["tracking_uri"], loop_config["mlflow_run_id"]) if rank == 0 else None
+    if ewc_report is not None and rank == 0:
+        print(f"[lmp] {ewc_report.summary()}", flush=True)
+        tracker.log_metrics(ewc_report.metrics(), step=0)
     trainer = Trainer(cfg, recipe, loop_config["total_steps"], device, rank, tracker)
 
     checkpoint = ray.train.get_checkpoint()

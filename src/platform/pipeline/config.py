@@ -1,0 +1,201 @@
+"""The pipeline config: an ordered list of stages, each a run config plus how it chains.
+
+A bad pipeline (unknown key, a stage that names a later stage, a stage whose run
+config is invalid) fails at load time, before any stage runs.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable, Literal, Optional
+
+from pydantic import ConfigDict, Field, model_validator
+
+from lmplatform.config.base import Section
+from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
+from lmplatform.config.schema import DataConfig, RunConfig
+
+STAGE_PREFIX = "stage:"
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+
+
+class PipelineTracking(Section):
+    tracking_uri: Optional[str] = Field(None, description="MLflow tracking URI for the parent run and every stage.")
+    experiment: str = Field("lmplatform-pipelines", min_length=1)
+
+
+class EvaluationConfig(Section):
+    """An evaluation run after a stage (and on the stage's starting model, for 'before')."""
+
+    name: str = Field(..., description="Which evaluation; see lmplatform.pipeline.evaluations.EVALUATIONS.")
+    label: Optional[str] = Field(None, description="Name in the forgetting table; default: the evaluation name.")
+    data: DataConfig = Field(..., description="The texts to evaluate on (e.g. the previous stage's data).")
+    split: Literal["train", "validation"] = Field(
+        "validation", description="Which split of `data` (same hash split as training): validation is held out."
+    )
+    max_texts: int = Field(200, ge=1, description="A seeded sample of at most this many texts.")
+    batch_size: int = Field(16, ge=1)
+    max_seq_length: int = Field(128, ge=8)
+    mask_seed: int = Field(1234, description="Fixes the masks, so before/after values are comparable.")
+    mlm_head_from: Optional[str] = Field(
+        None, description="For models exported without an MLM head: borrow it from this model "
+        "(stage:<name>, a path or models:/...). Default: the stage's starting model.",
+    )
+    task: Optional[str] = Field(None, description="Column of the task-score matrix R this evaluation fills.")
+
+    @model_validator(mode="after")
+    def _known(self) -> "EvaluationConfig":
+        from lmplatform.pipeline.evaluations import EVALUATIONS
+
+        if self.name not in EVALUATIONS:
+            raise ValueError(f"unknown evaluation {self.name!r}; available: {', '.join(sorted(EVALUATIONS))}")
+        return self
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class StageEWC(Section):
+    """EWC against an earlier stage's model."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    anchor: str = Field(..., description="The earlier stage whose model is θ* (and where the Fisher is computed).")
+    data: Optional[DataConfig] = Field(None, description="Data for the Fisher diagonal (the anchor stage's data).")
+    fisher_path: Optional[str] = Field(None, description="Or a saved Fisher diagonal (path or MLflow URI).")
+    lambda_: float = Field(..., gt=0.0, alias="lambda")
+    samples: int = Field(7000, ge=1)
+    batch_size: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "StageEWC":
+        if (self.data is None) == (self.fisher_path is None):
+            raise ValueError("set exactly one of ewc.data (compute the Fisher) or ewc.fisher_path (reuse one)")
+        return self
+
+
+class StageConfig(Section):
+    name: str = Field(..., pattern=_NAME)
+    config: Optional[str] = Field(None, description="A run config YAML (relative to the pipeline file).")
+    run: Optional[dict[str, Any]] = Field(None, description="An inline run config (instead of `config`).")
+    set: list[str] = Field(default_factory=list, description="--set style overrides applied to the run config.")
+    init_from: str = Field(
+        "default", description="stage:<name> (that stage's model), models:/<name>@<alias>, a folder, or 'default'."
+    )
+    ewc: Optional[StageEWC] = None
+    evaluations: list[EvaluationConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_run_source(self) -> "StageConfig":
+        if (self.config is None) == (self.run is None):
+            raise ValueError(f"stage {self.name!r}: set exactly one of `config` (a file) or `run` (inline)")
+        return self
+
+
+class PipelineConfig(Section):
+    """A multi-stage training pipeline."""
+
+    name: str = Field(..., pattern=_NAME)
+    description: str = ""
+    tracking: PipelineTracking = Field(default_factory=PipelineTracking)
+    storage_path: str = Field("runs/pipelines", description="Pipeline state and every stage's Ray Train runs go here.")
+    stages: list[StageConfig] = Field(..., min_length=1)
+    tasks: list[EvaluationConfig] = Field(
+        default_factory=list,
+        description="Evaluations with a `task` run on the start model and after every stage: they fill R for A/BWT/FWT/REM.",
+    )
+    base_dir: str = Field(".", description="Set by the loader: the pipeline file's folder; stage config paths are relative to it.")
+
+    @model_validator(mode="after")
+    def _references(self) -> "PipelineConfig":
+        seen: list[str] = []
+        for stage in self.stages:
+            if stage.name in seen:
+                raise ValueError(f"stage name {stage.name!r} is used twice")
+            refs = [("init_from", stage.init_from), ("ewc.anchor", STAGE_PREFIX + stage.ewc.anchor if stage.ewc else None)]
+            refs += [("evaluations.mlm_head_from", e.mlm_head_from) for e in stage.evaluations]
+            for what, ref in refs:
+                if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] not in seen:
+                    raise ValueError(f"stage {stage.name!r}: {what} names {ref[len(STAGE_PREFIX):]!r}, which is not an "
+                                     f"earlier stage (earlier: {', '.join(seen) or 'none'})")
+            seen.append(stage.name)
+        for task in self.tasks:
+            if not task.task:
+                raise ValueError(f"tasks: evaluation {task.key!r} needs a `task` name")
+        return self
+
+    def stage(self, name: str) -> StageConfig:
+        return next(s for s in self.stages if s.name == name)
+
+
+def stage_run_data(pipeline: PipelineConfig, stage: StageConfig) -> dict[str, Any]:
+    """The stage's run config as a dict, before the pipeline fills in model, tracking and storage."""
+    if stage.config is not None:
+        path = Path(stage.config)
+        if not path.is_absolute():
+            path = Path(pipeline.base_dir) / path
+        data = read_yaml(path)
+    else:
+        data = dict(stage.run or {})
+    return apply_overrides(data, stage.set)
+
+
+def build_stage_config(
+    pipeline: PipelineConfig, stage: StageConfig, model: str, storage: str, run_name: str,
+    ewc_anchor_model: Optional[str] = None,
+) -> RunConfig:
+    """The RunConfig the stage trains with: its own config, then what the pipeline decides."""
+    data = stage_run_data(pipeline, stage)
+    overrides = [
+        f"model.name_or_path={model}",
+        f"checkpoint.storage_path={storage}",
+        f"tracking.experiment={pipeline.tracking.experiment}",
+        f"tracking.run_name={run_name}",
+    ]
+    if pipeline.tracking.tracking_uri:
+        overrides.append(f"tracking.tracking_uri={pipeline.tracking.tracking_uri}")
+    data = apply_overrides(data, overrides)
+    data.setdefault("tracking", {}).setdefault("registered_model", f"{pipeline.name}-{stage.name}")
+    if stage.ewc is not None:
+        ewc = stage.ewc
+        data["ewc"] = {
+            "lambda": ewc.lambda_, "samples": ewc.samples, "batch_size": ewc.batch_size,
+            "anchor_model": ewc_anchor_model,
+            **({"fisher_from": ewc.data.model_dump(mode="json")} if ewc.data else {"fisher_path": ewc.fisher_path}),
+        }
+    return parse_config(data, RunConfig, source=f"stage {stage.name}")
+
+
+def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> PipelineConfig:
+    """Read and validate a pipeline YAML; also validates every stage's run config.
+
+    Overrides: `name=x`, `tracking.experiment=x`, ... apply to the pipeline;
+    `stages.<stage>.ewc.lambda=v` and `stages.<stage>.init_from=v` to the stage;
+    any other `stages.<stage>.<section>.<field>=v` is added to that stage's `set` list (its run config).
+    """
+    path = Path(path)
+    data = read_yaml(path)
+    plain = []
+    for item in overrides:
+        match = re.match(r"^stages\.([A-Za-z0-9_-]+)\.(.+=.*)$", item.strip())
+        if not match:
+            plain.append(item)
+            continue
+        stages = [s for s in data.get("stages", []) if isinstance(s, dict) and s.get("name") == match.group(1)]
+        if not stages:
+            raise ConfigError(f"--set {item!r}: no stage named {match.group(1)!r}")
+        if match.group(2).startswith(("ewc.", "init_from=")):  # the stage's own fields
+            stages[0].update(apply_overrides(stages[0], [match.group(2)]))
+        else:
+            stages[0].setdefault("set", []).append(match.group(2))
+    data = apply_overrides(data, plain)
+    data.setdefault("base_dir", str(path.resolve().parent))
+    pipeline = parse_config(data, PipelineConfig, source=str(path))
+    for stage in pipeline.stages:
+        # Placeholders for what is only known at run time (earlier stages' models).
+        try:
+            build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: stage {stage.name!r}: {exc}") from None
+    return pipeline

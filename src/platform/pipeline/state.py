@@ -1,0 +1,63 @@
+"""The pipeline's state file: which stages finished, and what they produced.
+
+It lives at <storage>/<pipeline run>/pipeline_state.json and is rewritten
+atomically after every change, so a crash never leaves half a file.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+STATE_FILE = "pipeline_state.json"
+PENDING, RUNNING, FAILED, FINISHED = "pending", "running", "failed", "finished"
+
+
+@dataclass
+class StageState:
+    status: str = PENDING
+    attempts: int = 0
+    init_model: Optional[str] = None
+    train_run: Optional[str] = None  # the Ray Train run name (resumable with run_training(resume=...))
+    mlflow_run_id: Optional[str] = None
+    model_dir: Optional[str] = None
+    model_artifact_uri: Optional[str] = None
+    registered_model: Optional[str] = None
+    model_version: Optional[str] = None
+    ewc_lambda: Optional[float] = None
+    before: dict[str, dict[str, float]] = field(default_factory=dict)  # evaluation label -> metrics on the start model
+    after: dict[str, dict[str, float]] = field(default_factory=dict)
+    task_scores: dict[str, float] = field(default_factory=dict)
+    error: Optional[str] = None
+
+
+@dataclass
+class PipelineState:
+    pipeline: str
+    run_name: str
+    parent_run_id: str
+    tracking_uri: str
+    stages: dict[str, StageState] = field(default_factory=dict)
+    baseline_task_scores: dict[str, float] = field(default_factory=dict)
+
+    @staticmethod
+    def path(folder: Path) -> Path:
+        return folder / STATE_FILE
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        target = self.path(folder)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True))
+        os.replace(tmp, target)
+
+    @classmethod
+    def load(cls, folder: Path) -> "PipelineState":
+        data: dict[str, Any] = json.loads(cls.path(folder).read_text())
+        stages = {name: StageState(**value) for name, value in data.pop("stages", {}).items()}
+        return cls(stages=stages, **data)
+
+    def stage(self, name: str) -> StageState:
+        return self.stages.setdefault(name, StageState())

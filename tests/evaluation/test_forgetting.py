@@ -1,0 +1,90 @@
+"""Continual-learning metrics against hand-computed matrices, and the old-domain MLM loss."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmplatform.evaluation.forgetting import (
+    average_accuracy,
+    backward_transfer,
+    bwt_plus,
+    continual_metrics,
+    final_average_accuracy,
+    forward_transfer,
+    forward_transfer_upper,
+    old_domain_mlm_loss,
+    remembering,
+)
+
+# R[i, j]: score on task j after stage i
+FORGETS = np.array([
+    [0.90, 0.20, 0.10],
+    [0.70, 0.80, 0.30],
+    [0.60, 0.50, 0.85],
+])
+IMPROVES = np.array([
+    [0.50, 0.30],
+    [0.70, 0.60],
+])
+
+
+def test_average_accuracy_is_the_lower_triangle_mean() -> None:
+    # (0.9 + 0.7 + 0.8 + 0.6 + 0.5 + 0.85) / 6
+    assert average_accuracy(FORGETS) == pytest.approx(4.35 / 6)
+    assert final_average_accuracy(FORGETS) == pytest.approx((0.6 + 0.5 + 0.85) / 3)
+
+
+def test_backward_transfer_rem_and_bwt_plus_when_forgetting() -> None:
+    # ((0.7-0.9) + (0.6-0.9) + (0.5-0.8)) / 3 = -0.8/3
+    bwt = -0.8 / 3
+    assert backward_transfer(FORGETS) == pytest.approx(bwt)
+    assert remembering(FORGETS) == pytest.approx(1 - 0.8 / 3)
+    assert bwt_plus(FORGETS) == 0.0
+
+
+def test_backward_transfer_rem_and_bwt_plus_when_improving() -> None:
+    assert backward_transfer(IMPROVES) == pytest.approx(0.2)
+    assert remembering(IMPROVES) == 1.0
+    assert bwt_plus(IMPROVES) == pytest.approx(0.2)
+
+
+def test_forward_transfer_with_baseline_and_upper_variant() -> None:
+    # GEM: ((R[0,1] - b1) + (R[1,2] - b2)) / 2 = ((0.2-0.1) + (0.3-0.1)) / 2
+    assert forward_transfer(FORGETS, [0.1, 0.1, 0.1]) == pytest.approx(0.15)
+    # Díaz-Rodríguez: (0.2 + 0.1 + 0.3) / 3
+    assert forward_transfer_upper(FORGETS) == pytest.approx(0.2)
+    metrics = continual_metrics(FORGETS, baseline=[0.1, 0.1, 0.1])
+    assert set(metrics) == {"A", "ACC_final", "BWT", "REM", "BWT_plus", "FWT_upper", "FWT"}
+
+
+def test_single_task_and_bad_shapes() -> None:
+    assert backward_transfer([[0.4]]) == 0.0 and average_accuracy([[0.4]]) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="square"):
+        average_accuracy([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="one score per task"):
+        forward_transfer(FORGETS, [0.1])
+    with pytest.raises(ValueError, match="missing"):
+        backward_transfer([[0.5, np.nan], [np.nan, 0.4]])
+    # upper-triangle entries may be missing: only the metrics that need them are left out
+    assert "FWT_upper" not in continual_metrics([[0.5, np.nan], [0.4, 0.6]])
+
+
+def test_old_domain_mlm_loss_is_reproducible_and_borrows_a_head(tiny_bert: Path, tmp_path: Path) -> None:
+    from transformers import AutoModel, AutoTokenizer
+
+    texts = ["printer crash after restart", "vpn tunnel certificate expired", "database login timeout error"] * 3
+    first = old_domain_mlm_loss(tiny_bert, texts, batch_size=4, max_seq_length=32)
+    again = old_domain_mlm_loss(tiny_bert, texts, batch_size=4, max_seq_length=32)
+    assert first["mlm_loss"] == again["mlm_loss"] > 0  # fixed masks
+    assert first["texts"] == 9 and first["masked_tokens"] >= 3  # at least one per batch
+
+    # a bi-encoder style export: backbone only
+    backbone_dir = tmp_path / "backbone"
+    AutoModel.from_pretrained(str(tiny_bert)).save_pretrained(str(backbone_dir))
+    AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(str(backbone_dir))
+    with pytest.raises(ValueError, match="has no MLM head"):
+        old_domain_mlm_loss(backbone_dir, texts)
+    borrowed = old_domain_mlm_loss(backbone_dir, texts, mlm_head_from=tiny_bert, batch_size=4, max_seq_length=32)
+    assert borrowed["mlm_loss"] == pytest.approx(first["mlm_loss"], rel=1e-5)  # same weights, same head
