@@ -10,6 +10,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
+from lmplatform.objectives.graph_cl_config import GraphCLObjectiveConfig
 from lmplatform.objectives.mlm_config import MLMObjectiveConfig
 
 PACKAGED_MODEL = "default"
@@ -54,7 +55,7 @@ class DataConfig(Section):
         return [value] if isinstance(value, str) else value
 
 
-ObjectiveConfig = Annotated[Union[MLMObjectiveConfig], Field(discriminator="name")]
+ObjectiveConfig = Annotated[Union[MLMObjectiveConfig, GraphCLObjectiveConfig], Field(discriminator="name")]
 
 
 class OptimConfig(Section):

@@ -20,8 +20,15 @@ def _mlm() -> ObjectiveSpec:
     return ObjectiveSpec(mlm_recipe.prepare_corpus, mlm_recipe.build_mlm_recipe)
 
 
+def _graph_cl() -> ObjectiveSpec:
+    from lmplatform.objectives import graph_cl_recipe
+
+    return ObjectiveSpec(graph_cl_recipe.prepare_sentences, graph_cl_recipe.build_graph_cl_recipe)
+
+
 _SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
     "mlm": _mlm,
+    "graph_cl": _graph_cl,
 }
 
 
