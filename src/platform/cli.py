@@ -117,6 +117,11 @@ def demo(
         fail(str(exc))
 
 
+from lmplatform.cli_graph import graph_app  # noqa: E402
+
+app.add_typer(graph_app, name="graph")
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     app(args=argv if argv is not None else sys.argv[1:], prog_name="lmp")
 
