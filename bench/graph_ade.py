@@ -40,6 +40,8 @@ def train_fold(variant: str, fold: int, args: argparse.Namespace, workdir: Path,
         f"tracking.run_name=bench-{variant}-fold{fold}-{int(time.time())}",
     ]
     overrides += [f"optim.max_steps={args.max_steps}"] if args.max_steps else [f"optim.epochs={args.epochs}"]
+    if args.gpu:
+        overrides.append("scaling.use_gpu=true")
     if args.limit:
         overrides.append(f"data.max_documents={args.limit}")
     cfg = load_run_config(REPO / f"configs/graph_cl_{variant}.yaml", overrides)
@@ -65,6 +67,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--cpus", type=float, default=2, help="CPUs per training worker.")
+    parser.add_argument("--gpu", action="store_true", help="Train on one GPU per worker (evaluation stays on CPU).")
     parser.add_argument("--workdir", default=None, help="Where runs and fold model links go (default: a temp folder).")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--name", default="graph_ade")
