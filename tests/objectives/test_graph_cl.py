@@ -80,6 +80,8 @@ def test_each_variant_gives_a_finite_loss_and_gradients_only_above_the_frozen_la
     recipe = build_graph_cl_recipe(cfg)
     batch = recipe.collate.collate(train[:6])
     assert batch["neg_nodes"].shape == (6, 3, 2) and batch["neg_valid"].all()
+    if variant == "clner":  # balanced: samples_per_tag=4 words for each of B-Adverse-Effect, B-Drug, O
+        assert torch.bincount(batch["word_label"]).tolist() == [4, 4, 4]
     loss, metrics = recipe.objective(recipe.model, batch)
     loss.backward()
     assert torch.isfinite(loss) and f"{variant}_loss" in metrics

@@ -79,17 +79,24 @@ def _check_frozen_layers(cfg: RunConfig) -> None:
 
 def build_graph_cl_recipe(cfg: RunConfig) -> TrainingRecipe:
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
 
     objective_cfg = cfg.objective
     path = resolve_model_path(cfg.model.name_or_path)
-    encoder = Encoder.from_pretrained(path, pooling=cfg.model.pooling, max_seq_length=cfg.model.max_seq_length)
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # an MLM checkpoint loads into AutoModel with a long, expected report
+    try:
+        encoder = Encoder.from_pretrained(path, pooling=cfg.model.pooling, max_seq_length=cfg.model.max_seq_length)
+        node_encoder = AutoModel.from_pretrained(str(path))
+    finally:
+        hf_logging.set_verbosity(previous)
     layers = encoder.backbone.config.num_hidden_layers
     frozen = layers // 2 if objective_cfg.frozen_layers is None else objective_cfg.frozen_layers
     freeze_lower_layers(encoder.backbone, frozen)
     head = GraphHead(encoder.dim, objective_cfg.variant, objective_cfg.projection, objective_cfg.graph_pooling,
                      objective_cfg.pair_self_weight)
     objective = GraphContrastiveObjective(
-        AutoModel.from_pretrained(str(path)),
+        node_encoder,
         head,
         temperature=objective_cfg.temperature,
         sentence_pooling=objective_cfg.sentence_pooling,
