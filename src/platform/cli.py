@@ -130,6 +130,10 @@ from lmplatform.cli_data_spans import register as _register_span_report  # noqa:
 
 _register_span_report(data_app)
 
+from lmplatform.cli_graph import graph_app  # noqa: E402
+
+app.add_typer(graph_app, name="graph")
+
 
 def main(argv: Optional[list[str]] = None) -> None:
     app(args=argv if argv is not None else sys.argv[1:], prog_name="lmp")

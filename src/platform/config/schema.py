@@ -10,10 +10,11 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
-from lmplatform.objectives.classifier_config import ClassifierObjectiveConfig
 from lmplatform.objectives.biencoder_config import BiencoderObjectiveConfig
+from lmplatform.objectives.classifier_config import ClassifierObjectiveConfig
 from lmplatform.objectives.cross_encoder_config import CrossEncoderObjectiveConfig
 from lmplatform.objectives.declutr_config import DeclutrObjectiveConfig
+from lmplatform.objectives.graph_cl_config import GraphCLObjectiveConfig
 from lmplatform.objectives.mlm_config import MLMObjectiveConfig
 from lmplatform.objectives.sts_config import STSObjectiveConfig
 
@@ -64,8 +65,6 @@ class DataConfig(Section):
         return [value] if isinstance(value, str) else value
 
 
-
-
 ObjectiveConfig = Annotated[
     Union[
         MLMObjectiveConfig,
@@ -73,6 +72,7 @@ ObjectiveConfig = Annotated[
         ClassifierObjectiveConfig,
         CrossEncoderObjectiveConfig,
         DeclutrObjectiveConfig,
+        GraphCLObjectiveConfig,
         STSObjectiveConfig,
     ],
     Field(discriminator="name"),

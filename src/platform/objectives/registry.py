@@ -48,6 +48,11 @@ def _cross_encoder() -> ObjectiveSpec:
 
     return ObjectiveSpec(cross_encoder_recipe.prepare_cross_encoder_pairs, cross_encoder_recipe.build_cross_encoder_recipe)
 
+def _graph_cl() -> ObjectiveSpec:
+    from lmplatform.objectives import graph_cl_recipe
+
+    return ObjectiveSpec(graph_cl_recipe.prepare_sentences, graph_cl_recipe.build_graph_cl_recipe)
+
 
 _SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
     "mlm": _mlm,
@@ -56,6 +61,7 @@ _SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
     "declutr": _declutr,
     "biencoder": _biencoder,
     "cross_encoder": _cross_encoder,
+    "graph_cl": _graph_cl,
 }
 
 

@@ -1,0 +1,1 @@
+"""Graph contrastive learning on entity-relation graphs (ADE-style data): data, GCN, negatives, evaluation."""

@@ -1,0 +1,255 @@
+"""Graph contrastive learning of relation structure in token embeddings (CLGS, CLDR, CLNER).
+
+- CLGS (eq. 4): the pooled sentence embedding must pick its relation graph (GCN + tanh over the frozen
+  encoder's entity vectors, mean/max pooled) among its hard-negative graphs (and, optionally, the other
+  sentences' graphs in the batch).
+- CLDR (eq. 5, summed over a sentence's relations): the concatenated token pair of a relation from the
+  trained encoder must pick the relation's 2-node graph (adjacency [[λ, 1-λ], [1-λ, λ]], ReLU) over the
+  graphs of its hard negatives; symmetrically the graph must pick its own pair over the negative pairs,
+  which is what pushes negative token pairs away in the space the KNN later reads.
+- CLNER (eq. 6): supervised contrastive loss over a tag-balanced sample of words in the batch.
+
+Node features of the graphs come from a frozen copy of the pretrained encoder; only the text encoder
+(above its first `frozen_layers`), the GCN and the optional projection learn.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Literal, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmplatform.graph.batch import gather_nodes
+from lmplatform.graph.gcn import GCNLayer, edge_adjacency, normalized_adjacency, pair_adjacency
+from lmplatform.models.pooling import pool
+
+Variant = Literal["clgs", "cldr", "clner"]
+HEAD_FILE = "graph_cl_head.pt"
+HEAD_CONFIG = "graph_cl_head.json"
+
+
+def info_nce(anchors: torch.Tensor, candidates: torch.Tensor, valid: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Per-anchor -log softmax of the positive (candidate 0) over the valid candidates, cosine similarity.
+
+    anchors [n, d], candidates [n, c, d], valid [n, c] (column 0 must be True).
+    """
+    sims = F.cosine_similarity(anchors.unsqueeze(1), candidates, dim=-1) / temperature
+    sims = sims.masked_fill(~valid, float("-inf"))
+    return -F.log_softmax(sims, dim=1)[:, 0]
+
+
+def supervised_contrastive(vectors: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Khosla et al. (2020) L_out over L2-normalised vectors; anchors without a positive are left out."""
+    z = F.normalize(vectors, dim=-1)
+    sims = z @ z.T / temperature
+    n = len(labels)
+    self_mask = torch.eye(n, dtype=torch.bool, device=z.device)
+    log_prob = sims.masked_fill(self_mask, float("-inf")).log_softmax(dim=1)
+    positives = (labels.unsqueeze(0) == labels.unsqueeze(1)) & ~self_mask
+    counts = positives.sum(1)
+    has = counts > 0
+    if not bool(has.any()):
+        return vectors.sum() * 0.0
+    per_anchor = -(log_prob.masked_fill(~positives, 0.0).sum(1)[has] / counts[has])
+    return per_anchor.mean()
+
+
+def freeze_lower_layers(backbone: nn.Module, frozen_layers: int) -> int:
+    """Freeze the embeddings and the first `frozen_layers` transformer layers; returns the layer count."""
+    layers = _transformer_layers(backbone)
+    if frozen_layers > len(layers):
+        raise ValueError(f"objective.frozen_layers={frozen_layers} but the encoder has {len(layers)} layers")
+    if frozen_layers > 0:
+        embeddings = getattr(backbone, "embeddings", None)
+        for module in [embeddings, *layers[:frozen_layers]]:
+            if module is not None:
+                for param in module.parameters():
+                    param.requires_grad_(False)
+    return len(layers)
+
+
+def _transformer_layers(backbone: nn.Module) -> nn.ModuleList:
+    count = getattr(backbone.config, "num_hidden_layers", None)
+    for module in backbone.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return module
+    raise ValueError(f"cannot find the {count} transformer layers of {type(backbone).__name__}")
+
+
+class GraphHead(nn.Module):
+    """The learned graph side: one GCN layer and an optional projection of the text side."""
+
+    def __init__(self, dim: int, variant: Variant, projection: bool, graph_pooling: str, pair_self_weight: float):
+        super().__init__()
+        self.variant = variant
+        self.graph_pooling = graph_pooling
+        self.pair_self_weight = pair_self_weight
+        self.gcn = GCNLayer(dim, dim, activation=torch.relu if variant == "cldr" else torch.tanh)
+        width = 2 * dim if variant == "cldr" else dim
+        self.projection = nn.Linear(width, width) if projection else None
+        self.settings = {"dim": dim, "variant": variant, "projection": projection, "graph_pooling": graph_pooling,
+                         "pair_self_weight": pair_self_weight}
+
+    def project(self, text: torch.Tensor) -> torch.Tensor:
+        return self.projection(text) if self.projection is not None else text
+
+    def sentence_graph(self, features: torch.Tensor, edges: list[tuple[int, int]]) -> torch.Tensor:
+        """Pooled GCN output of one graph given by node-table edges; features [nodes, d]."""
+        ids = sorted({n for edge in edges for n in edge})
+        local = {n: i for i, n in enumerate(ids)}
+        adjacency = normalized_adjacency(edge_adjacency(len(ids), [(local[a], local[b]) for a, b in edges], features.device))
+        out = self.gcn(adjacency, features[ids])
+        return out.mean(0) if self.graph_pooling == "mean" else out.max(0).values
+
+    def relation_graphs(self, pairs: torch.Tensor) -> torch.Tensor:
+        """[..., 2, d] node pairs -> [..., 2d] concatenated outputs of the 2-node CLDR graph."""
+        out = self.gcn(pair_adjacency(self.pair_self_weight, pairs.device).to(pairs.dtype), pairs)
+        return out.flatten(-2)
+
+    def save(self, folder: Path) -> None:
+        torch.save(self.state_dict(), folder / HEAD_FILE)
+        (folder / HEAD_CONFIG).write_text(json.dumps(self.settings, indent=2))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Optional["GraphHead"]:
+        folder = Path(folder)
+        if not (folder / HEAD_FILE).is_file():
+            return None
+        head = cls(**json.loads((folder / HEAD_CONFIG).read_text()))
+        head.load_state_dict(torch.load(folder / HEAD_FILE, map_location="cpu"))
+        return head
+
+
+class GraphContrastiveObjective(nn.Module):
+    def __init__(
+        self,
+        node_encoder: nn.Module,
+        head: GraphHead,
+        temperature: float = 0.1,
+        sentence_pooling: str = "mean",
+        in_batch_negatives: bool = True,
+    ):
+        super().__init__()
+        self.node_encoder = node_encoder.eval()
+        for param in self.node_encoder.parameters():
+            param.requires_grad_(False)
+        self.head = head
+        self.temperature = temperature
+        self.sentence_pooling = sentence_pooling
+        self.in_batch_negatives = in_batch_negatives
+
+    @property
+    def variant(self) -> Variant:
+        return self.head.variant  # type: ignore[return-value]
+
+    def train(self, mode: bool = True) -> "GraphContrastiveObjective":
+        super().train(mode)
+        self.node_encoder.eval()  # frozen features: no dropout
+        return self
+
+    def node_features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad():
+            hidden = self.node_encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+            return gather_nodes(hidden, batch["node_index"], batch["node_weight"])
+
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, correct, total = self.scores(model, batch)
+        metrics = {f"{self.variant}_loss": float(loss.detach())}
+        if total:
+            metrics[f"{self.variant}_accuracy"] = correct / total
+        return loss, metrics
+
+    def scores(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float, int]:
+        """(loss, anchors whose positive won, anchors)."""
+        tokens = model.token_embeddings(batch["input_ids"], batch["attention_mask"])
+        if self.variant == "clner":
+            words = self.head.project(gather_nodes(tokens, batch["word_index"], batch["word_weight"]))
+            return supervised_contrastive(words, batch["word_label"], self.temperature), 0.0, 0
+        if len(batch["rel_nodes"]) == 0:
+            return tokens.sum() * 0.0, 0.0, 0
+        features = self.node_features(batch)
+        if self.variant == "clgs":
+            return self._clgs(tokens, batch, features)
+        return self._cldr(tokens, batch, features)
+
+    def _clgs(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor], features: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+        rel_sentence = batch["rel_sentence"]
+        sentences = sorted(set(rel_sentence.tolist()))
+        z = batch["neg_nodes"].shape[1]
+        positives, negatives, neg_valid = [], [], []
+        for b in sentences:
+            rows = (rel_sentence == b).nonzero().flatten()
+            positives.append(self.head.sentence_graph(features, [tuple(e) for e in batch["rel_nodes"][rows].tolist()]))
+            for k in range(z):
+                edges = [tuple(e) for e in batch["neg_nodes"][rows, k].tolist()]
+                negatives.append(self.head.sentence_graph(features, edges))
+                neg_valid.append(bool(batch["neg_valid"][rows, k].any()))
+        graphs = torch.stack(positives)  # [S, d]
+        hard = torch.stack(negatives).reshape(len(sentences), z, -1)
+        valid_hard = torch.tensor(neg_valid, device=graphs.device).reshape(len(sentences), z)
+        text = self.head.project(pool(tokens, batch["attention_mask"], self.sentence_pooling))[sentences]
+        candidates = [graphs.unsqueeze(1), hard]
+        valid = [torch.ones(len(sentences), 1, dtype=torch.bool, device=graphs.device), valid_hard]
+        if self.in_batch_negatives and len(sentences) > 1:
+            others = ~torch.eye(len(sentences), dtype=torch.bool, device=graphs.device)
+            index = torch.arange(len(sentences), device=graphs.device).repeat(len(sentences), 1)[others].reshape(len(sentences), -1)
+            candidates.append(graphs[index])
+            valid.append(torch.ones_like(index, dtype=torch.bool))
+        losses = info_nce(text, torch.cat(candidates, 1), torch.cat(valid, 1), self.temperature)
+        correct = _positive_beats_hard(text, graphs, hard, valid_hard)
+        return losses.mean(), correct, len(sentences)
+
+    def _cldr(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor], features: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+        text_nodes = gather_nodes(tokens, batch["node_index"], batch["node_weight"])
+        rel, neg, valid_hard = batch["rel_nodes"], batch["neg_nodes"], batch["neg_valid"]
+        graph_pos = self.head.relation_graphs(features[rel])  # [R, 2d]
+        graph_neg = self.head.relation_graphs(features[neg])  # [R, Z, 2d]
+        text_pos = self.head.project(text_nodes[rel].flatten(-2))
+        text_neg = self.head.project(text_nodes[neg].flatten(-2))
+        always = torch.ones(len(rel), 1, dtype=torch.bool, device=rel.device)
+        valid = torch.cat([always, valid_hard], 1)
+        # text -> graphs and graph -> texts, each with the same hard negatives
+        to_graph = info_nce(text_pos, torch.cat([graph_pos.unsqueeze(1), graph_neg], 1), valid, self.temperature)
+        to_text = info_nce(graph_pos, torch.cat([text_pos.unsqueeze(1), text_neg], 1), valid, self.temperature)
+        per_relation = to_graph + to_text
+        sentences = int(batch["rel_sentence"].unique().numel())
+        loss = per_relation.sum() / max(sentences, 1)  # eq. 5: summed over a sentence's relations
+        correct = _positive_beats_hard(text_pos, graph_pos, graph_neg, valid_hard)
+        return loss, correct, len(rel)
+
+
+def _positive_beats_hard(anchor: torch.Tensor, positive: torch.Tensor, hard: torch.Tensor, valid: torch.Tensor) -> float:
+    with torch.no_grad():
+        pos = F.cosine_similarity(anchor, positive, dim=-1)
+        neg = F.cosine_similarity(anchor.unsqueeze(1), hard, dim=-1).masked_fill(~valid, float("-inf"))
+        return float((pos > neg.max(1).values).sum())
+
+
+class GraphContrastiveEvaluator:
+    """Validation loss and identification accuracy (positive beats every hard negative), as weighted sums."""
+
+    def __init__(self, objective: GraphContrastiveObjective):
+        self.objective = objective
+
+    @torch.inference_mode()
+    def __call__(self, model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], rank: int) -> dict[str, tuple[float, float]]:
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        variant = self.objective.variant
+        loss_sum = loss_n = correct = total = 0.0
+        for batch in batches:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            loss, right, n = self.objective.scores(model, batch)
+            loss_sum += float(loss)
+            loss_n += 1
+            correct += right
+            total += n
+        model.train(was_training)
+        out = {f"{variant}_loss": (loss_sum, loss_n)}
+        if total:
+            out[f"{variant}_accuracy"] = (correct, total)
+        return out
