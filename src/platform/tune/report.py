@@ -28,7 +28,7 @@ def optuna_study(loaded: LoadedSpace, rows: list[dict[str, Any]]) -> Any:
     study = optuna.create_study(directions=["minimize" if t.mode == "min" else "maximize" for t in space.targets])
     for row in rows:
         values = [row["metrics"].get(t.metric) for t in space.targets]
-        if row["status"] != "TERMINATED" or any(v is None for v in values):
+        if row["status"] == "ERROR" or any(v is None for v in values):
             continue
         params = {k: v for k, v in row["params"].items() if k in space.parameters}
         study.add_trial(optuna.trial.create_trial(

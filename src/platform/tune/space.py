@@ -393,22 +393,28 @@ def condition_holds(param: Parameter, chosen: dict[str, Any], fixed: dict[str, A
     return True
 
 
-def define_by_run(loaded: LoadedSpace) -> Callable[[Any], Optional[dict[str, Any]]]:
-    """An Optuna define-by-run space: conditional parameters are only suggested when their `when` holds."""
-    from lmplatform.tracking.mlflow_tracking import flatten
+class DefineByRun:
+    """An Optuna define-by-run space: conditional parameters are suggested only when their `when` holds.
 
-    space = loaded.space
-    fixed: dict[str, Any] = dict(space.function_args)
-    if loaded.base is not None:
-        fixed.update(flatten(loaded.base.model_dump(mode="json")))
+    A class rather than a closure: Tune pickles the searcher into the study state for resume.
+    """
 
-    def suggest(trial: Any) -> Optional[dict[str, Any]]:
+    def __init__(self, parameters: dict[str, Parameter], fixed: dict[str, Any]):
+        self.parameters = parameters
+        self.fixed = fixed
+
+    def __call__(self, trial: Any) -> Optional[dict[str, Any]]:
         chosen: dict[str, Any] = {}
-        for name, param in space.parameters.items():
-            if condition_holds(param, chosen, fixed):
+        for name, param in self.parameters.items():
+            if condition_holds(param, chosen, self.fixed):
                 chosen[name] = param.suggest(trial, name)
         return None
 
-    return suggest
 
+def define_by_run(loaded: LoadedSpace) -> DefineByRun:
+    from lmplatform.tracking.mlflow_tracking import flatten
 
+    fixed: dict[str, Any] = dict(loaded.space.function_args)
+    if loaded.base is not None:
+        fixed.update(flatten(loaded.base.model_dump(mode="json")))
+    return DefineByRun(dict(loaded.space.parameters), fixed)

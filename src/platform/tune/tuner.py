@@ -174,18 +174,24 @@ def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
     return [*loaded.base_overrides, *absolute]
 
 
-def _reporter(loaded: LoadedSpace) -> Any:
+def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
+    """Tune's live trial table. Ray's new output engine (the default) draws its own table of status,
+    params and metrics and ignores a reporter; with RAY_AIR_NEW_OUTPUT=0 this CLIReporter is used."""
+    import os
+
     from ray.tune import CLIReporter
 
+    if os.environ.get("RAY_AIR_NEW_OUTPUT", "1") != "0":
+        return {}
     space = loaded.space
-    return CLIReporter(
+    return {"progress_reporter": CLIReporter(
         metric_columns=[*(t.metric for t in space.targets), "training_iteration"],
         parameter_columns=list(space.parameters),
         max_progress_rows=50,
         sort_by_metric=True,
         metric=space.metric,
         mode=space.mode,
-    )
+    )}
 
 
 # -- running a study -------------------------------------------------------------
@@ -256,7 +262,7 @@ def run_study(
                     search_alg=searcher, scheduler=scheduler, num_samples=space.num_samples, **tune_metric,
                 ),
                 run_config=tune.RunConfig(
-                    name=study_name, storage_path=str(storage), progress_reporter=_reporter(loaded), verbose=verbose,
+                    name=study_name, storage_path=str(storage), verbose=verbose, **_reporter(loaded),
                     failure_config=tune.FailureConfig(max_failures=0),
                 ),
             )
@@ -303,23 +309,28 @@ def _trial_rows(loaded: LoadedSpace, grid: Any) -> list[dict[str, Any]]:
 
 
 def _best(loaded: LoadedSpace, rows: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The best trial that ran to the end: a trial stopped early by ASHA has no final model (and its
+    metric comes from an earlier step), so it cannot be the study's result."""
     metric, mode = loaded.space.metric, loaded.space.mode
-    scored = [r for r in rows if r["status"] == "TERMINATED" and metric in r["metrics"]]
+    scored = [r for r in rows if r["status"] == "TERMINATED" and metric in r["metrics"] and r["completed"]]
     if not scored:
         return None
     return (min if mode == "min" else max)(scored, key=lambda r: r["metrics"][metric])
 
 
-def _close_stopped_runs(tracking_uri: str, parent_run_id: str) -> None:
-    """Trials stopped by ASHA are killed mid-run; their child runs would otherwise stay RUNNING."""
+def _child_runs(tracking_uri: str, parent_run_id: str) -> dict[str, Any]:
+    """Trial id -> its MLflow child run. Trials stopped by ASHA are killed mid-run: their runs are
+    closed here (KILLED, tagged lmp.stopped_by=scheduler) instead of staying RUNNING forever."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     parent = client.get_run(parent_run_id)
-    for run in client.search_runs([parent.info.experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}' and attributes.status = 'RUNNING'"):
-        client.set_tag(run.info.run_id, "lmp.stopped_by", "scheduler")
-        client.set_terminated(run.info.run_id, status="KILLED")
+    runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    for run in runs:
+        if run.info.status == "RUNNING":
+            client.set_tag(run.info.run_id, "lmp.stopped_by", "scheduler")
+            client.set_terminated(run.info.run_id, status="KILLED")
+    return {run.data.tags.get(TRIAL_TAG, ""): run for run in runs}
 
 
 def summarize_study(
@@ -330,8 +341,14 @@ def summarize_study(
 
     space = loaded.space
     parent = TrackedRun(tracking_uri, parent_run_id)
-    _close_stopped_runs(tracking_uri, parent_run_id)
     rows = _trial_rows(loaded, grid)
+    children = _child_runs(tracking_uri, parent_run_id)
+    for row in rows:
+        child = children.get(row["trial_id"])
+        row["completed"] = bool(row["mlflow_run_id"])  # the trial's own last report carries it
+        row["mlflow_run_id"] = row["mlflow_run_id"] or (child.info.run_id if child else None)
+        if not row["completed"] and row["status"] == "TERMINATED":
+            row["status"] = "STOPPED"
     best = _best(loaded, rows)
     out = StudyResult(study_name, experiment_path, parent_run_id, tracking_uri,
                       best["trial_id"] if best else None, best["params"] if best else {},
