@@ -19,7 +19,6 @@ import argparse
 import os
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -39,23 +38,9 @@ def overhead(trials: int, work_s: float, concurrency: int) -> dict:
     loop_s = time.perf_counter() - start
 
     with tempfile.TemporaryDirectory(prefix="lmp-bench-tune-") as tmp:
-        space = Path(tmp) / "bench.yaml"
-        space.write_text(textwrap.dedent(f"""\
-            study: bench-overhead
-            trial: function
-            function: lmplatform.tune.trials:quadratic
-            function_args: {{steps: 1, sleep_s: {work_s}}}
-            reports: [score, final_score]
-            parameters:
-              x: {{distribution: uniform, low: -2, high: 3}}
-              y: {{distribution: uniform, low: -4, high: 1}}
-            metric: final_score
-            mode: min
-            num_samples: {trials}
-            max_concurrent: {concurrency}
-            resources: {{cpu: {1.0 / concurrency}}}
-            storage_path: {tmp}/tune
-            """))
+        space = REPO / "tune_spaces/quadratic_smoke.yaml"
+        sets = [f"num_samples={trials}", f"max_concurrent={concurrency}", f"resources.cpu={1.0 / concurrency}",
+                "function_args.steps=1", f"function_args.sleep_s={work_s}", f"storage_path={tmp}/tune"]
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
         from lmplatform.ray_runtime import ensure_ray
 
@@ -63,7 +48,7 @@ def overhead(trials: int, work_s: float, concurrency: int) -> dict:
         ensure_ray()
         ray_start_s = time.perf_counter() - t0
         start = time.perf_counter()
-        result = run_study(space, verbose=0)
+        result = run_study(space, sets, verbose=0)
         study_s = time.perf_counter() - start
     per_loop, per_study = loop_s / trials, study_s / trials
     out = {

@@ -52,6 +52,14 @@ def test_the_alias_moves_only_for_a_better_model_measured_the_same_way(tmp_path:
     rows = model_versions(mlflow_uri, "enc")
     assert [r["version"] for r in rows] == ["4", "3", "2", "1"]
     assert [r["aliases"] for r in rows] == [["champion"], [], [], []]
+    from typer.testing import CliRunner
+
+    from lmplatform.cli import app
+
+    out = CliRunner().invoke(app, ["models", "list", "--name", "enc", "--tracking-uri", mlflow_uri])
+    assert out.exit_code == 0, out.output
+    champion_line = next(line for line in out.output.splitlines() if "champion" in line and "enc" in line)
+    assert " 4 " in champion_line and "2.5" in champion_line and "val_mlm_loss" in champion_line
 
 
 def test_the_fingerprint_tracks_validation_settings_not_training_ones(tmp_path: Path, corpus_file: Path) -> None:

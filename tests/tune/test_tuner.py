@@ -77,7 +77,7 @@ def test_studies_log_child_runs_register_and_only_a_better_model_becomes_champio
     assert float(champion.tags["lmp.metric_value"]) == pytest.approx(good.best_metrics["val_mlm_loss"])
 
     # A second study whose learning rates barely move the model: its best is worse, the alias stays.
-    worse = run_study(_write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "worse", (1e-8, 2e-8), 2), verbose=0)
+    worse = run_study(_write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "worse", (1e-8, 2e-8), 1), verbose=0)
     assert worse.best_metrics["val_mlm_loss"] > good.best_metrics["val_mlm_loss"]
     assert worse.champion is not None and not worse.champion.moved and "does not beat" in worse.champion.reason
     assert str(client.get_model_version_by_alias("tiny-tuned", "champion").version) == decision.version
@@ -97,37 +97,26 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
 
     log_dir = tmp_path / "log"
     log_dir.mkdir()
-    space = tmp_path / "quad.yaml"
-    space.write_text(textwrap.dedent(f"""\
-        study: quad
-        trial: function
-        function: lmplatform.tune.trials:quadratic
-        function_args: {{steps: 2, sleep_s: 0.3, log_dir: '{log_dir}'}}
-        reports: [score, final_score]
-        parameters:
-          x: {{distribution: uniform, low: -2, high: 3}}
-          y: {{distribution: uniform, low: -4, high: 1}}
-        metric: final_score
-        mode: min
-        num_samples: 6
-        max_concurrent: 1
-        resources: {{cpu: 0.25}}
-        storage_path: {tmp_path / 'tune'}
-        """))
+    space = Path(__file__).resolve().parents[2] / "tune_spaces/quadratic_smoke.yaml"
+    sets = [f"function_args.log_dir={log_dir}", "function_args.sleep_s=0.3", "num_samples=6", "max_concurrent=1",
+            "resources.cpu=0.25", f"storage_path={tmp_path / 'tune'}"]
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address,
            "MLFLOW_TRACKING_URI": mlflow_uri, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
-    driver = subprocess.Popen([sys.executable, "-m", "lmplatform.cli", "tune", "--space", str(space)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    command = [sys.executable, "-m", "lmplatform.cli", "tune", "--space", str(space), *(f"--set={x}" for x in sets)]
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     study_dir = None
     try:
         deadline_polls = 0
-        while deadline_polls < 3000:  # a safety net against a hung driver, not a timing assertion
+        while deadline_polls < 6000:  # a safety net against a hung driver, not a timing assertion
             deadline_polls += 1
             time.sleep(0.1)
-            states = sorted((tmp_path / "tune").glob("quad-*/experiment_state-*.json"))
+            states = sorted((tmp_path / "tune").glob("quadratic-smoke-*/experiment_state-*.json"))
             if states:
                 study_dir = states[-1].parent
-                trials = json.loads(states[-1].read_text())["trial_data"]
+                try:
+                    trials = json.loads(states[-1].read_text())["trial_data"]
+                except (json.JSONDecodeError, FileNotFoundError):
+                    continue  # caught between Tune's write and rename
                 if sum('TERMINATED' in meta for meta, _ in trials) >= 2:
                     break
             assert driver.poll() is None, "the study finished before it could be interrupted"
@@ -140,7 +129,7 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
 
     os.environ["MLFLOW_TRACKING_URI"] = mlflow_uri
     try:
-        resumed = run_study(space, resume=study_dir.name, verbose=0)
+        resumed = run_study(space, sets, resume=study_dir.name, verbose=0)
     finally:
         del os.environ["MLFLOW_TRACKING_URI"]
     starts = [json.loads(line) for line in (log_dir / "starts.log").read_text().splitlines()]

@@ -330,7 +330,11 @@ def _child_runs(tracking_uri: str, parent_run_id: str) -> dict[str, Any]:
         if run.info.status == "RUNNING":
             client.set_tag(run.info.run_id, "lmp.stopped_by", "scheduler")
             client.set_terminated(run.info.run_id, status="KILLED")
-    return {run.data.tags.get(TRIAL_TAG, ""): run for run in runs}
+    # A trial restarted after a resume has an earlier, killed run too: prefer the finished one.
+    by_trial: dict[str, Any] = {}
+    for run in sorted(runs, key=lambda r: (r.info.status == "FINISHED", r.info.start_time)):
+        by_trial[run.data.tags.get(TRIAL_TAG, "")] = run
+    return by_trial
 
 
 def summarize_study(
