@@ -42,7 +42,7 @@ def _write_space(folder: Path, tiny_bert: Path, corpus: Path, mlflow_uri: str, n
     return space
 
 
-def test_studies_log_child_runs_register_and_only_a_better_model_becomes_champion(
+def test_a_study_logs_child_runs_and_plots_and_registers_a_champion(
     ray_session, tiny_bert, tmp_path, mlflow_uri  # noqa: ANN001
 ) -> None:
     from mlflow.tracking import MlflowClient
@@ -76,12 +76,37 @@ def test_studies_log_child_runs_register_and_only_a_better_model_becomes_champio
     assert str(champion.version) == decision.version and champion.run_id == best_child.info.run_id
     assert float(champion.tags["lmp.metric_value"]) == pytest.approx(good.best_metrics["val_mlm_loss"])
 
-    # A second study whose learning rates barely move the model: its best is worse, the alias stays.
-    worse = run_study(_write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "worse", (1e-8, 2e-8), 1), verbose=0)
-    assert worse.best_metrics["val_mlm_loss"] > good.best_metrics["val_mlm_loss"]
+
+
+def test_a_study_whose_best_is_worse_registers_but_does_not_move_the_champion(
+    ray_session, tiny_bert, tmp_path, mlflow_uri  # noqa: ANN001
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.data.corpus import scan_corpus
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+    from lmplatform.tune.champion import evaluation_fingerprint, register_and_maybe_promote
+    from lmplatform.tune.space import load_space
+    from tests.conftest import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=80)
+    space = _write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "worse", (1e-8, 2e-8), 1)
+    # The current champion: measured the same way on the same data, with a loss no 4-step run reaches.
+    cfg = load_space(space).trial_config({"optim.lr": 1e-3})
+    fingerprint = evaluation_fingerprint(cfg, scan_corpus(cfg.data, use_ray=False).report.fingerprint, "val_mlm_loss")
+    holder = TrackedRun.start(mlflow_uri, "tune-tests", "earlier-champion")
+    holder.log_artifacts(tiny_bert, "model")
+    held = register_and_maybe_promote(mlflow_uri, "tiny-tuned", holder.run_id, "model", "val_mlm_loss", "min", 5.0,
+                                      fingerprint, {"val_mlm_loss": 5.0})
+    assert held.moved
+
+    worse = run_study(space, verbose=0)
+    assert worse.best_metrics["val_mlm_loss"] > 5.0
     assert worse.champion is not None and not worse.champion.moved and "does not beat" in worse.champion.reason
-    assert str(client.get_model_version_by_alias("tiny-tuned", "champion").version) == decision.version
-    assert int(worse.champion.version) == int(decision.version) + 1  # registered, just not champion
+    client = MlflowClient(mlflow_uri)
+    assert str(client.get_model_version_by_alias("tiny-tuned", "champion").version) == held.version
+    assert int(worse.champion.version) == int(held.version) + 1  # registered, just not champion
+    assert client.get_run(worse.parent_run_id).data.tags["lmp.champion_moved"] == "False"
 
 
 def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_session, tmp_path, mlflow_uri) -> None:  # noqa: ANN001
