@@ -134,6 +134,12 @@ from lmplatform.cli_graph import graph_app  # noqa: E402
 
 app.add_typer(graph_app, name="graph")
 
+from lmplatform.cli_tune import tune_app  # noqa: E402
+from lmplatform.cli_models import models_app  # noqa: E402
+
+app.add_typer(tune_app, name="tune")
+app.add_typer(models_app, name="models")
+
 
 def main(argv: Optional[list[str]] = None) -> None:
     app(args=argv if argv is not None else sys.argv[1:], prog_name="lmp")

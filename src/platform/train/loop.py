@@ -80,6 +80,9 @@ class Trainer:
         self.optimizer = build_optimizer(self.params, names, cfg.optim)
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, total_steps)
         self.progress = Progress()
+        # The newest validation metrics ride along with every report, so a Tune
+        # scheduler (ASHA) sees its metric in each intermediate result.
+        self.latest_validation: dict[str, float] = {}
 
     # -- checkpoints -------------------------------------------------------
     def restore(self, folder: Path) -> None:
@@ -90,7 +93,7 @@ class Trainer:
     def _report(self, metrics: dict[str, float], with_checkpoint: bool, final: bool = False) -> None:
         import ray.train
 
-        metrics = {**metrics, "step": self.progress.step, "epoch": self.progress.epoch}
+        metrics = {**self.latest_validation, **metrics, "step": self.progress.step, "epoch": self.progress.epoch}
         if not with_checkpoint:
             ray.train.report(metrics)
             return
@@ -111,7 +114,8 @@ class Trainer:
             return {}
         sums = self.recipe.evaluate(self.model, batches, self.rank)
         reduced = D.reduce_weighted(sums, self.device)
-        return {f"val_{k}": v for k, v in self.recipe.summarize(reduced).items()}
+        self.latest_validation = {f"val_{k}": v for k, v in self.recipe.summarize(reduced).items()}
+        return dict(self.latest_validation)
 
     # -- training ----------------------------------------------------------
     def _to_device(self, batch: Batch) -> Batch:
@@ -193,6 +197,8 @@ class Trainer:
                     val = self.evaluate(validation_batches())
                     self._log(val, step)
                     self._print(f"step {step}: " + _fmt(val))
+                    # Every worker evaluates at the same steps, so each calls report equally often.
+                    self._report({"loss": metrics["loss"]}, with_checkpoint=False)
                     self.model.train()
                 if done:
                     break

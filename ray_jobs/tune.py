@@ -1,0 +1,11 @@
+"""Run a hyperparameter study (Ray Tune + Optuna) described by a search space file.
+
+    python ray_jobs/tune.py --space tune_spaces/mlm_lr.yaml [--set num_samples=20] [--resume latest]
+    ray job submit --working-dir . -- python ray_jobs/tune.py --space tune_spaces/knn_k.yaml
+"""
+import sys
+
+from lmplatform.cli import main
+
+if __name__ == "__main__":
+    main(["tune", *sys.argv[1:]])

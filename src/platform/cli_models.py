@@ -1,0 +1,71 @@
+"""`lmp models list`: registered model versions, their recorded metrics and which one holds each alias."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+models_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The MLflow model registry.")
+
+
+def model_versions(tracking_uri: str, name: Optional[str] = None) -> list[dict[str, Any]]:
+    """Every version (of `name`, or of every registered model), newest first, with aliases and metric tags."""
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.tune.champion import FINGERPRINT_TAG, METRIC_TAG, VALUE_TAG
+
+    client = MlflowClient(tracking_uri)
+    names = [name] if name else sorted(m.name for m in client.search_registered_models())
+    rows = []
+    for model_name in names:
+        aliases_of: dict[str, list[str]] = {}
+        for alias, version in client.get_registered_model(model_name).aliases.items():
+            aliases_of.setdefault(str(version), []).append(alias)
+        for v in client.search_model_versions(f"name = '{model_name}'"):
+            rows.append({
+                "name": model_name, "version": str(v.version), "aliases": sorted(aliases_of.get(str(v.version), [])),
+                "metric": v.tags.get(METRIC_TAG), "value": v.tags.get(VALUE_TAG),
+                "metrics": {k[len("metric."):]: float(val) for k, val in v.tags.items() if k.startswith("metric.")},
+                "fingerprint": v.tags.get(FINGERPRINT_TAG), "run_id": v.run_id, "created": v.creation_timestamp,
+                "study": v.tags.get("lmp.tune_study"),
+            })
+    return sorted(rows, key=lambda r: (r["name"], -int(r["version"])))
+
+
+@models_app.command("list")
+def list_models(
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="Only this registered model."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+) -> None:
+    """Show registered versions with their metrics; the champion is marked."""
+    import time
+
+    from mlflow.exceptions import MlflowException
+    from rich.console import Console
+    from rich.table import Table
+
+    from lmplatform.cli import fail
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    try:
+        rows = model_versions(uri, name)
+    except MlflowException as exc:
+        fail(f"cannot read the registry at {uri}: {exc.message}")
+        return
+    if not rows:
+        typer.echo(f"no registered model versions{f' of {name}' if name else ''} at {uri}")
+        return
+    table = Table(title=f"registered models at {uri}")
+    for column in ("model", "version", "aliases", "study metric", "value", "other metrics", "eval fingerprint", "study", "created"):
+        table.add_column(column)
+    for r in rows:
+        others = ", ".join(f"{k} {v:.4g}" for k, v in sorted(r["metrics"].items()) if k != r["metric"])
+        value = f"{float(r['value']):.5g}" if r["value"] else "-"
+        aliases = ", ".join(r["aliases"])
+        table.add_row(
+            r["name"], r["version"], f"[bold green]{aliases}[/]" if "champion" in r["aliases"] else aliases,
+            r["metric"] or "-", value, others or "-", r["fingerprint"] or "-", r["study"] or "-",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"] / 1000)),
+        )
+    Console(width=200).print(table)

@@ -1,0 +1,42 @@
+"""`lmp tune`: run or resume a hyperparameter study described by a tune_spaces/*.yaml file."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+tune_app = typer.Typer(add_completion=False, help="Hyperparameter search with Ray Tune + Optuna.")
+
+
+@tune_app.callback(invoke_without_command=True)
+def tune(
+    space: Path = typer.Option(..., "--space", "-s", help="Search space YAML (tune_spaces/*.yaml)."),
+    overrides: Optional[List[str]] = typer.Option(
+        None, "--set", help="Override a space field (num_samples=4) or a base run-config field (optim.max_steps=5)."
+    ),
+    resume: Optional[str] = typer.Option(None, help="Continue an interrupted study: its name, or 'latest'."),
+    check: bool = typer.Option(False, "--check", help="Validate the space and exit (no Ray)."),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)."),
+) -> None:
+    """Validate the space, run every trial on Ray, log each to MLflow and register the champion."""
+    from lmplatform.cli import fail, user_errors
+    from lmplatform.tune.space import load_space
+
+    try:
+        loaded = load_space(space, overrides or [])
+        if check:
+            typer.echo(f"{space}: ok ({len(loaded.space.parameters)} parameter(s), {loaded.space.num_samples} "
+                       f"{loaded.space.trial} trial(s), target {loaded.space.metric} {loaded.space.mode})")
+            return
+        from lmplatform.ray_runtime import ensure_ray
+        from lmplatform.tune.tuner import run_study
+
+        if address:
+            ensure_ray(address)
+        result = run_study(space, overrides or [], resume=resume)
+    except user_errors() as exc:
+        fail(str(exc))
+        return
+    if result.best_trial_id is None:
+        fail(f"study {result.study_name} finished without a trial reporting {loaded.space.metric}", code=1)

@@ -1,0 +1,1 @@
+"""Hyperparameter search: search spaces as data, Ray Tune + Optuna studies, champion registration."""

@@ -1,0 +1,420 @@
+"""Search spaces as data: one `tune_spaces/*.yaml` file describes one study.
+
+A space is checked completely before any trial starts: each parameter path is
+applied (with a sample value) as an override to the base run config and
+validated by `load_run_config`; ranges must be non-empty; the metric must be one
+the trial actually reports. Every error names the YAML line it comes from.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lmplatform.config.loader import ConfigError, apply_overrides, load_run_config
+from lmplatform.config.schema import RunConfig
+from lmplatform.runtime import project_root
+from lmplatform.tune.metrics import reported_metrics
+
+
+class SpaceError(ConfigError):
+    """A search space that cannot be run; the message names file, line and the allowed values."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Parameter(_Strict):
+    """One searched value. `when` makes it conditional on other values (searched or from the base config)."""
+
+    distribution: Literal["uniform", "loguniform", "int", "randint", "choice"]
+    low: Optional[float] = None
+    high: Optional[float] = None
+    step: Optional[float] = Field(None, gt=0, description="Quantisation for uniform/int.")
+    values: Optional[list[Any]] = None
+    when: dict[str, Any] = Field(default_factory=dict, description="Sample only if these paths have these values.")
+
+    @model_validator(mode="after")
+    def _range_is_usable(self) -> "Parameter":
+        if self.distribution == "choice":
+            if not self.values:
+                raise ValueError("choice needs a non-empty 'values' list")
+            if self.low is not None or self.high is not None:
+                raise ValueError("choice takes 'values', not low/high")
+            return self
+        if self.values is not None:
+            raise ValueError(f"{self.distribution} takes low/high, not 'values'")
+        if self.low is None or self.high is None:
+            raise ValueError(f"{self.distribution} needs both 'low' and 'high'")
+        if not self.low < self.high:
+            raise ValueError(f"empty range: low ({self.low:g}) must be < high ({self.high:g})")
+        if self.distribution == "loguniform" and self.low <= 0:
+            raise ValueError(f"loguniform needs low > 0, got {self.low:g}")
+        if self.distribution in ("int", "randint") and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ValueError(f"{self.distribution} needs whole-number bounds, got {self.low:g}..{self.high:g}")
+        return self
+
+    def sample_values(self) -> list[Any]:
+        """Values that stand for the whole range when checking the base config accepts it."""
+        if self.distribution == "choice":
+            return list(self.values or [])
+        if self.distribution in ("int", "randint"):
+            return [int(self.low), int(self.high)]  # type: ignore[arg-type]
+        return [self.low, self.high]
+
+    def suggest(self, trial: Any, name: str) -> Any:
+        """Ask an Optuna trial (or Ray's captor of one) for this parameter."""
+        if self.distribution == "choice":
+            return trial.suggest_categorical(name, self.values)
+        if self.distribution in ("int", "randint"):
+            return trial.suggest_int(name, int(self.low), int(self.high), step=int(self.step or 1))  # type: ignore[arg-type]
+        if self.distribution == "loguniform":
+            return trial.suggest_float(name, self.low, self.high, log=True)
+        return trial.suggest_float(name, self.low, self.high, step=self.step)
+
+
+class ObjectiveTarget(_Strict):
+    metric: str
+    mode: Literal["min", "max"]
+
+
+class SchedulerSpec(_Strict):
+    name: Literal["asha", "fifo"] = "fifo"
+    grace_period: int = Field(1, ge=1, description="Reports a trial always gets before ASHA may stop it.")
+    reduction_factor: float = Field(2.0, gt=1.0)
+    max_t: int = Field(100, ge=1, description="Reports (training_iteration) after which a trial stops.")
+
+    @model_validator(mode="after")
+    def _grace_fits(self) -> "SchedulerSpec":
+        if self.grace_period > self.max_t:
+            raise ValueError(f"grace_period ({self.grace_period}) must be <= max_t ({self.max_t})")
+        return self
+
+
+class TrialResources(_Strict):
+    """What one trial's driver (train trials) or the whole trial (function trials) reserves."""
+
+    cpu: float = Field(0.01, gt=0.0)
+    gpu: float = Field(0.0, ge=0.0)
+
+
+class ChampionSpec(_Strict):
+    registered_model: Optional[str] = Field(None, description="Default: the base config's registered model name.")
+    alias: str = Field("champion", min_length=1)
+    register_best: bool = Field(True, description="Register the best train trial's model and consider it for the alias.")
+
+
+class SearchSpace(_Strict):
+    study: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    trial: Literal["train", "function"] = "train"
+    requires: list[str] = Field(default_factory=list, description="Objectives this study needs (train trials).")
+    base_config: Optional[str] = Field(None, description="Run config a train trial starts from (relative to the project).")
+    overrides: list[str] = Field(default_factory=list, description="`a.b=c` applied to the base config before the trial's own values.")
+    function: Optional[str] = Field(None, description="module:callable for function trials.")
+    function_args: dict[str, Any] = Field(default_factory=dict, description="Fixed keyword values passed to the function.")
+    reports: list[str] = Field(default_factory=list, description="Metrics a function trial reports.")
+    parameters: dict[str, Parameter] = Field(..., min_length=1)
+    metric: str
+    mode: Literal["min", "max"]
+    objectives: list[ObjectiveTarget] = Field(default_factory=list, description="Extra targets for multi-objective TPE.")
+    num_samples: int = Field(8, ge=1)
+    max_concurrent: int = Field(2, ge=1)
+    seed: Optional[int] = 7
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    resources: TrialResources = Field(default_factory=TrialResources)
+    champion: ChampionSpec = Field(default_factory=ChampionSpec)
+    storage_path: str = Field("runs/tune", description="Where Tune keeps study state (resume reads it).")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "SearchSpace":
+        if self.trial == "train" and not self.base_config:
+            raise ValueError("train trials need 'base_config'")
+        if self.trial == "function" and not self.function:
+            raise ValueError("function trials need 'function: module:callable'")
+        if self.objectives and self.scheduler.name == "asha":
+            raise ValueError("multi-objective studies cannot use the asha scheduler (it needs one metric); use fifo")
+        return self
+
+    @property
+    def targets(self) -> list[ObjectiveTarget]:
+        return [ObjectiveTarget(metric=self.metric, mode=self.mode), *self.objectives]
+
+
+class LoadedSpace(BaseModel):
+    """A validated space plus what was resolved while checking it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    path: Path
+    space: SearchSpace
+    base: Optional[RunConfig] = None
+    base_overrides: list[str] = Field(default_factory=list)
+
+    def trial_overrides(self, params: dict[str, Any]) -> list[str]:
+        return [*self.base_overrides, *param_overrides(params)]
+
+    def trial_config(self, params: dict[str, Any]) -> RunConfig:
+        return load_run_config(self.base_config_path, self.trial_overrides(params))
+
+    @property
+    def base_config_path(self) -> Path:
+        return resolve_project_path(self.space.base_config or "")
+
+    def load_function(self) -> Callable[..., Any]:
+        return import_callable(self.space.function or "")
+
+
+def split_overrides(overrides: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """`--set` values for the space itself (num_samples=4, function_args.k=3) vs for the base run config."""
+    space_sets, run_sets = [], []
+    for item in overrides:
+        head = item.partition("=")[0].strip().split(".")[0]
+        (space_sets if head in SearchSpace.model_fields else run_sets).append(item)
+    return space_sets, run_sets
+
+
+def resolve_project_path(path: str) -> Path:
+    candidate = Path(path).expanduser()
+    if candidate.is_absolute():
+        return candidate
+    if candidate.exists():
+        return candidate.resolve()
+    return (project_root() / candidate).resolve()
+
+
+def import_callable(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"expected module:callable, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r} ({exc})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"{module_name!r} has no callable {attr!r}")
+    return fn
+
+
+def param_overrides(params: dict[str, Any]) -> list[str]:
+    """A trial's values as `--set`-style overrides of the run config."""
+    return [f"{key}={_yaml_scalar(value)}" for key, value in params.items()]
+
+
+def _yaml_scalar(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+# -- line tracking -----------------------------------------------------------
+class _Lines:
+    """YAML key path -> line number (1-based), from the composed node tree."""
+
+    def __init__(self, text: str):
+        self.lines: dict[tuple[Any, ...], int] = {}
+        try:
+            root = yaml.compose(text)
+        except yaml.YAMLError:
+            root = None
+        if root is not None:
+            self._walk(root, ())
+
+    def _walk(self, node: yaml.Node, path: tuple[Any, ...]) -> None:
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                child = (*path, key.value)
+                self.lines[child] = key.start_mark.line + 1
+                self._walk(value, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self._walk(item, (*path, index))
+
+    def line(self, path: tuple[Any, ...]) -> Optional[int]:
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return None
+
+
+def _where(source: Path, lines: _Lines, path: tuple[Any, ...]) -> str:
+    line = lines.line(path)
+    return f"{source}:{line}" if line else str(source)
+
+
+def _pydantic_errors(exc: ValidationError, source: Path, lines: _Lines) -> str:
+    out = [f"invalid search space {source}: {exc.error_count()} problem(s)"]
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        field = ".".join(str(p) for p in loc) or "<root>"
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key; allowed: {', '.join(sorted(_allowed_keys(loc)))}"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        else:
+            msg = f"got {err.get('input')!r}; {err['msg']}".replace("Value error, ", "")
+        out.append(f"  {_where(source, lines, loc)}: {field}: {msg}")
+    return "\n".join(out)
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = SearchSpace
+    for part in loc[:-1]:
+        if model is SearchSpace and part == "parameters":
+            model = Parameter
+            continue
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None) if field else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return list(model.model_fields)
+
+
+# -- loading -----------------------------------------------------------------
+def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = ()) -> LoadedSpace:
+    """Parse and fully validate a space file; raise `SpaceError` naming the offending line."""
+    source = Path(path)
+    if not source.is_file():
+        raise SpaceError(f"search space not found: {source}")
+    text = source.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpaceError(f"{source}: not valid YAML: {exc}") from None
+    lines = _Lines(text)
+    if not isinstance(data, dict):
+        raise SpaceError(f"{source}: the top level must be a mapping (study, parameters, metric, ...)")
+    space_sets, run_sets = split_overrides(extra_overrides)
+    data = apply_overrides(data, space_sets)
+    try:
+        space = SearchSpace.model_validate(data)
+    except ValidationError as exc:
+        raise SpaceError(_pydantic_errors(exc, source, lines)) from None
+    if run_sets and space.trial == "function":
+        raise SpaceError(f"{source}: --set {run_sets[0]!r}: function trials have no run config; "
+                         f"set a space field instead ({', '.join(SearchSpace.model_fields)})")
+    loaded = LoadedSpace(path=source, space=space, base_overrides=[*space.overrides, *run_sets])
+    if space.trial == "train":
+        _check_train_space(loaded, lines)
+    else:
+        _check_function_space(loaded, lines)
+    return loaded
+
+
+def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
+    from lmplatform.objectives.registry import _SPECS
+
+    space, source = loaded.space, loaded.path
+    missing = [name for name in space.requires if name not in _SPECS]
+    if missing:
+        raise SpaceError(
+            f"{_where(source, lines, ('requires',))}: this study needs objective(s) {', '.join(missing)}, "
+            f"which this installation does not have; available objectives: {', '.join(sorted(_SPECS))}"
+        )
+    base_path = loaded.base_config_path
+    if not base_path.is_file():
+        raise SpaceError(f"{_where(source, lines, ('base_config',))}: base_config {space.base_config!r} not found ({base_path})")
+    try:
+        loaded.base = load_run_config(base_path, loaded.base_overrides)
+    except ConfigError as exc:
+        raise SpaceError(f"{_where(source, lines, ('overrides',))}: the base run config with the space's overrides is invalid:\n{exc}") from None
+    for name, param in space.parameters.items():
+        for value in param.sample_values():
+            try:
+                load_run_config(base_path, [*loaded.base_overrides, f"{name}={_yaml_scalar(value)}"])
+            except ConfigError as exc:
+                raise SpaceError(
+                    f"{_where(source, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
+                    f"does not fit the base run config {space.base_config}:\n{exc}"
+                ) from None
+        _check_conditions(loaded, lines, name, param)
+    objective = loaded.base.objective.name
+    allowed = reported_metrics(objective)
+    for index, target in enumerate(space.targets):
+        key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
+        if target.metric not in allowed:
+            raise SpaceError(
+                f"{_where(source, lines, key)}: metric {target.metric!r} is never reported by a "
+                f"{objective!r} trial; it reports: {', '.join(sorted(allowed))}"
+            )
+
+
+def _check_conditions(loaded: LoadedSpace, lines: _Lines, name: str, param: Parameter) -> None:
+    from lmplatform.tracking.mlflow_tracking import flatten
+
+    known = flatten(loaded.base.model_dump(mode="json")) if loaded.base else {}
+    for cond in param.when:
+        if cond not in known and cond not in loaded.space.parameters:
+            raise SpaceError(
+                f"{_where(loaded.path, lines, ('parameters', name, 'when', cond))}: condition on {cond!r}, "
+                f"which is neither a searched parameter nor a field of the base run config"
+            )
+
+
+def _check_function_space(loaded: LoadedSpace, lines: _Lines) -> None:
+    space, source = loaded.space, loaded.path
+    try:
+        loaded.load_function()
+    except ValueError as exc:
+        raise SpaceError(f"{_where(source, lines, ('function',))}: function {space.function!r}: {exc}") from None
+    if not space.reports:
+        raise SpaceError(f"{_where(source, lines, ('function',))}: function trials must declare 'reports: [metric, ...]'")
+    for index, target in enumerate(space.targets):
+        key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
+        if target.metric not in space.reports:
+            raise SpaceError(
+                f"{_where(source, lines, key)}: metric {target.metric!r} is not among the function's reports: "
+                f"{', '.join(space.reports)}"
+            )
+    for name, param in space.parameters.items():
+        for cond in param.when:
+            if cond not in space.parameters and cond not in space.function_args:
+                raise SpaceError(
+                    f"{_where(source, lines, ('parameters', name, 'when', cond))}: condition on {cond!r}, "
+                    f"which is neither a searched parameter nor a function_args entry"
+                )
+
+
+def condition_holds(param: Parameter, chosen: dict[str, Any], fixed: dict[str, Any]) -> bool:
+    for key, wanted in param.when.items():
+        value = chosen[key] if key in chosen else fixed.get(key)
+        if isinstance(value, float) and isinstance(wanted, (int, float)):
+            if not math.isclose(value, float(wanted)):
+                return False
+        elif value != wanted:
+            return False
+    return True
+
+
+class DefineByRun:
+    """An Optuna define-by-run space: conditional parameters are suggested only when their `when` holds.
+
+    A class rather than a closure: Tune pickles the searcher into the study state for resume.
+    """
+
+    def __init__(self, parameters: dict[str, Parameter], fixed: dict[str, Any]):
+        self.parameters = parameters
+        self.fixed = fixed
+
+    def __call__(self, trial: Any) -> Optional[dict[str, Any]]:
+        chosen: dict[str, Any] = {}
+        for name, param in self.parameters.items():
+            if condition_holds(param, chosen, self.fixed):
+                chosen[name] = param.suggest(trial, name)
+        return None
+
+
+def define_by_run(loaded: LoadedSpace) -> DefineByRun:
+    from lmplatform.tracking.mlflow_tracking import flatten
+
+    fixed: dict[str, Any] = dict(loaded.space.function_args)
+    if loaded.base is not None:
+        fixed.update(flatten(loaded.base.model_dump(mode="json")))
+    return DefineByRun(dict(loaded.space.parameters), fixed)

@@ -1,0 +1,92 @@
+"""Function trainables: trials that need no training run.
+
+`knn_classification` scores a KNN classifier on frozen encoder embeddings
+(tuning k and the vote weighting); embeddings are cached on disk so every
+trial after the first costs milliseconds. `quadratic` is a known-optimum
+function for smoke tests and for measuring Tune's per-trial overhead.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+
+def quadratic(x: float, y: float = 0.0, steps: int = 1, sleep_s: float = 0.0,
+              log_dir: Optional[str] = None) -> Iterator[dict[str, float]]:
+    """score = (x-1)^2 + (y+2)^2, minimum 0 at (1, -2); reports `steps` times (a noisy-free learning curve)."""
+    if log_dir:
+        # One line per start: lets a test prove that a restored study did not rerun finished trials.
+        with open(Path(log_dir) / "starts.log", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"x": x, "y": y}) + "\n")
+    final = (x - 1.0) ** 2 + (y + 2.0) ** 2
+    for step in range(1, steps + 1):
+        if sleep_s:
+            time.sleep(sleep_s)
+        yield {"score": final * (1.0 + 1.0 / step), "final_score": final}
+
+
+def _read_labelled(path: Path, text_field: str, label_field: str, limit: Optional[int]) -> tuple[list[str], list[str]]:
+    from lmplatform.data.readers import BadRow, read_rows
+
+    texts, labels = [], []
+    for row in read_rows(path, "auto"):
+        if isinstance(row, BadRow):
+            continue
+        text, label = row.fields.get(text_field), row.fields.get(label_field)
+        if isinstance(text, str) and text.strip() and label is not None:
+            texts.append(text)
+            labels.append(str(label))
+        if limit and len(texts) >= limit:
+            break
+    if len(set(labels)) < 2:
+        raise ValueError(f"{path}: need at least 2 classes in {label_field!r}, found {sorted(set(labels))}")
+    return texts, labels
+
+
+def cached_embeddings(model: str, texts: list[str], max_seq_length: int, cache_dir: Optional[str] = None) -> np.ndarray:
+    """Encode once per (model, texts, length); later trials read the .npy file."""
+    from lmplatform.models.encoder import Encoder
+    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.runtime import project_root
+
+    folder = Path(cache_dir) if cache_dir else project_root() / "outputs" / "embedding-cache"
+    folder.mkdir(parents=True, exist_ok=True)
+    resolved = str(resolve_model_path(model))
+    key = hashlib.sha256(json.dumps([resolved, max_seq_length, texts]).encode()).hexdigest()[:20]
+    path = folder / f"{key}.npy"
+    if path.is_file():
+        return np.load(path)
+    encoder = Encoder.from_pretrained(resolved, max_seq_length=max_seq_length)
+    vectors = encoder.encode(texts, batch_size=32, normalize=True)
+    tmp = folder / f"{key}.{time.time_ns()}.tmp.npy"
+    np.save(tmp, vectors)
+    tmp.replace(path)  # atomic: concurrent trials never read half a file
+    return vectors
+
+
+def knn_classification(k: int, data: str, weights: str = "uniform", model: str = "default",
+                       text_field: str = "text", label_field: str = "label", folds: int = 5,
+                       max_seq_length: int = 128, limit: Optional[int] = None, seed: int = 13,
+                       cache_dir: Optional[str] = None) -> dict[str, float]:
+    """Stratified k-fold macro-F1 and accuracy of a cosine KNN classifier on frozen embeddings."""
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from lmplatform.tune.space import resolve_project_path
+
+    texts, labels = _read_labelled(resolve_project_path(data), text_field, label_field, limit)
+    vectors = cached_embeddings(model, texts, max_seq_length, cache_dir)
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    predicted = cross_val_predict(KNeighborsClassifier(n_neighbors=int(k), weights=weights, metric="cosine"),
+                                  vectors, labels, cv=splitter)
+    return {
+        "val_macro_f1": float(f1_score(labels, predicted, average="macro")),
+        "val_accuracy": float(accuracy_score(labels, predicted)),
+        "documents": float(len(texts)),
+    }

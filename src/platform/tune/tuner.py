@@ -1,0 +1,399 @@
+"""Run a study: Ray Tune + Optuna TPE over a validated search space, tracked in MLflow.
+
+Train trials: in Ray 2.60 (Train V2) a Tuner cannot wrap a TorchTrainer, so each
+trial is a small driver function that calls `run_training` (which fits a
+TorchTrainer) with `TuneReportCallback`; the workers' reports reach Tune and ASHA.
+The driver reserves a sliver of CPU so it does not starve its own workers.
+Function trials: a plain function trainable that reports with `tune.report`.
+
+One MLflow parent run per study, one child run per trial; the best train trial's
+model is registered and may become champion (see `champion.py`).
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from lmplatform.tune.champion import ChampionDecision
+from lmplatform.tune.space import LoadedSpace, import_callable, load_space, resolve_project_path
+
+STUDY_FILE = "lmp_study.json"
+STUDY_TAG = "lmp.tune_study"
+TRIAL_TAG = "lmp.tune_trial"
+RUN_ID_KEY = "mlflow_run_id"
+
+
+@dataclass
+class StudyResult:
+    study_name: str
+    experiment_path: Path
+    parent_run_id: str
+    tracking_uri: str
+    best_trial_id: Optional[str]
+    best_params: dict[str, Any]
+    best_metrics: dict[str, Any]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    champion: Optional[ChampionDecision] = None
+    plots: list[Path] = field(default_factory=list)
+    plot_notes: list[str] = field(default_factory=list)
+
+
+# -- trainables ----------------------------------------------------------------
+def _numeric(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def train_trial(config: dict[str, Any], *, base_config: str, overrides: list[str], parent_run_id: str, study: str) -> None:
+    """One train trial: a distributed training run whose worker reports reach Tune through TuneReportCallback."""
+    from ray import tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from lmplatform.config.loader import load_run_config
+    from lmplatform.tune.space import param_overrides
+    from lmplatform.train.run import run_training
+
+    trial_id = tune.get_context().get_trial_id()
+    cfg = load_run_config(base_config, [*overrides, *param_overrides(config), "tracking.register_model=false"])
+    result = run_training(
+        cfg, parent_run_id=parent_run_id, extra_tags={STUDY_TAG: study, TRIAL_TAG: trial_id},
+        callbacks=[TuneReportCallback()],
+    )
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+
+    child = TrackedRun(result.tracking_uri, result.mlflow_run_id)
+    child.set_tags({"lmp.checkpoint_path": result.checkpoint_path or "", "lmp.model_artifact_uri": result.model_artifact_uri})
+    # The data report (documents kept, bad rows, e.g. what a DeCLUTR span length drops) joins the
+    # last result, with the MLflow run id so the study can find the trial's model.
+    data_metrics = {k: v for k, v in child.client.get_run(child.run_id).data.metrics.items() if k.startswith("data/")}
+    tune.report({**result.metrics, **data_metrics, RUN_ID_KEY: result.mlflow_run_id})
+
+
+def _as_iterator(out: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(out, dict):
+        yield out
+    elif isinstance(out, Iterable):
+        yield from out
+    else:
+        raise TypeError(f"a function trial must return a dict of metrics or yield dicts, got {type(out).__name__}")
+
+
+def function_trial(
+    config: dict[str, Any], *, function: str, function_args: dict[str, Any], parent_run_id: str,
+    tracking_uri: str, experiment: str, study: str,
+) -> None:
+    """One cheap trial: call `function(**function_args, **params)`; each dict it returns or yields is one report."""
+    from ray import tune
+
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+
+    trial_id = tune.get_context().get_trial_id()
+    tracker = TrackedRun.start(
+        tracking_uri, experiment, f"{study}-{trial_id}", {STUDY_TAG: study, TRIAL_TAG: trial_id}, parent_run_id
+    )
+    tracker.log_params({**function_args, **config})
+    fn = import_callable(function)
+    try:
+        for step, metrics in enumerate(_as_iterator(fn(**function_args, **config)), start=1):
+            tracker.log_metrics(_numeric(metrics), step=step)
+            tune.report({**metrics, RUN_ID_KEY: tracker.run_id})
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish()
+
+
+# -- building the tuner ----------------------------------------------------------
+def _search_and_schedule(loaded: LoadedSpace) -> tuple[Any, Any, dict[str, Any]]:
+    import optuna
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    from lmplatform.tune.space import define_by_run
+
+    space = loaded.space
+    multi = len(space.targets) > 1
+    sampler = optuna.samplers.TPESampler(seed=space.seed)
+    searcher = OptunaSearch(
+        space=define_by_run(loaded),
+        metric=[t.metric for t in space.targets] if multi else space.metric,
+        mode=[t.mode for t in space.targets] if multi else space.mode,
+        sampler=sampler,
+    )
+    searcher = ConcurrencyLimiter(searcher, max_concurrent=space.max_concurrent)
+    if space.scheduler.name == "asha":
+        scheduler = ASHAScheduler(
+            time_attr="training_iteration", grace_period=space.scheduler.grace_period,
+            reduction_factor=space.scheduler.reduction_factor, max_t=space.scheduler.max_t,
+        )
+        tune_metric = {"metric": space.metric, "mode": space.mode}
+    else:
+        scheduler = FIFOScheduler()
+        tune_metric = {} if multi else {"metric": space.metric, "mode": space.mode}
+    return searcher, scheduler, tune_metric
+
+
+def _trainable(loaded: LoadedSpace, parent_run_id: str, study: str, tracking_uri: str, experiment: str) -> Any:
+    from ray import tune
+
+    space = loaded.space
+    resources = {"CPU": space.resources.cpu, **({"GPU": space.resources.gpu} if space.resources.gpu else {})}
+    if space.trial == "train":
+        fn: Callable[..., Any] = tune.with_parameters(
+            train_trial, base_config=str(loaded.base_config_path), overrides=trial_base_overrides(loaded),
+            parent_run_id=parent_run_id, study=study,
+        )
+    else:
+        fn = tune.with_parameters(
+            function_trial, function=space.function, function_args=space.function_args, parent_run_id=parent_run_id,
+            tracking_uri=tracking_uri, experiment=experiment, study=study,
+        )
+    return tune.with_resources(fn, resources)
+
+
+def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
+    """The space's overrides plus absolute paths: trial processes run in their own working directories."""
+    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+    cfg = loaded.base
+    assert cfg is not None
+    absolute = [
+        f"data.train_paths={json.dumps([str(resolve_project_path(p)) for p in cfg.data.train_paths])}",
+        f"data.validation_paths={json.dumps([str(resolve_project_path(p)) for p in cfg.data.validation_paths])}",
+        f"checkpoint.storage_path={resolve_storage_path(cfg.checkpoint.storage_path)}",
+        f"tracking.tracking_uri={resolve_tracking_uri(cfg.tracking.tracking_uri)}",
+    ]
+    local_model = resolve_project_path(cfg.model.name_or_path)
+    if "://" not in cfg.model.name_or_path and local_model.exists():
+        absolute.append(f"model.name_or_path={local_model}")
+    return [*loaded.base_overrides, *absolute]
+
+
+def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
+    """Tune's live trial table. Ray's new output engine (the default) draws its own table of status,
+    params and metrics and ignores a reporter; with RAY_AIR_NEW_OUTPUT=0 this CLIReporter is used."""
+    import os
+
+    from ray.tune import CLIReporter
+
+    if os.environ.get("RAY_AIR_NEW_OUTPUT", "1") != "0":
+        return {}
+    space = loaded.space
+    return {"progress_reporter": CLIReporter(
+        metric_columns=[*(t.metric for t in space.targets), "training_iteration"],
+        parameter_columns=list(space.parameters),
+        max_progress_rows=50,
+        sort_by_metric=True,
+        metric=space.metric,
+        mode=space.mode,
+    )}
+
+
+# -- running a study -------------------------------------------------------------
+def _tracking(loaded: LoadedSpace, tracking_uri: Optional[str], experiment: Optional[str]) -> tuple[str, str]:
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+    if loaded.base is not None:
+        return (resolve_tracking_uri(tracking_uri or loaded.base.tracking.tracking_uri),
+                experiment or loaded.base.tracking.experiment)
+    return resolve_tracking_uri(tracking_uri), experiment or "lmplatform-tune"
+
+
+def run_study(
+    space_path: str | Path,
+    overrides: Iterable[str] = (),
+    resume: Optional[str] = None,
+    tracking_uri: Optional[str] = None,
+    experiment: Optional[str] = None,
+    storage_path: Optional[str] = None,
+    verbose: int = 1,
+) -> StudyResult:
+    """Validate the space, run (or resume) the study, then summarise, plot and pick the champion."""
+    from ray import tune
+
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
+
+    loaded = load_space(space_path, list(overrides))  # every check happens before Ray starts
+    space = loaded.space
+    storage = Path(resolve_project_path(storage_path or space.storage_path))
+    if resume:
+        experiment_path = _find_study(storage, space.study, resume)
+        state = json.loads((experiment_path / STUDY_FILE).read_text())
+        study_name, parent_run_id = experiment_path.name, state["parent_run_id"]
+        tracking_uri, experiment = state["tracking_uri"], state["experiment"]
+        TrackedRun(tracking_uri, parent_run_id).client.update_run(parent_run_id, status="RUNNING")
+    else:
+        tracking_uri, experiment = _tracking(loaded, tracking_uri, experiment)
+        study_name = f"{space.study}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        experiment_path = storage / study_name
+        parent = TrackedRun.start(tracking_uri, experiment, study_name, {
+            STUDY_TAG: study_name, "lmp.tune_space": str(loaded.path), "lmp.git_commit": git_commit(),
+        })
+        parent_run_id = parent.run_id
+        parent.log_params(flatten({"space": space.model_dump(mode="json")}) | {"space.set": json.dumps(list(overrides))})
+        parent.log_artifact(loaded.path, "space")
+        experiment_path.mkdir(parents=True, exist_ok=True)
+        (experiment_path / STUDY_FILE).write_text(json.dumps({
+            "space": str(Path(space_path).resolve()), "overrides": list(overrides), "parent_run_id": parent_run_id,
+            "tracking_uri": tracking_uri, "experiment": experiment,
+        }, indent=2))
+    print(f"[lmp] study {study_name}: {space.num_samples} {space.trial} trial(s), {space.max_concurrent} at a time, "
+          f"{space.scheduler.name} scheduler, target {space.metric} ({space.mode}); MLflow parent run {parent_run_id}",
+          flush=True)
+
+    ensure_ray()
+    trainable = _trainable(loaded, parent_run_id, study_name, tracking_uri, experiment)
+    parent_tracker = TrackedRun(tracking_uri, parent_run_id)
+    try:
+        if resume:
+            tuner = tune.Tuner.restore(str(experiment_path), trainable=trainable, resume_unfinished=True,
+                                       resume_errored=False, restart_errored=True)
+        else:
+            searcher, scheduler, tune_metric = _search_and_schedule(loaded)
+            tuner = tune.Tuner(
+                trainable,
+                tune_config=tune.TuneConfig(
+                    search_alg=searcher, scheduler=scheduler, num_samples=space.num_samples, **tune_metric,
+                ),
+                run_config=tune.RunConfig(
+                    name=study_name, storage_path=str(storage), verbose=verbose, **_reporter(loaded),
+                    failure_config=tune.FailureConfig(max_failures=0),
+                ),
+            )
+        grid = tuner.fit()
+    except BaseException:
+        parent_tracker.finish("KILLED")
+        print(f"[lmp] study {study_name} interrupted; continue it with --resume {study_name}", flush=True)
+        raise
+    result = summarize_study(loaded, grid, study_name, experiment_path, parent_run_id, tracking_uri)
+    parent_tracker.finish()
+    return result
+
+
+def _find_study(storage: Path, study: str, resume: str) -> Path:
+    if resume == "latest":
+        candidates = sorted((p for p in storage.glob(f"{study}-*") if (p / STUDY_FILE).is_file()), key=lambda p: p.name)
+        if not candidates:
+            raise FileNotFoundError(f"--resume latest: no study {study!r} under {storage}")
+        return candidates[-1]
+    path = Path(resume) if Path(resume).is_absolute() else storage / resume
+    if not (path / STUDY_FILE).is_file():
+        known = sorted(p.name for p in storage.glob("*") if (p / STUDY_FILE).is_file())
+        raise FileNotFoundError(f"--resume {resume}: no study of that name under {storage}"
+                                + (f"; studies there: {', '.join(known[-10:])}" if known else ""))
+    return path
+
+
+# -- after the study ---------------------------------------------------------------
+def _trial_rows(loaded: LoadedSpace, grid: Any) -> list[dict[str, Any]]:
+    rows = []
+    for res in grid:
+        trial_id = Path(res.path).name if res.path else "?"
+        metrics = res.metrics or {}
+        rows.append({
+            "trial_id": metrics.get("trial_id", trial_id),
+            "status": "ERROR" if res.error else "TERMINATED",
+            "params": {k: v for k, v in (res.config or {}).items() if k in loaded.space.parameters},
+            "metrics": _numeric({k: v for k, v in metrics.items() if not k.startswith("config")}),
+            "iterations": metrics.get("training_iteration", 0),
+            "mlflow_run_id": metrics.get(RUN_ID_KEY),
+            "error": str(res.error).splitlines()[0][:200] if res.error else None,
+        })
+    return rows
+
+
+def _best(loaded: LoadedSpace, rows: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The best trial that ran to the end: a trial stopped early by ASHA has no final model (and its
+    metric comes from an earlier step), so it cannot be the study's result."""
+    metric, mode = loaded.space.metric, loaded.space.mode
+    scored = [r for r in rows if r["status"] == "TERMINATED" and metric in r["metrics"] and r["completed"]]
+    if not scored:
+        return None
+    return (min if mode == "min" else max)(scored, key=lambda r: r["metrics"][metric])
+
+
+def _child_runs(tracking_uri: str, parent_run_id: str) -> dict[str, Any]:
+    """Trial id -> its MLflow child run. Trials stopped by ASHA are killed mid-run: their runs are
+    closed here (KILLED, tagged lmp.stopped_by=scheduler) instead of staying RUNNING forever."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    parent = client.get_run(parent_run_id)
+    runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    for run in runs:
+        if run.info.status == "RUNNING":
+            client.set_tag(run.info.run_id, "lmp.stopped_by", "scheduler")
+            client.set_terminated(run.info.run_id, status="KILLED")
+    # A trial restarted after a resume has an earlier, killed run too: prefer the finished one.
+    by_trial: dict[str, Any] = {}
+    for run in sorted(runs, key=lambda r: (r.info.status == "FINISHED", r.info.start_time)):
+        by_trial[run.data.tags.get(TRIAL_TAG, "")] = run
+    return by_trial
+
+
+def summarize_study(
+    loaded: LoadedSpace, grid: Any, study_name: str, experiment_path: Path, parent_run_id: str, tracking_uri: str
+) -> StudyResult:
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+    from lmplatform.tune.report import print_summary, save_plots
+
+    space = loaded.space
+    parent = TrackedRun(tracking_uri, parent_run_id)
+    rows = _trial_rows(loaded, grid)
+    children = _child_runs(tracking_uri, parent_run_id)
+    for row in rows:
+        child = children.get(row["trial_id"])
+        row["completed"] = bool(row["mlflow_run_id"])  # the trial's own last report carries it
+        row["mlflow_run_id"] = row["mlflow_run_id"] or (child.info.run_id if child else None)
+        if not row["completed"] and row["status"] == "TERMINATED":
+            row["status"] = "STOPPED"
+    best = _best(loaded, rows)
+    out = StudyResult(study_name, experiment_path, parent_run_id, tracking_uri,
+                      best["trial_id"] if best else None, best["params"] if best else {},
+                      best["metrics"] if best else {}, rows)
+    parent.log_dict(rows, "trials.json")
+    if best:
+        parent.log_params({f"best.{k}": v for k, v in best["params"].items()})
+        parent.log_metrics({f"best_{k}": v for k, v in best["metrics"].items()})
+        parent.set_tags({"lmp.best_trial": best["trial_id"], "lmp.best_run_id": best["mlflow_run_id"] or ""})
+    plot_dir = experiment_path / "plots"
+    out.plots, out.plot_notes = save_plots(loaded, rows, plot_dir)
+    if out.plots:
+        parent.log_artifacts(plot_dir, "plots")
+    if best and space.trial == "train" and space.champion.register_best and best["mlflow_run_id"]:
+        out.champion = _champion(loaded, best, tracking_uri, study_name)
+        parent.set_tags({"lmp.champion_moved": out.champion.moved, "lmp.champion_reason": out.champion.reason,
+                         "lmp.registered_version": out.champion.version})
+    print_summary(out, space)
+    return out
+
+
+def _champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, study_name: str) -> ChampionDecision:
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.tune.champion import evaluation_fingerprint, register_and_maybe_promote
+
+    space = loaded.space
+    run = MlflowClient(tracking_uri).get_run(best["mlflow_run_id"])
+    cfg = loaded.trial_config(best["params"])
+    fingerprint = evaluation_fingerprint(cfg, run.data.tags.get("lmp.data_fingerprint", ""), space.metric)
+    name = space.champion.registered_model or cfg.registered_model_name()
+    val_metrics = {k: v for k, v in best["metrics"].items() if k.startswith("val_")}
+    return register_and_maybe_promote(
+        tracking_uri, name, best["mlflow_run_id"], "model", space.metric, space.mode,
+        best["metrics"][space.metric], fingerprint, val_metrics,
+        tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": cfg.objective.name,
+              **{f"param.{k}": str(v) for k, v in best["params"].items()}},
+        alias=space.champion.alias,
+    )
+
+
+def space_from_study(experiment_path: Path) -> LoadedSpace:
+    state = json.loads((experiment_path / STUDY_FILE).read_text())
+    return load_space(state["space"], state.get("overrides", []))

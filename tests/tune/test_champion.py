@@ -1,0 +1,73 @@
+"""The champion rule on a real MLflow registry (sqlite): only a better model on the same validation data wins."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmplatform.tune.champion import evaluation_fingerprint, register_and_maybe_promote
+
+
+def _run_with_model(uri: str, folder: Path, files: tuple[str, ...] = ("config.json", "model.safetensors")) -> str:
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        (folder / name).write_text("{}")
+    run = TrackedRun.start(uri, "champion-tests", folder.name)
+    run.log_artifacts(folder, "model")
+    run.finish()
+    return run.run_id
+
+
+def test_the_alias_moves_only_for_a_better_model_measured_the_same_way(tmp_path: Path, mlflow_uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_uri)
+
+    def promote(name: str, value: float, fingerprint: str = "fp-a", files: tuple[str, ...] = ("config.json", "model.safetensors")):  # noqa: ANN202
+        run_id = _run_with_model(mlflow_uri, tmp_path / name, files)
+        return register_and_maybe_promote(mlflow_uri, "enc", run_id, "model", "val_mlm_loss", "min", value,
+                                          fingerprint, {"val_mlm_loss": value})
+
+    first = promote("first", 3.0)
+    assert first.moved and "no champion yet" in first.reason
+    worse = promote("worse", 3.5)
+    assert not worse.moved and "does not beat" in worse.reason and worse.previous_version == first.version
+    other_data = promote("other-data", 1.0, fingerprint="fp-b")
+    assert not other_data.moved and "other validation data" in other_data.reason
+    assert str(client.get_model_version_by_alias("enc", "champion").version) == first.version
+    # a half-written model folder is never registered, let alone promoted
+    with pytest.raises(RuntimeError, match="not a complete model folder"):
+        promote("half-written", 0.5, files=("config.json",))
+    assert str(client.get_model_version_by_alias("enc", "champion").version) == first.version
+    better = promote("better", 2.5)
+    assert better.moved and better.previous_version == first.version
+    champion = client.get_model_version_by_alias("enc", "champion")
+    assert str(champion.version) == better.version and champion.tags["lmp.metric_value"] == "2.5"
+    assert champion.tags["metric.val_mlm_loss"] == "2.5"
+
+    from lmplatform.cli_models import model_versions
+
+    rows = model_versions(mlflow_uri, "enc")
+    assert [r["version"] for r in rows] == ["4", "3", "2", "1"]
+    assert [r["aliases"] for r in rows] == [["champion"], [], [], []]
+    from typer.testing import CliRunner
+
+    from lmplatform.cli import app
+
+    out = CliRunner().invoke(app, ["models", "list", "--name", "enc", "--tracking-uri", mlflow_uri])
+    assert out.exit_code == 0, out.output
+    champion_line = next(line for line in out.output.splitlines() if "champion" in line and "enc" in line)
+    assert " 4 " in champion_line and "2.5" in champion_line and "val_mlm_loss" in champion_line
+
+
+def test_the_fingerprint_tracks_validation_settings_not_training_ones(tmp_path: Path, corpus_file: Path) -> None:
+    from lmplatform.config import load_run_config
+
+    base = [f"data.train_paths={corpus_file}"]
+    reference = evaluation_fingerprint(load_run_config(None, base), "data1", "val_mlm_loss")
+    assert evaluation_fingerprint(load_run_config(None, [*base, "optim.lr=1e-3"]), "data1", "val_mlm_loss") == reference
+    for changed in ("data.validation_fraction=0.3", "data.seed=1", "objective.mask_probability=0.3", "model.max_seq_length=64"):
+        assert evaluation_fingerprint(load_run_config(None, [*base, changed]), "data1", "val_mlm_loss") != reference, changed
+    assert evaluation_fingerprint(load_run_config(None, base), "data2", "val_mlm_loss") != reference
