@@ -38,6 +38,26 @@ MULTI_NODE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_AUTH_MODE": "di
 # The object store is memory-mapped up front; the default (30% of RAM per node) is far
 # more than toy jobs need on a shared machine. 75 MB is Ray's minimum.
 DEFAULT_OBJECT_STORE_BYTES = 120 * 1024 * 1024
+PROCESS_GROUPS_FILE = "process-groups.txt"
+
+# Runs beside the cluster and kills its process groups if the process that started the
+# cluster dies without stopping it (a killed pytest, a Ctrl-C at the wrong moment), so a
+# crashed test session never leaves Ray nodes behind. It exits once stop() removes the file.
+_WATCHDOG = """
+import os, signal, sys, time
+owner, groups = int(sys.argv[1]), sys.argv[2]
+while os.path.exists(groups):
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        for line in open(groups).read().split():
+            try:
+                os.killpg(int(line), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        break
+    time.sleep(1)
+"""
 
 
 def node_ip() -> str:
@@ -91,6 +111,7 @@ class LocalCluster:
     host: str = ""
     dashboard_port: int = 0
     _owns_temp_dir: bool = False
+    _watchdog: Optional[subprocess.Popen] = None
     _retired_ids: set = field(default_factory=set)  # ids of killed nodes the GCS may still list
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -100,6 +121,11 @@ class LocalCluster:
             self.temp_dir = Path(tempfile.mkdtemp(prefix="lmp-rc-", dir="/tmp"))
             self._owns_temp_dir = True
         self.host = self.host or node_ip()
+        groups = self.temp_dir / PROCESS_GROUPS_FILE
+        groups.write_text("")
+        self._watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(groups)],
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
         self.gcs_port, self.dashboard_port = free_port(), free_port()
         try:
             self._launch("head", self.head_cpus, self.head_resources, head=True)
@@ -149,6 +175,13 @@ class LocalCluster:
         deadline = time.time() + 10
         while self.stray_processes() and time.time() < deadline:
             time.sleep(0.2)
+        if self.temp_dir is not None:
+            (self.temp_dir / PROCESS_GROUPS_FILE).unlink(missing_ok=True)  # ends the watchdog
+        if self._watchdog is not None:
+            try:
+                self._watchdog.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._watchdog.kill()
         if self._owns_temp_dir and self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -244,6 +277,8 @@ class LocalCluster:
             # Ctrl-C in the terminal running pytest does not reach the nodes directly.
             process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=_ray_env(),
                                        start_new_session=True)
+        with (self.temp_dir / PROCESS_GROUPS_FILE).open("a") as groups:
+            groups.write(f"{process.pid}\n")
         node = LocalNode(name, num_cpus, resources, process, log_path, is_head=head)
         self.nodes[name] = node
         return node

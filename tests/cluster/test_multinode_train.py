@@ -14,13 +14,17 @@ import yaml
 
 from lmplatform.local_cluster import LocalCluster
 from tests.cluster.conftest import ROOT, WORKER_NODES, last_json, run_driver
+from tests.conftest import write_corpus
 
 pytestmark = pytest.mark.ray
 TRAIN_WORKER = "RayTrainWorker"
 
 
-def _job(tmp_path: Path, tiny_bert: Path, corpus: Path, mlflow_uri: str, **overrides: object) -> Path:
+def _job(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, **overrides: object) -> Path:
     """A run config for two workers that may not share a node, checkpointing to shared storage."""
+    # Large enough that a run stays in its first epoch: every epoch re-runs the Ray Data
+    # read across nodes, which costs seconds on a loaded 2-core machine.
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=1500)
     cfg = {
         "model": {"name_or_path": str(tiny_bert), "max_seq_length": 32},
         "data": {"train_paths": [str(corpus)], "validation_fraction": 0.2},
@@ -54,9 +58,9 @@ def _node_names(cluster: LocalCluster, actors: list[dict]) -> list[str]:
     return [cluster.node_by_id(a["node_id"]).name for a in actors]
 
 
-def test_two_workers_on_two_nodes_checkpoint_to_shared_storage(local_cluster, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_two_workers_on_two_nodes_checkpoint_to_shared_storage(local_cluster, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     before = {a["actor_id"] for a in local_cluster.state_actors(TRAIN_WORKER)}
-    job = _job(tmp_path, tiny_bert, corpus_file, mlflow_uri)
+    job = _job(tmp_path, tiny_bert, mlflow_uri)
     done = run_driver(local_cluster, ["ray_jobs/train.py", "--config", str(job)], cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = last_json(done.stdout)
@@ -78,12 +82,12 @@ def test_two_workers_on_two_nodes_checkpoint_to_shared_storage(local_cluster, ti
 
 
 @pytest.mark.slow
-def test_killed_node_recovers_from_last_checkpoint(local_cluster, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_killed_node_recovers_from_last_checkpoint(local_cluster, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     from mlflow.tracking import MlflowClient
 
-    every, max_steps = 20, 400
+    every, max_steps = 10, 50
     before = {a["actor_id"] for a in local_cluster.state_actors(TRAIN_WORKER)}
-    job = _job(tmp_path, tiny_bert, corpus_file, mlflow_uri, optim__max_steps=max_steps,
+    job = _job(tmp_path, tiny_bert, mlflow_uri, optim__max_steps=max_steps,
                checkpoint__every_n_steps=every, checkpoint__max_failures=2, tracking__log_every_n_steps=every)
     killed: dict[str, object] = {}
 
