@@ -1,0 +1,137 @@
+"""Ray Train on a real three-node cluster: placement across nodes, shared checkpoints, node failure.
+
+The driver is the production entry point (`ray_jobs/train.py`) run as a subprocess that
+joins the cluster, so the same job and config are exercised unchanged.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lmplatform.local_cluster import LocalCluster
+from tests.cluster.conftest import ROOT, WORKER_NODES, last_json, run_driver
+from tests.conftest import write_corpus
+
+pytestmark = pytest.mark.ray
+TRAIN_WORKER = "RayTrainWorker"
+
+
+def _job(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, **overrides: object) -> Path:
+    """A run config for two workers that may not share a node, checkpointing to shared storage."""
+    # Large enough that a run stays in its first epoch: every epoch re-runs the Ray Data
+    # read across nodes, which costs seconds on a loaded 2-core machine.
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=1500)
+    cfg = {
+        "model": {"name_or_path": str(tiny_bert), "max_seq_length": 32},
+        "data": {"train_paths": [str(corpus)], "validation_fraction": 0.2},
+        "objective": {"name": "mlm", "pseudo_perplexity_sentences": 2},
+        "optim": {"batch_size": 8, "lr": 1e-3, "max_steps": 6},
+        "scaling": {"num_workers": 2, "cpus_per_worker": 1, "placement_strategy": "STRICT_SPREAD"},
+        # One folder every node sees: a stand-in for NFS or S3 on a real cluster.
+        "checkpoint": {"storage_path": str(tmp_path / "shared"), "every_n_steps": 3},
+        "tracking": {"tracking_uri": mlflow_uri, "experiment": "multinode", "register_model": False,
+                     "log_every_n_steps": 1},
+    }
+    for dotted, value in overrides.items():
+        section, key = dotted.split("__")
+        cfg[section][key] = value
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _train_workers(cluster: LocalCluster, exclude: set[str]) -> list[dict]:
+    return [a for a in cluster.state_actors(TRAIN_WORKER) if a["actor_id"] not in exclude]
+
+
+def _history(mlflow_uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    from mlflow.tracking import MlflowClient
+
+    return [(m.step, m.value) for m in MlflowClient(mlflow_uri).get_metric_history(run_id, key)]
+
+
+def _node_names(cluster: LocalCluster, actors: list[dict]) -> list[str]:
+    return [cluster.node_by_id(a["node_id"]).name for a in actors]
+
+
+def test_two_workers_on_two_nodes_checkpoint_to_shared_storage(local_cluster, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+    before = {a["actor_id"] for a in local_cluster.state_actors(TRAIN_WORKER)}
+    job = _job(tmp_path, tiny_bert, mlflow_uri)
+    done = run_driver(local_cluster, ["ray_jobs/train.py", "--config", str(job)], cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = last_json(done.stdout)
+    assert result["metrics"]["step"] == 6
+
+    workers = _train_workers(local_cluster, before)
+    assert len(workers) == 2, workers
+    nodes = _node_names(local_cluster, workers)
+    assert len(set(nodes)) == 2, f"both workers ran on {nodes[0]}"  # STRICT_SPREAD held across nodes
+    assert set(nodes) <= {"head", *WORKER_NODES}
+
+    # Checkpoints were written by the workers to the shared folder, not to a node-local path.
+    run_dir = tmp_path / "shared" / result["run_name"]
+    checkpoints = sorted(run_dir.glob("checkpoint_*"))
+    assert checkpoints, f"no checkpoint under {run_dir}"
+    assert (checkpoints[-1] / "training_state.pt").is_file() and (checkpoints[-1] / "progress.json").is_file()
+    assert (checkpoints[-1] / "model" / "config.json").is_file()  # the final export travels with it
+    assert _history(mlflow_uri, result["mlflow_run_id"], "loss")[-1][0] == 6
+
+
+@pytest.mark.slow
+def test_killed_node_recovers_from_last_checkpoint(local_cluster, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+    from mlflow.tracking import MlflowClient
+
+    every, max_steps = 10, 50
+    before = {a["actor_id"] for a in local_cluster.state_actors(TRAIN_WORKER)}
+    job = _job(tmp_path, tiny_bert, mlflow_uri, optim__max_steps=max_steps,
+               checkpoint__every_n_steps=every, checkpoint__max_failures=2, tracking__log_every_n_steps=every)
+    killed: dict[str, object] = {}
+
+    def kill_a_worker_node_after_first_checkpoint() -> None:
+        # A checkpoint report is synchronous: once step 2*every is logged, the checkpoint
+        # at `every` is committed, and the kill lands between checkpoints.
+        client = MlflowClient(mlflow_uri)
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            exp = client.get_experiment_by_name("multinode")
+            runs = client.search_runs([exp.experiment_id]) if exp else []
+            logged = [m.step for r in runs for m in client.get_metric_history(r.info.run_id, "loss")]
+            if logged and max(logged) >= 2 * every:
+                alive = [a for a in _train_workers(local_cluster, before) if a["state"] == "ALIVE"]
+                victims = [n for n in _node_names(local_cluster, alive) if n in WORKER_NODES]
+                if victims:
+                    killed.update(node=victims[0], pid=local_cluster.kill_node(victims[0]),
+                                  logged_step=max(logged), workers=alive)
+                    return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_a_worker_node_after_first_checkpoint, daemon=True)
+    killer.start()
+    try:
+        done = run_driver(local_cluster, ["ray_jobs/train.py", "--config", str(job)], cwd=ROOT)
+        killer.join(timeout=5)
+        assert killed, "no worker node was killed during training"
+        assert not local_cluster.nodes[killed["node"]].alive()
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        result = last_json(done.stdout)
+        assert result["metrics"]["step"] == max_steps
+
+        resumed = _history(mlflow_uri, result["mlflow_run_id"], "resumed_from_step")
+        assert len(resumed) == 1, f"expected one recovery, got {resumed}"
+        step = int(resumed[0][1])
+        # Resumed from a real checkpoint taken no earlier than the one committed before the kill.
+        assert step % every == 0 and step >= every
+        assert step >= (killed["logged_step"] // every - 1) * every
+        # The restarted worker group ran only on the nodes still alive.
+        restarted = [a for a in _train_workers(local_cluster, before)
+                     if a["actor_id"] not in {w["actor_id"] for w in killed["workers"]}]
+        assert len(restarted) == 2
+        assert killed["node"] not in _node_names(local_cluster, restarted)
+        assert len(set(_node_names(local_cluster, restarted))) == 2
+    finally:
+        if killed:
+            local_cluster.restart_node(str(killed["node"]))  # later tests get the full cluster back
