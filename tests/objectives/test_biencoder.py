@@ -10,6 +10,7 @@ import torch
 from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.biencoder import BiencoderObjective, PairCollator, RetrievalEvaluator, count_pair_tokens
 from lmplatform.objectives.infonce import Temperature, info_nce
+from tests.objectives.fitting import fit_one_batch
 
 QUERIES = ["printer jams", "vpn drops", "disk full", "login timeout", "payment failed", "app crash"]
 DOCUMENTS = ["paper jam tray", "vpn tunnel error", "disk memory", "login server timeout", "payment gateway invoice", "mobile app crash"]
@@ -49,12 +50,7 @@ def test_training_raises_in_batch_retrieval(tiny_bert: Path) -> None:
     objective = BiencoderObjective(temperature, symmetric=True)
     evaluator = RetrievalEvaluator(temperature)
     before = evaluator(model, [batch])
-    optimizer = torch.optim.AdamW(list(model.parameters()) + list(objective.parameters()), lr=3e-3)
-    for _ in range(15):
-        loss, metrics = objective(model, batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    metrics = fit_one_batch(objective, model, batch)
     after = evaluator(model, [batch])
     assert {k: w for k, (_, w) in after.items()} == {k: 6.0 for k in after}
     assert after["retrieval_candidates"][0] / 6 == 6

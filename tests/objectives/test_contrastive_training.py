@@ -102,3 +102,35 @@ def test_declutr_reports_dropped_documents_and_trains(ray_session, tiny_bert, ml
     for key in ("val_contrastive_loss", "val_mlm_loss", "val_contrastive_accuracy", "val_perplexity"):
         assert key in result.metrics
     assert {"temperature", "contrastive_loss", "mlm_loss"} <= set(run.data.metrics)
+
+
+def test_cross_encoder_data_and_recipe_on_ray_datasets(ray_session, tiny_bert, tmp_path) -> None:  # noqa: ANN001
+    """The driver mines negatives; Ray Data batches (a list column) go through the worker recipe.
+
+    Cheaper than a TorchTrainer run: the Train loop itself is covered by the runs above.
+    """
+    import torch
+
+    from lmplatform.objectives.cross_encoder_recipe import build_cross_encoder_recipe, prepare_cross_encoder_pairs
+
+    pairs = _write_pairs(tmp_path / "pairs.jsonl", n=40)
+    cfg = load_run_config(None, _common(tiny_bert, pairs, "sqlite:///unused.db", tmp_path / "runs") + [
+        "objective.name=cross_encoder", "data.query_field=q", "data.document_field=d", "data.hard_negative_field=neg",
+        "objective.negatives=mined", f"objective.miner_model={tiny_bert}", "objective.mining_top_k=4",
+        "objective.negatives_per_positive=2",
+    ])
+    prepared = prepare_cross_encoder_pairs(cfg)
+    assert prepared.train_examples == prepared.metrics["data/train_pairs"] > 0
+    assert prepared.metrics["data/bad_rows"] == 1 and prepared.metrics["data/pairs_with_fewer_negatives"] == 0
+    recipe = build_cross_encoder_recipe(cfg)
+    batch = recipe.collate(next(iter(prepared.datasets["train"].iter_batches(batch_size=4, batch_format="numpy"))))
+    assert batch["labels"].tolist() == [1.0, 0.0, 0.0] * 4  # own hard negative + 1 mined per positive
+    loss, metrics = recipe.objective(recipe.model, batch)
+    assert torch.isfinite(loss) and 0 <= metrics["accuracy"] <= 1
+    validation = [recipe.collate(b) for b in prepared.datasets["validation"].iter_batches(batch_size=4, batch_format="numpy")]
+    sums = recipe.evaluate(recipe.model, validation, 0)
+    assert sums["pairwise_accuracy"][1] == 2 * sums["mrr"][1] == 2 * prepared.metrics["data/validation_pairs"]
+    recipe.export(recipe.model, tmp_path / "reranker")
+    from lmplatform.models.cross_encoder import CrossEncoder
+
+    assert CrossEncoder.from_pretrained(tmp_path / "reranker").rerank("printer jams", ["a", "b"]).shape == (2,)

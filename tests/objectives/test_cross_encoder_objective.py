@@ -11,6 +11,7 @@ from lmplatform.data.pairs import Pair
 from lmplatform.models.cross_encoder import CrossEncoder
 from lmplatform.objectives.cross_encoder_objective import CrossEncoderObjective, GroupCollator, RerankEvaluator
 from lmplatform.objectives.cross_encoder_recipe import choose_negatives, mine_candidates
+from tests.objectives.fitting import fit_one_batch
 
 PAIRS = [
     Pair("printer jams", "paper jam tray"),
@@ -60,12 +61,7 @@ def test_bce_training_separates_positives_and_metrics_are_weighted(tiny_bert: Pa
     evaluator = RerankEvaluator()
     before = evaluator(model, [batch])
     objective = CrossEncoderObjective()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(15):
-        loss, metrics = objective(model, batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+    metrics = fit_one_batch(objective, model, batch)
     after = evaluator(model, [batch])
     assert after["bce_loss"][1] == 12 and after["pairwise_accuracy"][1] == 8 and after["mrr"][1] == 4
     assert after["bce_loss"][0] < before["bce_loss"][0]
