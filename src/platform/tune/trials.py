@@ -31,10 +31,10 @@ def quadratic(x: float, y: float = 0.0, steps: int = 1, sleep_s: float = 0.0,
 
 
 def _read_labelled(path: Path, text_field: str, label_field: str, limit: Optional[int]) -> tuple[list[str], list[str]]:
-    from lmplatform.data.readers import BadRow, read_rows
+    from lmplatform.data.readers import BadRow, detect_format, read_rows
 
     texts, labels = [], []
-    for row in read_rows(path, "auto"):
+    for row in read_rows(str(path), detect_format(path, "auto")):
         if isinstance(row, BadRow):
             continue
         text, label = row.fields.get(text_field), row.fields.get(label_field)

@@ -1,0 +1,26 @@
+"""Function trainables: the KNN classifier score and the smoke function."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lmplatform.tune.trials import knn_classification, quadratic
+
+
+def test_knn_classification_scores_and_caches_embeddings(tiny_bert: Path, tmp_path: Path) -> None:
+    data = tmp_path / "labelled.jsonl"
+    rows = [{"text": f"{word} issue number {i}", "label": word} for i in range(6) for word in ("printer", "vpn", "invoice")]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cache = tmp_path / "cache"
+    first = knn_classification(k=3, data=str(data), model=str(tiny_bert), folds=3, max_seq_length=16, cache_dir=str(cache))
+    assert first["documents"] == 18 and 0.0 <= first["val_macro_f1"] <= 1.0 and 0.0 <= first["val_accuracy"] <= 1.0
+    assert len(list(cache.glob("*.npy"))) == 1
+    again = knn_classification(k=3, data=str(data), model=str(tiny_bert), folds=3, max_seq_length=16, cache_dir=str(cache))
+    assert again == first and len(list(cache.glob("*.npy"))) == 1  # the second trial read the cache
+
+
+def test_quadratic_reports_a_learning_curve_towards_its_known_optimum() -> None:
+    reports = list(quadratic(x=1.0, y=-2.0, steps=3))
+    assert [r["final_score"] for r in reports] == [0.0, 0.0, 0.0]
+    far = [r["score"] for r in quadratic(x=0.0, y=0.0, steps=3)]
+    assert far == sorted(far, reverse=True) and far[-1] > 5.0
