@@ -36,6 +36,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/train_throughput.py
+	$(BIN)/python bench/cluster_throughput.py
 
 docs: $(STAMP)
 	$(BIN)/python -m lmplatform.config.reference > docs/config-reference.md

@@ -105,7 +105,7 @@ class LocalCluster:
     head_resources: dict[str, float] = field(default_factory=dict)
     object_store_bytes: int = DEFAULT_OBJECT_STORE_BYTES
     temp_dir: Optional[Path] = None
-    start_timeout_s: float = 90.0
+    start_timeout_s: float = 240.0
     nodes: dict[str, LocalNode] = field(default_factory=dict)
     gcs_port: int = 0
     host: str = ""
@@ -325,6 +325,9 @@ def _ray_env() -> dict[str, str]:
     # Every process must have these (see runtime.py): loopback ports and no token auth.
     env.update({k: os.environ.get(k, v) for k, v in RUNTIME_ENV_DEFAULTS.items()})
     env.update(MULTI_NODE_ENV)  # every process of the cluster and its drivers alike
+    # A raylet joining a busy head may take longer than the default 30 s to register
+    # ("GCS cannot find the node ..."), which kills the new node; seen at load 50+ on 2 cores.
+    env.setdefault("RAY_raylet_start_wait_time_s", "180")
     return env
 
 
