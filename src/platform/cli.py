@@ -27,7 +27,8 @@ SetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_
 
 
 def fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    # soft_wrap: an error message is copied and grepped; never break it at the terminal width
+    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
