@@ -90,6 +90,12 @@ def function_trial(
 
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
+    import os
+
+    # Tune runs each trial in its own folder; relative paths in function_args (data files, the
+    # default embedding cache) must mean what they mean for the job, so go back to its directory.
+    if os.environ.get("TUNE_ORIG_WORKING_DIR"):
+        os.chdir(os.environ["TUNE_ORIG_WORKING_DIR"])
     trial_id = tune.get_context().get_trial_id()
     tracker = TrackedRun.start(
         tracking_uri, experiment, f"{study}-{trial_id}", {STUDY_TAG: study, TRIAL_TAG: trial_id}, parent_run_id
