@@ -11,11 +11,12 @@ LOOP_METRICS = ("loss", "step", "epoch", "tokens")
 
 VALIDATION_METRICS: dict[str, tuple[str, ...]] = {
     "mlm": ("mlm_loss", "mlm_accuracy", "perplexity", "pseudo_perplexity"),
-    # Objectives built on other branches; their names are fixed by their evaluators.
-    "declutr": ("contrastive_loss", "mrr_at_5", "recall_at_5"),
-    "biencoder": ("contrastive_loss", "mrr_at_5", "recall_at_5", "ndcg_at_10", "old_domain_mlm_loss"),
-    "cross_encoder": ("loss", "mrr_at_5", "ndcg_at_10"),
-    "graph_cl": ("contrastive_loss", "mrr_at_5", "recall_at_5"),
+    "declutr": ("contrastive_loss", "contrastive_accuracy", "mlm_loss", "mlm_accuracy", "perplexity"),
+    "biencoder": ("ranking_loss", "retrieval_accuracy", "retrieval_mrr", "retrieval_candidates"),
+    "cross_encoder": ("bce_loss", "accuracy", "pairwise_accuracy", "mrr"),
+    "graph_cl": tuple(f"{variant}_{m}" for variant in ("clgs", "cldr", "clner") for m in ("loss", "accuracy")),
+    "sts": ("spearman", "pearson"),
+    "classifier": ("loss", "accuracy"),
 }
 
 
