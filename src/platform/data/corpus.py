@@ -61,6 +61,15 @@ class DataReport:
     def bad_total(self) -> int:
         return sum(self.bad_rows.values())
 
+    def record_bad(self, row: BadRow, on_bad_row: str) -> None:
+        """Count a bad row and keep it as an example, or stop at it under on_bad_row=fail."""
+        if on_bad_row == "fail":
+            raise DataError(f"bad row (data.on_bad_row=fail): {row}")
+        key = reason_key(row.reason)
+        self.bad_rows[key] = self.bad_rows.get(key, 0) + 1
+        if len(self.bad_examples) < _MAX_BAD_EXAMPLES:
+            self.bad_examples.append(str(row))
+
     def metrics(self) -> dict[str, float]:
         out = {
             "data/rows_read": float(self.rows_read),

@@ -12,17 +12,15 @@ salted text hash of `lmplatform.data.corpus` with `data.validation_fraction`.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from lmplatform.config.schema import DataConfig
 from lmplatform.data.cleaning import clean_text
-from lmplatform.data.corpus import TRAIN, VALIDATION, DataReport, reason_key, split_of, text_hash
+from lmplatform.data.corpus import TRAIN, VALIDATION, DataReport, split_of, text_hash
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
 
 VALIDATION_NAMES = {"dev", "validation", "val", "valid"}
-_MAX_BAD_EXAMPLES = 20
 
 # Turns one row's fields into an example dict, or returns why the row is unusable.
 Extractor = Callable[[dict[str, Any]], Union[dict[str, Any], str]]
@@ -70,7 +68,6 @@ def read_labelled(cfg: DataConfig, extract: Extractor, split_field: Optional[str
     sources += [(p, VALIDATION) for p in expand_paths(cfg.validation_paths)]
     explicit = bool(cfg.validation_paths)
     data = LabelledData(files=[p for p, _ in sources])
-    bad: Counter[str] = Counter()
     fingerprint = hashlib.sha256()
     for path, fixed in sources:
         with open(path, "rb") as handle:
@@ -81,11 +78,7 @@ def read_labelled(cfg: DataConfig, extract: Extractor, split_field: Optional[str
             if isinstance(example, str):
                 example = BadRow(row.path, row.line, example)
             if isinstance(example, BadRow):
-                if cfg.on_bad_row == "fail":
-                    raise DataError(f"bad row (data.on_bad_row=fail): {example}")
-                bad[reason_key(example.reason)] += 1
-                if len(data.bad_examples) < _MAX_BAD_EXAMPLES:
-                    data.bad_examples.append(str(example))
+                data.record_bad(example, cfg.on_bad_row)
                 continue
             example["source"] = f"{path}:{row.line}"
             if fixed is not None:
@@ -103,7 +96,6 @@ def read_labelled(cfg: DataConfig, extract: Extractor, split_field: Optional[str
             (data.train if split == TRAIN else data.validation).append(example)
             if cfg.max_documents and len(data.train) >= cfg.max_documents and not explicit:
                 break
-    data.bad_rows = dict(bad)
     data.fingerprint = fingerprint.hexdigest()[:16]
     if not data.train:
         raise DataError(

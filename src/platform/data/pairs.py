@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from lmplatform.config.schema import DataConfig
 from lmplatform.data.cleaning import clean_text
-from lmplatform.data.corpus import _MAX_BAD_EXAMPLES, TRAIN, VALIDATION, DataReport, reason_key, split_of, text_hash
+from lmplatform.data.corpus import TRAIN, VALIDATION, DataReport, split_of, text_hash
 from lmplatform.data.readers import BadRow, DataError, Record, detect_format, expand_paths, read_rows
 
 
@@ -100,7 +99,6 @@ def read_pairs(cfg: DataConfig) -> PairSet:
     fixed = TRAIN if cfg.validation_paths else None
     sources = [(p, fixed) for p in expand_paths(cfg.train_paths)] + [(p, VALIDATION) for p in expand_paths(cfg.validation_paths)]
     report = DataReport(files=[p for p, _ in sources])
-    bad: Counter[str] = Counter()
     seen: set[int] = set()
     train: list[Pair] = []
     validation: list[Pair] = []
@@ -116,11 +114,7 @@ def read_pairs(cfg: DataConfig) -> PairSet:
             report.rows_read += 1
             pair = pair_from_row(row, cfg)
             if isinstance(pair, BadRow):
-                if cfg.on_bad_row == "fail":
-                    raise DataError(f"bad row (data.on_bad_row=fail): {pair}")
-                bad[reason_key(pair.reason)] += 1
-                if len(report.bad_examples) < _MAX_BAD_EXAMPLES:
-                    report.bad_examples.append(str(pair))
+                report.record_bad(pair, cfg.on_bad_row)
                 continue
             if cfg.dedup:
                 digest = text_hash(pair.query + "\x00" + pair.document)
@@ -135,7 +129,6 @@ def read_pairs(cfg: DataConfig) -> PairSet:
                 budget -= 1
             split = fixed_split or split_of(text_hash(pair.query), cfg.seed, cfg.validation_fraction)
             (train if split == TRAIN else validation).append(pair)
-    report.bad_rows = dict(bad)
     report.train_documents, report.validation_documents = len(train), len(validation)
     report.fingerprint = fingerprint.hexdigest()[:16]
     if not train:
