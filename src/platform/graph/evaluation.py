@@ -43,6 +43,10 @@ class RelationEvalConfig(Section):
     base_model: str = Field("default", description="Frozen encoder giving the graph node features (the one CLGS started from).")
     k_candidates: list[int] = Field([1, 3, 5, 7, 9, 15], min_length=1, description="k values tried on the validation split.")
     validation_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="Share of each fold's train set used to choose k.")
+    gold_entities: bool = Field(
+        False, description="RE-only evaluation: classify the candidate pairs of the gold entities instead of the KNN NER "
+        "output, so the score measures the relation space alone (NER is still scored and reported).",
+    )
     entity_pooling: Literal["last", "mean"] = "last"
     word_pooling: Literal["first", "mean"] = "first"
     negatives_per_sentence: int = Field(3, ge=1, description="Hard-negative graphs per sentence for CLGS accuracy.")
@@ -95,7 +99,11 @@ class _Encoders:
 
 def knn_extraction(cfg: RelationEvalConfig, encoders: _Encoders, ner_model: str, re_model: str,
                    train: list[Sentence], test: list[Sentence]) -> dict[str, float]:
-    """Choose k for NER and RE on a validation split of train, refit on all of train, score the test fold."""
+    """Choose k for NER and RE on a validation split of train, refit on all of train, score the test fold.
+
+    RE classifies the candidate pairs of the predicted entities (a pipeline), or of the gold entities when
+    `cfg.gold_entities` is set (RE-only evaluation of the relation space).
+    """
     fit_part, val_part = split_validation(train, cfg.validation_fraction, cfg.seed)
     max_k = max(cfg.k_candidates)
     extractor = KNNExtractor.fit(fit_part, encoders.words(ner_model, fit_part), encoders.words(re_model, fit_part), cfg.entity_pooling)
@@ -108,15 +116,18 @@ def knn_extraction(cfg: RelationEvalConfig, encoders: _Encoders, ner_model: str,
 
     k_ner, ner_curve = choose_k(ner_score, cfg.k_candidates)
 
+    def re_candidates(sentences: Sequence[Sentence], predicted: list) -> list:
+        return [s.entities for s in sentences] if cfg.gold_entities else predicted
+
     def re_score(k: int) -> float:
-        relations = extractor.predict_relations(val_part, val_re, entity_cache[k_ner], k, max_k)
+        relations = extractor.predict_relations(val_part, val_re, re_candidates(val_part, entity_cache[k_ner]), k, max_k)
         return score_extraction(val_part, entity_cache[k_ner], relations)["re_macro_f1"]
 
     k_re, re_curve = choose_k(re_score, cfg.k_candidates)
     final = KNNExtractor.fit(train, encoders.words(ner_model, train), encoders.words(re_model, train), cfg.entity_pooling)
     test_ner, test_re = encoders.words(ner_model, test), encoders.words(re_model, test)
     entities = final.predict_entities(test, test_ner, k_ner, max_k)
-    relations = final.predict_relations(test, test_re, entities, k_re, max_k)
+    relations = final.predict_relations(test, test_re, re_candidates(test, entities), k_re, max_k)
     scores = score_extraction(test, entities, relations)
     return {**scores, "k_ner": float(k_ner), "k_re": float(k_re),
             "val_ner_macro_f1": ner_curve[k_ner], "val_re_macro_f1": re_curve[k_re]}
