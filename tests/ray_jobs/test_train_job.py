@@ -34,6 +34,20 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _wait_for_job_agent(url: str, deadline: float) -> None:
+    """The dashboard answers before the head's job agent does; submit a no-op job until one is accepted."""
+    from ray.job_submission import JobSubmissionClient
+
+    while True:
+        try:
+            JobSubmissionClient(url).submit_job(entrypoint="true")
+            return
+        except RuntimeError as exc:
+            if "No available agent" not in str(exc) or time.time() > deadline:
+                raise
+            time.sleep(2)
+
+
 @pytest.fixture(scope="module")
 def head_node() -> Iterator[str]:
     """A `ray start --head --block` we own: stopping it stops only its own processes."""
@@ -43,6 +57,8 @@ def head_node() -> Iterator[str]:
     process = subprocess.Popen(
         [RAY, "start", "--head", "--block", f"--port={_free_port()}", "--node-ip-address=127.0.0.1",
          "--num-cpus=2", "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+         # The job agent's HTTP port defaults to 52365, which another Ray on the machine may hold.
+         f"--dashboard-agent-listen-port={_free_port()}",
          f"--temp-dir={temp_dir}", "--disable-usage-stats"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
@@ -57,6 +73,7 @@ def head_node() -> Iterator[str]:
                 os.killpg(process.pid, signal.SIGKILL)
                 pytest.fail("the Ray head node did not start")
             time.sleep(1)
+    _wait_for_job_agent(url, deadline)
     try:
         yield url
     finally:
