@@ -1,7 +1,7 @@
 """MLM training throughput: one node with 2 CPUs against two nodes with 1 CPU each, on this machine.
 
 Both layouts run the same job (the real entry point, ray_jobs/train.py, as a driver joined to
-a LocalCluster): 2 Ray Train workers x 1 CPU, the same data, model and steps.
+a LocalCluster, every node on 127.0.0.1): 2 Ray Train workers x 1 CPU, the same data, model and steps.
   A. 1 node x 2 CPUs (head only);
   B. 2 nodes x 1 CPU (a head with 0 CPUs + 2 worker nodes, STRICT_SPREAD).
 Reported: tokens/s of each (median of the logged windows after the first) and B/A.

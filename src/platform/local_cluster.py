@@ -19,6 +19,7 @@ kills every Ray process of every user on the machine.
 
 Drivers do not connect from the starting process: they run as subprocesses with
 `driver_env()` (RAY_ADDRESS set), exactly like a job submitted to a real cluster.
+Debugging: LMP_KEEP_CLUSTER_DIR=1 keeps the temp dir (Ray's logs, host.log) after stop().
 """
 from __future__ import annotations
 
