@@ -1,7 +1,7 @@
 """MLM training throughput: one node with 2 CPUs against two nodes with 1 CPU each, on this machine.
 
 Both layouts run the same job (the real entry point, ray_jobs/train.py, as a driver joined to
-a LocalCluster): 2 Ray Train workers x 1 CPU, the same data, model and steps.
+a LocalCluster, every node on 127.0.0.1): 2 Ray Train workers x 1 CPU, the same data, model and steps.
   A. 1 node x 2 CPUs (head only);
   B. 2 nodes x 1 CPU (a head with 0 CPUs + 2 worker nodes, STRICT_SPREAD).
 Reported: tokens/s of each (median of the logged windows after the first) and B/A.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def job_config(args: argparse.Namespace, work: Path, strategy: str) -> Path:
 def run_layout(args: argparse.Namespace, name: str, head_cpus: int, worker_nodes: int, strategy: str) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
-    work = Path(tempfile.mkdtemp(prefix=f"lmp-bench-{name}-"))
+    work = Path(tempfile.mkdtemp(prefix=f"lmp-cluster-bench-{strategy.lower()}-"))
     started = time.perf_counter()
     with LocalCluster(head_cpus=head_cpus) as cluster:
         for i in range(worker_nodes):
@@ -75,6 +76,7 @@ def run_layout(args: argparse.Namespace, name: str, head_cpus: int, worker_nodes
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     speeds = [m.value for m in sorted(client.get_metric_history(result["mlflow_run_id"], "tokens_per_s"),
                                       key=lambda m: m.step)]
+    shutil.rmtree(work, ignore_errors=True)
     steady = speeds[1:] or speeds  # the first window includes start-up and the first batches
     row = {
         "layout": name, "nodes_with_workers": nodes, "cluster_start_s": round(up, 1),

@@ -1,22 +1,29 @@
-"""A real multi-node Ray cluster on one machine: a head plus worker nodes.
+"""A real multi-node Ray cluster on one machine, all on 127.0.0.1: a head plus worker nodes.
 
-Each node is a `ray start --block` process in its own process group, so a node can be
-killed by PID (a node failure) and the whole cluster stopped without touching any other
-Ray on the machine. Never use `ray stop` here: it kills every Ray process of every user.
+The nodes are made by `ray.cluster_utils.Cluster` (a head and extra raylets, each its own
+Ray node with its own resources, object store and node id) inside a separate "cluster host"
+process: `python -m lmplatform.local_cluster serve ...`. Why a separate process: a process
+can be the driver of one cluster only, and the process that starts the nodes (pytest, a
+benchmark) may already hold another Ray. Why not `ray start --address`: in Ray 2.60 it
+refuses to add a node with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, and with 1 it rewrites
+127.0.0.1 to the machine's network address. `cluster_utils` does not have that check, so
+every process (nodes, drivers, workers) runs with 0 and Ray stays on loopback.
 
-Used by the multi-node tests (tests/cluster/) and by bench/cluster_throughput.py.
-Address: Ray 2.60 does not let nodes join over loopback. With
-RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (how single-node Ray is kept on 127.0.0.1 elsewhere
-in this project) `ray start --address` refuses to join; with it at 1 (Ray's default on
-Linux) every "127.0.0.1" is rewritten to the machine's own address. So the nodes, and
-every driver that joins them, run with 1 and use the machine's address (`node_ip()`),
-consistently. The dashboard alone stays on 127.0.0.1.
+The host writes the cluster's address, dashboard URL and each node's process ids to a JSON
+state file, then serves requests (add / restart a node) passed as small JSON files in its
+control folder. A node failure is simulated from outside by SIGKILL of the node's raylet and
+every process under it (its agents and workers). `stop()` ends the host, which tears the
+nodes down, then kills anything still naming the cluster's private temp dir. The host also
+tears the cluster down if the process that started it dies. Never `ray stop` here: it
+kills every Ray process of every user on the machine.
 
-Drivers do not connect from this process: they run as subprocesses with `driver_env()`
-(RAY_ADDRESS set), exactly like a job submitted to a real cluster.
+Drivers do not connect from the starting process: they run as subprocesses with
+`driver_env()` (RAY_ADDRESS set), exactly like a job submitted to a real cluster.
+Debugging: LMP_KEEP_CLUSTER_DIR=1 keeps the temp dir (Ray's logs, host.log) after stop().
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -34,63 +41,42 @@ from typing import Any, Optional
 from lmplatform.runtime import RUNTIME_ENV_DEFAULTS
 
 LOOPBACK = "127.0.0.1"
-MULTI_NODE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_AUTH_MODE": "disabled"}
 # The object store is memory-mapped up front; the default (30% of RAM per node) is far
 # more than toy jobs need on a shared machine. 75 MB is Ray's minimum.
 DEFAULT_OBJECT_STORE_BYTES = 120 * 1024 * 1024
-PROCESS_GROUPS_FILE = "process-groups.txt"
-
-# Runs beside the cluster and kills its process groups if the process that started the
-# cluster dies without stopping it (a killed pytest, a Ctrl-C at the wrong moment), so a
-# crashed test session never leaves Ray nodes behind. It exits once stop() removes the file.
-_WATCHDOG = """
-import os, signal, sys, time
-owner, groups = int(sys.argv[1]), sys.argv[2]
-while os.path.exists(groups):
-    try:
-        os.kill(owner, 0)
-    except ProcessLookupError:
-        for line in open(groups).read().split():
-            try:
-                os.killpg(int(line), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        break
-    time.sleep(1)
-"""
-
-
-def node_ip() -> str:
-    """The address Ray itself picks for this machine in multi-node mode."""
-    from ray._private.services import node_ip_address_from_perspective
-
-    return str(node_ip_address_from_perspective(None))
+STATE_FILE = "cluster.json"
+CONTROL_DIR = "control"
 
 
 def free_port() -> int:
     with socket.socket() as sock:
-        sock.bind(("", 0))
+        sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
 
 
 @dataclass
 class LocalNode:
-    """One `ray start --block` process group."""
+    """One Ray node of the cluster, as reported by the cluster host."""
 
     name: str
     num_cpus: float
     resources: dict[str, float]
-    process: subprocess.Popen
-    log_path: Path
+    node_id: str
+    node_ip: str
+    raylet_pid: int
+    pids: list[int]  # every process the host started for this node (raylet first)
     is_head: bool = False
-    node_id: Optional[str] = None
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self.raylet_pid
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return _running(self.raylet_pid)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LocalNode":
+        return cls(**data)
 
 
 @dataclass
@@ -107,28 +93,33 @@ class LocalCluster:
     temp_dir: Optional[Path] = None
     start_timeout_s: float = 240.0
     nodes: dict[str, LocalNode] = field(default_factory=dict)
-    gcs_port: int = 0
-    host: str = ""
-    dashboard_port: int = 0
+    address: str = ""
+    dashboard_url: str = ""
     _owns_temp_dir: bool = False
-    _watchdog: Optional[subprocess.Popen] = None
-    _retired_ids: set = field(default_factory=set)  # ids of killed nodes the GCS may still list
+    _host: Optional[subprocess.Popen] = None
+    _retired: list = field(default_factory=list)  # nodes killed and replaced (their ids may still appear)
+    _requests: int = 0
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> "LocalCluster":
         if self.temp_dir is None:
             # Short: Ray's unix sockets live under it and paths are limited to 107 bytes.
             self.temp_dir = Path(tempfile.mkdtemp(prefix="lmp-rc-", dir="/tmp"))
-            self._owns_temp_dir = True
-        self.host = self.host or node_ip()
-        groups = self.temp_dir / PROCESS_GROUPS_FILE
-        groups.write_text("")
-        self._watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(groups)],
-                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-        self.gcs_port, self.dashboard_port = free_port(), free_port()
+            self._owns_temp_dir = os.environ.get("LMP_KEEP_CLUSTER_DIR") != "1"
+        (self.temp_dir / CONTROL_DIR).mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "lmplatform.local_cluster", "serve", "--temp-dir", str(self.temp_dir),
+                "--owner-pid", str(os.getpid()), "--head-cpus", str(self.head_cpus),
+                "--head-resources", json.dumps(self.head_resources),
+                "--object-store-bytes", str(self.object_store_bytes)]
+        # Own session: a Ctrl-C in the terminal running pytest does not reach the nodes directly.
+        with (self.temp_dir / "host.log").open("ab") as log:
+            self._host = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=_ray_env(), start_new_session=True)
         try:
-            self._launch("head", self.head_cpus, self.head_resources, head=True)
+            state = self._wait_for_file(self.temp_dir / STATE_FILE)
+            self.address, self.dashboard_url = state["address"], state["dashboard_url"]
+            head = LocalNode.from_dict(state["node"])
+            self.nodes[head.name] = head
             self.wait_for_nodes(1)
         except BaseException:
             self.stop()
@@ -140,7 +131,9 @@ class LocalCluster:
         """Start a worker node with the custom resource `{name: 1}` plus `resources`."""
         if name in self.nodes:
             raise ValueError(f"a node called {name!r} already exists")
-        node = self._launch(name, num_cpus, {name: 1, **(resources or {})}, head=False)
+        node = LocalNode.from_dict(self._request({"op": "add", "name": name, "num_cpus": num_cpus,
+                                                  "resources": {name: 1, **(resources or {})}}))
+        self.nodes[name] = node
         if wait:
             self.wait_for_nodes(len(self.alive_nodes()))
         return node
@@ -150,24 +143,42 @@ class LocalCluster:
         old = self.nodes[name]
         if old.alive():
             raise ValueError(f"node {name} is still running")
-        del self.nodes[name]
-        if old.node_id:
-            self._retired_ids.add(old.node_id)
-        extra = {k: v for k, v in old.resources.items() if k != name}
-        return self.add_node(name, old.num_cpus, extra)
+        node = LocalNode.from_dict(self._request({"op": "restart", "name": name}))
+        self._retired.append(old)
+        self.nodes[name] = node
+        self.wait_for_nodes(len(self.alive_nodes()))
+        return node
 
     def kill_node(self, name: str) -> int:
-        """SIGKILL a node's whole process group (raylet, agents, its workers): a node failure."""
+        """A node failure: SIGKILL the node's raylet and every process under it (agents, workers).
+
+        Returns the raylet's PID. The processes are collected before the raylet dies, since
+        its children are re-parented once it is gone.
+        """
         node = self.nodes[name]
-        _kill_group(node.process)
-        return node.pid
+        if node.is_head:
+            raise ValueError("killing the head ends the cluster; kill a worker node")
+        victims = [node.raylet_pid, *_descendants(node.raylet_pid), *node.pids]
+        for pid in dict.fromkeys(victims):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 10
+        while any(_running(pid) for pid in victims) and time.time() < deadline:
+            time.sleep(0.1)
+        return node.raylet_pid
 
     def stop(self) -> None:
-        """Kill every process this cluster started, head last, and check none is left."""
-        for node in sorted(self.nodes.values(), key=lambda n: n.is_head):
-            _kill_group(node.process)
-        leftovers = self.stray_processes()
-        for pid in leftovers:  # workers that left their node's process group
+        """End the cluster host (it shuts the nodes down), then kill anything of this cluster left."""
+        if self._host is not None and self._host.poll() is None:
+            self._host.send_signal(signal.SIGTERM)
+            try:
+                self._host.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._host.kill()
+                self._host.wait(timeout=10)
+        for pid in self.stray_processes():  # e.g. workers of a killed node that outlived it
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -175,13 +186,6 @@ class LocalCluster:
         deadline = time.time() + 10
         while self.stray_processes() and time.time() < deadline:
             time.sleep(0.2)
-        if self.temp_dir is not None:
-            (self.temp_dir / PROCESS_GROUPS_FILE).unlink(missing_ok=True)  # ends the watchdog
-        if self._watchdog is not None:
-            try:
-                self._watchdog.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._watchdog.kill()
         if self._owns_temp_dir and self.temp_dir is not None:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -192,16 +196,6 @@ class LocalCluster:
         self.stop()
 
     # ---- addresses ---------------------------------------------------------------
-    @property
-    def address(self) -> str:
-        """The GCS address drivers connect to (RAY_ADDRESS)."""
-        return f"{self.host}:{self.gcs_port}"
-
-    @property
-    def dashboard_url(self) -> str:
-        """The dashboard (State API and job submission)."""
-        return f"http://{LOOPBACK}:{self.dashboard_port}"
-
     def driver_env(self, **extra: str) -> dict[str, str]:
         """Environment for a driver subprocess that joins this cluster."""
         return {**_ray_env(), "RAY_ADDRESS": self.address, **extra}
@@ -210,7 +204,7 @@ class LocalCluster:
         return [n for n in self.nodes.values() if n.alive()]
 
     def node_by_id(self, node_id: str) -> LocalNode:
-        for node in self.nodes.values():
+        for node in [*self.nodes.values(), *self._retired]:
             if node.node_id == node_id:
                 return node
         raise KeyError(f"no node of this cluster has id {node_id}")
@@ -225,19 +219,14 @@ class LocalCluster:
         return self._state_api("actors", query)
 
     def wait_for_nodes(self, count: int) -> None:
-        """Wait until `count` nodes are ALIVE and every started node is matched to its node id."""
+        """Wait until the State API lists `count` ALIVE nodes, including every node started here."""
         deadline = time.time() + self.start_timeout_s
         last_error: Optional[BaseException] = None
         while time.time() < deadline:
-            for node in self.nodes.values():
-                if not node.alive() and node.node_id is None:
-                    raise RuntimeError(f"ray node {node.name} exited during start-up; log: {node.log_path}\n"
-                                       + node.log_path.read_text(errors="replace")[-3000:])
+            self._check_host()
             try:
-                alive = [n for n in self.state_nodes()
-                         if n.get("state") == "ALIVE" and n["node_id"] not in self._retired_ids]
-                self._match_node_ids(alive)
-                if len(alive) >= count and all(n.node_id for n in self.alive_nodes()):
+                alive = {n["node_id"] for n in self.state_nodes() if n.get("state") == "ALIVE"}
+                if len(alive) >= count and all(n.node_id in alive for n in self.alive_nodes()):
                     return
             except OSError as error:  # dashboard not up yet
                 last_error = error
@@ -245,68 +234,11 @@ class LocalCluster:
         raise TimeoutError(f"{count} Ray node(s) not alive after {self.start_timeout_s:.0f} s "
                            f"(temp dir {self.temp_dir}; last error: {last_error})")
 
-    # ---- internals -----------------------------------------------------------------
-    def _launch(self, name: str, num_cpus: float, resources: dict[str, float], head: bool) -> LocalNode:
-        assert self.temp_dir is not None
-        ray_cli = str(Path(sys.executable).with_name("ray"))
-        args = [
-            ray_cli, "start", "--block", "--disable-usage-stats",
-            f"--node-ip-address={self.host}",
-            f"--num-cpus={num_cpus}", "--num-gpus=0",
-            f"--resources={json.dumps(resources)}",
-            f"--object-store-memory={self.object_store_bytes}",
-            # Several nodes share this machine: every per-node port must differ.
-            f"--node-manager-port={free_port()}",
-            f"--object-manager-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-        ]
-        if head:
-            args += [
-                "--head", f"--port={self.gcs_port}", f"--temp-dir={self.temp_dir}",
-                "--include-dashboard=true", f"--dashboard-host={LOOPBACK}", f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={free_port()}",
-            ]
-        else:
-            args += [f"--address={self.address}"]
-        log_path = self.temp_dir / f"node-{name}.log"
-        with log_path.open("wb") as log:
-            # Own session and process group: killing the group is a node failure, and a
-            # Ctrl-C in the terminal running pytest does not reach the nodes directly.
-            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=_ray_env(),
-                                       start_new_session=True)
-        with (self.temp_dir / PROCESS_GROUPS_FILE).open("a") as groups:
-            groups.write(f"{process.pid}\n")
-        node = LocalNode(name, num_cpus, resources, process, log_path, is_head=head)
-        self.nodes[name] = node
-        return node
-
-    def _match_node_ids(self, alive: list[dict[str, Any]]) -> None:
-        for state in alive:
-            if state["node_id"] in self._retired_ids:
-                continue
-            total = state.get("resources_total") or {}
-            for node in self.nodes.values():
-                if node.node_id:
-                    continue
-                if node.is_head and state.get("is_head_node"):
-                    node.node_id = state["node_id"]
-                elif not node.is_head and total.get(node.name) == 1:
-                    node.node_id = state["node_id"]
-
-    def _state_api(self, resource: str, query: str = "") -> list[dict[str, Any]]:
-        url = f"{self.dashboard_url}/api/v0/{resource}?limit=10000&detail=true" + (f"&{query}" if query else "")
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (loopback only)
-            body = json.load(response)
-        return list(body["data"]["result"]["result"])
-
     def stray_processes(self) -> list[int]:
         """PIDs of processes whose command line names this cluster's (unique) temp dir."""
         if self.temp_dir is None:
             return []
-        markers = (str(self.temp_dir).encode(),)
+        marker = str(self.temp_dir).encode()
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -315,28 +247,180 @@ class LocalCluster:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if any(marker in cmdline for marker in markers):
+            if marker in cmdline and _running(int(entry.name)):
                 found.append(int(entry.name))
         return found
+
+    # ---- internals -----------------------------------------------------------------
+    def _request(self, body: dict[str, Any]) -> dict[str, Any]:
+        assert self.temp_dir is not None
+        self._requests += 1
+        control = self.temp_dir / CONTROL_DIR
+        _write_json(control / f"request-{self._requests:04d}.json", body)
+        reply = self._wait_for_file(control / f"reply-{self._requests:04d}.json")
+        if "error" in reply:
+            raise RuntimeError(f"cluster host could not {body['op']} node {body.get('name')}: {reply['error']}")
+        return dict(reply["node"])
+
+    def _wait_for_file(self, path: Path) -> dict[str, Any]:
+        deadline = time.time() + self.start_timeout_s
+        while time.time() < deadline:
+            if path.exists():
+                return dict(json.loads(path.read_text()))
+            self._check_host()
+            time.sleep(0.2)
+        raise TimeoutError(f"cluster host did not write {path} in {self.start_timeout_s:.0f} s")
+
+    def _check_host(self) -> None:
+        if self._host is not None and self._host.poll() is not None:
+            assert self.temp_dir is not None
+            log = (self.temp_dir / "host.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the cluster host exited ({self._host.returncode}); log:\n{log}")
+
+    def _state_api(self, resource: str, query: str = "") -> list[dict[str, Any]]:
+        url = f"{self.dashboard_url}/api/v0/{resource}?limit=10000&detail=true" + (f"&{query}" if query else "")
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (loopback only)
+            body = json.load(response)
+        return list(body["data"]["result"]["result"])
 
 
 def _ray_env() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     # Every process must have these (see runtime.py): loopback ports and no token auth.
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is forced to 0: at 1 Ray leaves loopback.
     env.update({k: os.environ.get(k, v) for k, v in RUNTIME_ENV_DEFAULTS.items()})
-    env.update(MULTI_NODE_ENV)  # every process of the cluster and its drivers alike
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     # A raylet joining a busy head may take longer than the default 30 s to register
     # ("GCS cannot find the node ..."), which kills the new node; seen at load 50+ on 2 cores.
     env.setdefault("RAY_raylet_start_wait_time_s", "180")
     return env
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def _running(pid: int) -> bool:
+    """True if the process exists and is not a zombie (a killed child not yet reaped)."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _write_json(path: Path, body: dict[str, Any]) -> None:
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(body))
+    partial.rename(path)  # atomic: the reader never sees half a file
+
+
+# ---- the cluster host (runs in its own process) ------------------------------------------
+def _node_info(node: Any, name: str, num_cpus: float, resources: dict[str, float], head: bool) -> dict[str, Any]:
+    raylet = node.all_processes["raylet"][0].process.pid
+    pids = [raylet] + [info.process.pid for kind, infos in node.all_processes.items() if kind != "raylet"
+                       for info in infos]
+    return {"name": name, "num_cpus": num_cpus, "resources": resources, "node_id": node.node_id,
+            "node_ip": node.node_ip_address, "raylet_pid": raylet, "pids": pids if not head else [raylet],
+            "is_head": head}
+
+
+def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict[str, float],
+          object_store_bytes: int) -> None:
+    """Build the cluster, publish its state, then serve add/restart requests until told to stop."""
+    import ray._private.utils
+    from ray.cluster_utils import Cluster
+
+    # Cluster() records its address in /tmp/ray/ray_current_cluster, which `ray.init("auto")`
+    # of every other user on this machine would then follow. Not ours to write.
+    ray._private.utils.write_ray_address = lambda *args, **kwargs: None
+    stopping = False
+
+    def request_stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    dashboard_port = free_port()
+    common = {"object_store_memory": object_store_bytes, "node_ip_address": LOOPBACK}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **common, "num_cpus": head_cpus, "resources": head_resources, "temp_dir": str(temp_dir),
+        "include_dashboard": True, "dashboard_host": LOOPBACK, "dashboard_port": dashboard_port})
+    # Ray's own SIGTERM handler would exit mid-request; stop between requests instead.
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    nodes: dict[str, tuple[Any, dict[str, Any]]] = {}
+
+    def add(name: str, num_cpus: float, resources: dict[str, float]) -> dict[str, Any]:
+        cpus = int(num_cpus) if float(num_cpus).is_integer() else num_cpus
+        node = cluster.add_node(wait=False, **common, num_cpus=cpus, resources=resources)
+        info = _node_info(node, name, num_cpus, resources, head=False)
+        nodes[name] = (node, info)
+        return info
+
+    head = _node_info(cluster.head_node, "head", head_cpus, head_resources, head=True)
+    _write_json(temp_dir / STATE_FILE, {"address": cluster.address, "dashboard_url": f"http://{LOOPBACK}:{dashboard_port}",
+                                        "node": head})
+    control = temp_dir / CONTROL_DIR
     try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
+        while not stopping:
+            try:
+                os.kill(owner_pid, 0)
+            except ProcessLookupError:
+                break  # the process that started us died without stopping us
+            for request in sorted(control.glob("request-*.json")):
+                body = json.loads(request.read_text())
+                reply = control / request.name.replace("request-", "reply-")
+                try:
+                    if body["op"] == "add":
+                        info = add(body["name"], body["num_cpus"], body["resources"])
+                    elif body["op"] == "restart":
+                        old, old_info = nodes.pop(body["name"])
+                        cluster.remove_node(old, allow_graceful=False)  # reaps what the kill left
+                        info = add(body["name"], old_info["num_cpus"], old_info["resources"])
+                    else:
+                        raise ValueError(f"unknown op {body['op']!r}")
+                    _write_json(reply, {"node": info})
+                except Exception as error:  # noqa: BLE001 (reported to the caller)
+                    _write_json(reply, {"error": f"{type(error).__name__}: {error}"})
+                request.unlink()
+            time.sleep(0.2)
+    finally:
+        for node, _ in nodes.values():
+            try:
+                cluster.remove_node(node, allow_graceful=False)
+            except Exception:  # noqa: BLE001 (already dead; keep tearing down)
+                pass
+        cluster.shutdown()
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lmplatform.local_cluster",
+                                     description="Host a multi-node Ray cluster on 127.0.0.1 (used by LocalCluster).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    host = sub.add_parser("serve", help="build the cluster, write its state file, serve node requests")
+    host.add_argument("--temp-dir", type=Path, required=True)
+    host.add_argument("--owner-pid", type=int, required=True)
+    host.add_argument("--head-cpus", type=float, default=1)
+    host.add_argument("--head-resources", type=json.loads, default={})
+    host.add_argument("--object-store-bytes", type=int, default=DEFAULT_OBJECT_STORE_BYTES)
+    args = parser.parse_args(argv)
+    head_cpus = int(args.head_cpus) if float(args.head_cpus).is_integer() else args.head_cpus
+    serve(args.temp_dir, args.owner_pid, head_cpus, args.head_resources, args.object_store_bytes)
+
+
+if __name__ == "__main__":
+    main()
