@@ -82,7 +82,20 @@ def head_node() -> Iterator[str]:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
+        _kill_leftovers(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _kill_leftovers(temp_dir: str) -> None:
+    """Ray daemons can outlive `ray start --block`; every process of ours names our temp dir."""
+    import psutil
+
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if any(temp_dir in part for part in proc.info["cmdline"] or ()):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
 
 
 def test_train_job_runs_through_ray_job_submit(head_node: str, tiny_bert: Path, corpus_file: Path, tmp_path: Path) -> None:
