@@ -36,6 +36,11 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/train_throughput.py
+	$(BIN)/python bench/encode_throughput.py
+	$(BIN)/python bench/index_search.py
+	$(BIN)/python bench/quality.py
+	$(BIN)/python bench/quality_sts_cls.py
+	$(BIN)/python bench/tune_overhead.py
 	$(BIN)/python bench/cluster_throughput.py
 
 docs: $(STAMP)
