@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("MLFLOW_TRACKING_URI", None)
+# Like an activated venv: Ray workers and `ray job submit` entrypoints that call `python`
+# must get the interpreter lmplatform is installed in.
+os.environ["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
 
 import lmplatform  # noqa: E402,F401  (applies the remaining runtime defaults)
 
@@ -85,10 +89,16 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     """One local Ray for the whole session (start-up costs seconds)."""
     import ray
 
-    from lmplatform.ray_runtime import quiet_ray_data
+    from lmplatform.ray_runtime import ensure_ray
 
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1")
-    quiet_ray_data()
+    ensure_ray(num_cpus=2)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_dashboard_url(ray_session) -> str:  # noqa: ANN001
+    """The session Ray's dashboard, where `ray job submit` and the State API connect."""
+    from ray._private.worker import global_worker
+
+    return f"http://{global_worker.node.address_info['webui_url']}"

@@ -40,5 +40,20 @@ def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) ->
         include_dashboard=True,
         dashboard_host="127.0.0.1",
         logging_level=logging.WARNING,
-        runtime_env={"env_vars": worker_env_vars()},
+        runtime_env={"env_vars": worker_env_vars(),
+                     "worker_process_setup_hook": "lmplatform.ray_runtime.pin_ray_address"},
     )
+
+
+def pin_ray_address() -> None:
+    """Point a worker's own address lookups at the cluster it belongs to.
+
+    Ray Train's controller actors query the State API with no address, which resolves
+    "auto" by scanning the machine for GCS processes; with a second Ray on the same host
+    (another user's, a test cluster) that raises "Found multiple active Ray instances"
+    in their monitor threads and a later Train run can stall. Runs in every worker of
+    an embedded local Ray (`worker_process_setup_hook`).
+    """
+    import ray
+
+    os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)

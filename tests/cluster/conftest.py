@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_NODES = ("node_a", "node_b")
 
 
-@pytest.fixture(scope="session")
+# Package scope: torn down before the rest of the suite, so no test outside tests/cluster
+# ever sees two Ray instances on this machine.
+@pytest.fixture(scope="package")
 def local_cluster() -> Iterator[LocalCluster]:
     """Head (1 CPU: the driver's Train controller, data pre-flight) + node_a + node_b (1 CPU each).
 
