@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
+from typing import Callable, Optional
 
 import pytest
 
@@ -91,9 +97,13 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
     from lmplatform.ray_runtime import ensure_ray
 
-    ensure_ray(num_cpus=2)
+    # Its own session folder (short: socket paths have a length limit), so no other Ray on
+    # this machine is ever mistaken for it.
+    temp_dir = tempfile.mkdtemp(prefix="lmpray-", dir="/tmp")
+    ensure_ray(num_cpus=2, temp_dir=temp_dir)
     yield ray
     ray.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -102,3 +112,35 @@ def ray_dashboard_url(ray_session) -> str:  # noqa: ANN001
     from ray._private.worker import global_worker
 
     return f"http://{global_worker.node.address_info['webui_url']}"
+
+
+class TrainWorkerKiller(threading.Thread):
+    """SIGKILLs one Ray Train worker of the run under test once `ready()` holds.
+
+    Workers already alive when the killer is made belong to an earlier test (Ray may not
+    have reaped them yet) and are never touched: killing one would leave the run under
+    test uninterrupted.
+    """
+
+    def __init__(self, gcs_address: str, ready: Callable[[], bool], timeout_s: float = 300) -> None:
+        super().__init__(daemon=True)
+        self.gcs_address, self.ready, self.timeout_s = gcs_address, ready, timeout_s
+        self.earlier = {actor.actor_id for actor in self._alive_workers()}
+        self.killed_pid: Optional[int] = None
+
+    def _alive_workers(self) -> list:
+        from ray.util.state import list_actors
+
+        alive = [("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")]
+        return list_actors(address=self.gcs_address, filters=alive)
+
+    def run(self) -> None:
+        deadline = time.time() + self.timeout_s  # a safety net against a hung run, not a timing assertion
+        while time.time() < deadline:
+            if self.ready():
+                for actor in self._alive_workers():
+                    if actor.pid and actor.actor_id not in self.earlier:
+                        os.kill(actor.pid, signal.SIGKILL)
+                        self.killed_pid = actor.pid
+                        return
+            time.sleep(0.1)

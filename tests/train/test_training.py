@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import os
-import signal
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from lmplatform.config import load_run_config
 from lmplatform.train.run import run_training
+from tests.conftest import TrainWorkerKiller
 
 pytestmark = pytest.mark.ray
 
@@ -98,39 +96,26 @@ def test_resume_of_unknown_run_is_a_clear_error(tiny_bert, corpus_file, mlflow_u
 
 def test_killed_worker_resumes_from_checkpoint(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     import ray
-    from ray.util.state import list_actors
+    from mlflow.tracking import MlflowClient
 
     storage = tmp_path / "runs"
-    cfg = _config(tiny_bert, corpus_file, mlflow_uri, storage, "optim.max_steps=600", "checkpoint.every_n_steps=25",
+    cfg = _config(tiny_bert, corpus_file, mlflow_uri, storage, "optim.max_steps=200", "checkpoint.every_n_steps=25",
                   "checkpoint.max_failures=2", "tracking.log_every_n_steps=25", "tracking.register_model=false")
-    killed: dict[str, int] = {}
-    gcs = ray.get_runtime_context().gcs_address
+    client = MlflowClient(mlflow_uri)
 
-    def kill_worker_after_first_checkpoint() -> None:
+    def first_checkpoint_committed() -> bool:
         # Reporting a checkpoint is synchronous, so once step 50 is logged the
         # step-25 checkpoint is committed and the kill lands between checkpoints.
-        from mlflow.tracking import MlflowClient
+        experiment = client.get_experiment_by_name("tests")
+        runs = client.search_runs(experiment.experiment_id) if experiment else []
+        return any(m.step >= 50 for r in runs for m in client.get_metric_history(r.info.run_id, "loss"))
 
-        client = MlflowClient(mlflow_uri)
-        deadline = time.time() + 300
-        while time.time() < deadline and not killed:
-            runs = client.search_runs(client.get_experiment_by_name("tests").experiment_id) if client.get_experiment_by_name("tests") else []
-            logged = [m.step for r in runs for m in client.get_metric_history(r.info.run_id, "loss")] if runs else []
-            if logged and max(logged) >= 50:
-                alive = [("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")]
-                for actor in list_actors(address=gcs, filters=alive):
-                    if actor.pid:
-                        os.kill(actor.pid, signal.SIGKILL)
-                        killed["pid"] = actor.pid
-                        return
-            time.sleep(0.2)
-
-    killer = threading.Thread(target=kill_worker_after_first_checkpoint, daemon=True)
+    killer = TrainWorkerKiller(ray.get_runtime_context().gcs_address, first_checkpoint_committed)
     killer.start()
     result = run_training(cfg)
     killer.join(timeout=5)
-    assert killed, "the worker was never killed"
-    assert result.metrics["step"] == 600
+    assert killer.killed_pid, "the worker was never killed"
+    assert result.metrics["step"] == 200
     resumed_from = _history(mlflow_uri, result.mlflow_run_id, "resumed_from_step")
     assert resumed_from, "the restarted worker did not resume from a checkpoint"
     step = resumed_from[0][1]

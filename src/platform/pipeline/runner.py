@@ -106,7 +106,7 @@ def _resolve_model(reference: str, state: PipelineState) -> str:
 
 
 def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent) -> None:  # noqa: ANN001
-    from lmplatform.train.run import run_training
+    from lmplatform.train.run import new_run_name, run_training
 
     record = state.stage(stage.name)
     init = _resolve_model(stage.init_from, state)
@@ -127,7 +127,10 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
         resume = _resumable_train_run(record, state, folder, stage.name, run_cfg.tracking.experiment)
         if resume:
             print(f"[lmp] {label}: continuing its Ray Train run {resume}", flush=True)
-        result = run_training(run_cfg, resume=resume, parent_run_id=state.parent_run_id,
+        # Recorded before training starts, so a stage killed at any point can be continued.
+        record.train_run = resume or new_run_name(run_cfg)
+        state.save(folder)
+        result = run_training(run_cfg, resume=resume, run_name=record.train_run, parent_run_id=state.parent_run_id,
                               extra_tags={PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name})
         record.train_run, record.mlflow_run_id = result.run_name, result.mlflow_run_id
         record.model_dir, record.model_artifact_uri = str(result.model_dir), result.model_artifact_uri
@@ -138,7 +141,6 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
         record.task_scores = _task_scores(cfg, record.model_dir, init, state)
     except BaseException as exc:
         record.status, record.error = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
-        record.train_run = record.train_run or _find_stage_train_run(state, stage.name, run_cfg.tracking.experiment)
         state.save(folder)
         raise
     record.status = FINISHED

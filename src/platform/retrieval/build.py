@@ -89,7 +89,11 @@ def encode_corpus_to_shards(
         if not Path(p).exists():
             raise FileNotFoundError(f"corpus not found: {p}")
     start = time.perf_counter()
-    dataset = ray.data.read_parquet(paths) if paths[0].endswith(".parquet") else ray.data.read_json(paths, lines=True)
+    # Reads take no CPU slot: they are short and I/O-bound, and the encoder actors may hold
+    # every CPU of the cluster (a reader waiting on a slot would then wait forever).
+    reader_args = {"ray_remote_args": {"num_cpus": 0}}
+    dataset = (ray.data.read_parquet(paths, **reader_args) if paths[0].endswith(".parquet")
+               else ray.data.read_json(paths, lines=True, **reader_args))
     missing = [f for f in [id_field] if f not in dataset.schema().names]
     if missing:
         raise ValueError(f"corpus has no {missing[0]!r} field; fields: {dataset.schema().names}")

@@ -66,8 +66,13 @@ def run_training(
     parent_run_id: Optional[str] = None,
     extra_tags: Optional[dict[str, str]] = None,
     callbacks: Optional[list[Any]] = None,
+    run_name: Optional[str] = None,
 ) -> TrainingResult:
-    """Run one training job end to end. Raises before any worker starts if config, model or data are bad."""
+    """Run one training job end to end. Raises before any worker starts if config, model or data are bad.
+
+    `run_name` names a new run (a caller that must record the name before training starts,
+    such as a pipeline stage, picks it with `new_run_name`); `resume` continues an existing one.
+    """
     from ray.train import CheckpointConfig, FailureConfig, RunConfig as RayRunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -96,7 +101,7 @@ def run_training(
     total_steps = total_optimizer_steps(cfg.optim, data.train_examples, cfg.scaling.num_workers)
 
     tracking_uri = resolve_tracking_uri(cfg.tracking.tracking_uri)
-    run_name = resume or new_run_name(cfg)
+    run_name = resume or run_name or new_run_name(cfg)
     mlflow_run_id = _find_tracked_run(tracking_uri, cfg.tracking.experiment, run_name) if resume else None
     if mlflow_run_id:
         tracker = TrackedRun(tracking_uri, mlflow_run_id)

@@ -325,22 +325,30 @@ def _best(loaded: LoadedSpace, rows: list[dict[str, Any]]) -> Optional[dict[str,
 
 
 def _child_runs(tracking_uri: str, parent_run_id: str) -> dict[str, Any]:
-    """Trial id -> its MLflow child run. Trials stopped by ASHA are killed mid-run: their runs are
-    closed here (KILLED, tagged lmp.stopped_by=scheduler) instead of staying RUNNING forever."""
+    """Trial id -> its MLflow child run; a trial restarted after a resume prefers its finished run."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     parent = client.get_run(parent_run_id)
     runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
-    for run in runs:
-        if run.info.status == "RUNNING":
-            client.set_tag(run.info.run_id, "lmp.stopped_by", "scheduler")
-            client.set_terminated(run.info.run_id, status="KILLED")
-    # A trial restarted after a resume has an earlier, killed run too: prefer the finished one.
     by_trial: dict[str, Any] = {}
     for run in sorted(runs, key=lambda r: (r.info.status == "FINISHED", r.info.start_time)):
         by_trial[run.data.tags.get(TRIAL_TAG, "")] = run
+    chosen = {run.info.run_id for run in by_trial.values()}
+    for run in runs:  # a run cut off by an interrupted study, whose trial was rerun on resume
+        if run.info.status == "RUNNING" and run.info.run_id not in chosen:
+            client.set_terminated(run.info.run_id, status="KILLED")
     return by_trial
+
+
+def _close_stopped_run(tracking_uri: str, run: Any) -> None:
+    """A trial the scheduler stopped is killed mid-run: its run would stay RUNNING (or read FAILED,
+    if the stop surfaced as an error in the trial) though nothing went wrong; say what happened."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    client.set_tag(run.info.run_id, "lmp.stopped_by", "scheduler")
+    client.set_terminated(run.info.run_id, status="KILLED")
 
 
 def summarize_study(
@@ -355,10 +363,15 @@ def summarize_study(
     children = _child_runs(tracking_uri, parent_run_id)
     for row in rows:
         child = children.get(row["trial_id"])
-        row["completed"] = bool(row["mlflow_run_id"])  # the trial's own last report carries it
+        # The trial's own last report carries its run id. A trial the scheduler stopped after its
+        # training run had already closed cleanly (a race with the final report) still completed.
+        finished_run = child is not None and child.info.status == "FINISHED"
+        row["completed"] = bool(row["mlflow_run_id"]) or finished_run
         row["mlflow_run_id"] = row["mlflow_run_id"] or (child.info.run_id if child else None)
         if not row["completed"] and row["status"] == "TERMINATED":
             row["status"] = "STOPPED"
+            if child is not None:
+                _close_stopped_run(tracking_uri, child)
     best = _best(loaded, rows)
     out = StudyResult(study_name, experiment_path, parent_run_id, tracking_uri,
                       best["trial_id"] if best else None, best["params"] if best else {},

@@ -1,0 +1,39 @@
+"""Ray Data encoding into parquet shards, then a FAISS index from the shards."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmplatform.models.encoder import Encoder
+from lmplatform.retrieval.build import build_index_from_shards, encode_corpus_to_shards, iter_shards
+from lmplatform.retrieval.index import VectorIndex
+
+pytestmark = pytest.mark.ray
+
+
+def test_ray_encoding_round_trips_ids_and_matches_in_process_encode(ray_session, tiny_bert: Path, tmp_path: Path) -> None:
+    import json
+
+    from tests.conftest import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=90)
+    rows = [json.loads(line) for line in corpus.read_text().splitlines()]
+    stats = encode_corpus_to_shards(corpus, tmp_path / "shards", model=str(tiny_bert), text_fields=["text"],
+                                    actors=2, cpus_per_actor=0.5, batch_size=16, rows_per_task=25,
+                                    max_seq_length=32)
+    assert stats.rows == 90 and stats.shards >= 2
+    ids, vectors = zip(*iter_shards(tmp_path / "shards"))
+    ids = [i for chunk in ids for i in chunk]
+    vectors = np.concatenate(vectors)
+    assert sorted(ids) == sorted(r["id"] for r in rows) and len(set(ids)) == 90
+    expected = Encoder.from_pretrained(tiny_bert, max_seq_length=32).encode([r["text"] for r in rows])
+    by_id = dict(zip((r["id"] for r in rows), expected))
+    assert np.allclose(vectors, np.stack([by_id[i] for i in ids]), atol=1e-4)
+
+    index = build_index_from_shards(tmp_path / "shards", tmp_path / "index")
+    loaded = VectorIndex.load(tmp_path / "index")
+    assert len(loaded) == 90
+    top = loaded.search(by_id["d7"], k=1)[0][0]
+    assert top[0] == "d7" and top[1] == pytest.approx(1.0, abs=1e-4)
+    with pytest.raises(FileExistsError, match="already holds parquet shards"):
+        encode_corpus_to_shards(corpus, tmp_path / "shards", model=str(tiny_bert))

@@ -1,0 +1,172 @@
+"""Real studies: Ray Tune + Optuna over a tiny BERT's MLM runs, MLflow on sqlite, champion registration."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lmplatform.tune.tuner import run_study
+
+pytestmark = pytest.mark.ray
+
+
+def _write_space(folder: Path, tiny_bert: Path, corpus: Path, mlflow_uri: str, name: str, lr: tuple[float, float],
+                 samples: int) -> Path:
+    base = folder / f"{name}-base.yaml"
+    base.write_text(textwrap.dedent(f"""\
+        model: {{name_or_path: {tiny_bert}, max_seq_length: 32}}
+        data: {{train_paths: [{corpus}], validation_fraction: 0.2}}
+        objective: {{name: mlm, pseudo_perplexity_sentences: 0}}
+        optim: {{batch_size: 8, max_steps: 4, warmup_ratio: 0.0}}
+        scaling: {{num_workers: 1, cpus_per_worker: 0.5}}
+        checkpoint: {{every_n_steps: 100, storage_path: {folder / 'runs'}}}
+        tracking: {{tracking_uri: '{mlflow_uri}', experiment: tune-tests, registered_model: tiny-tuned,
+                   log_every_n_steps: 2, eval_every_n_steps: 2}}
+        """))
+    space = folder / f"{name}.yaml"
+    space.write_text(textwrap.dedent(f"""\
+        study: {name}
+        trial: train
+        requires: [mlm]
+        base_config: {base}
+        parameters:
+          optim.lr: {{distribution: loguniform, low: {lr[0]}, high: {lr[1]}}}
+        metric: val_mlm_loss
+        mode: min
+        num_samples: {samples}
+        max_concurrent: 2
+        scheduler: {{name: asha, grace_period: 2, reduction_factor: 2, max_t: 10}}
+        storage_path: {folder / 'tune'}
+        """))
+    return space
+
+
+def test_a_study_logs_child_runs_and_plots_and_registers_a_champion(
+    ray_session, tiny_bert, tmp_path, mlflow_uri  # noqa: ANN001
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from tests.conftest import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=80)
+    client = MlflowClient(mlflow_uri)
+
+    good = run_study(_write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "good", (3e-3, 1e-2), 4), verbose=0)
+    assert len(good.trials) == 4 and {t["status"] for t in good.trials} <= {"TERMINATED", "STOPPED"}
+    parent = client.get_run(good.parent_run_id)
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{good.parent_run_id}'")
+    assert len(children) == 4
+    assert {c.info.run_id for c in children} == {t["mlflow_run_id"] for t in good.trials}
+    stopped = {t["mlflow_run_id"] for t in good.trials if t["status"] == "STOPPED"}  # by ASHA, mid-run
+    assert all((c.info.status == "KILLED") == (c.info.run_id in stopped) for c in children)
+    assert all(c.info.status == "FINISHED" for c in children if c.info.run_id not in stopped)
+    for child in children:
+        assert "optim.lr" in child.data.params and child.data.tags["lmp.tune_trial"]
+    best_child = client.get_run(good.trials[[t["trial_id"] for t in good.trials].index(good.best_trial_id)]["mlflow_run_id"])
+    assert best_child.data.tags["lmp.checkpoint_path"] and "val_mlm_loss" in best_child.data.metrics
+    # intermediate validation results reached Tune (and ASHA): the initial eval, step 2, the final one, the driver's last
+    assert max(t["iterations"] for t in good.trials) >= 3
+    assert {p.name for p in good.plots} >= {"optimization_history.png", "parallel_coordinate.png"}
+    assert {a.path for a in client.list_artifacts(good.parent_run_id, "plots")} >= {"plots/optimization_history.png"}
+    decision = good.champion
+    assert decision is not None and decision.moved
+    champion = client.get_model_version_by_alias("tiny-tuned", "champion")
+    assert str(champion.version) == decision.version and champion.run_id == best_child.info.run_id
+    assert float(champion.tags["lmp.metric_value"]) == pytest.approx(good.best_metrics["val_mlm_loss"])
+
+
+
+def test_a_study_whose_best_is_worse_registers_but_does_not_move_the_champion(
+    ray_session, tiny_bert, tmp_path, mlflow_uri  # noqa: ANN001
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.data.corpus import scan_corpus
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+    from lmplatform.tune.champion import evaluation_fingerprint, register_and_maybe_promote
+    from lmplatform.tune.space import load_space
+    from tests.conftest import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=80)
+    space = _write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "worse", (1e-8, 2e-8), 1)
+    # The current champion: measured the same way on the same data, with a loss no 4-step run reaches.
+    cfg = load_space(space).trial_config({"optim.lr": 1e-3})
+    fingerprint = evaluation_fingerprint(cfg, scan_corpus(cfg.data, use_ray=False).report.fingerprint, "val_mlm_loss")
+    holder = TrackedRun.start(mlflow_uri, "tune-tests", "earlier-champion")
+    holder.log_artifacts(tiny_bert, "model")
+    held = register_and_maybe_promote(mlflow_uri, "tiny-tuned", holder.run_id, "model", "val_mlm_loss", "min", 5.0,
+                                      fingerprint, {"val_mlm_loss": 5.0})
+    assert held.moved
+
+    worse = run_study(space, verbose=0)
+    assert worse.best_metrics["val_mlm_loss"] > 5.0
+    assert worse.champion is not None and not worse.champion.moved and "does not beat" in worse.champion.reason
+    client = MlflowClient(mlflow_uri)
+    assert str(client.get_model_version_by_alias("tiny-tuned", "champion").version) == held.version
+    assert int(worse.champion.version) == int(held.version) + 1  # registered, just not champion
+    assert client.get_run(worse.parent_run_id).data.tags["lmp.champion_moved"] == "False"
+
+
+def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_session, tmp_path, mlflow_uri) -> None:  # noqa: ANN001
+    """Kill a study's driver process after two trials finished, then restore it in this process."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    space = Path(__file__).resolve().parents[2] / "tune_spaces/quadratic_smoke.yaml"
+    sets = [f"function_args.log_dir={log_dir}", "function_args.sleep_s=0.3", "num_samples=6", "max_concurrent=1",
+            "resources.cpu=0.25", f"storage_path={tmp_path / 'tune'}"]
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address,
+           "MLFLOW_TRACKING_URI": mlflow_uri, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
+    command = [sys.executable, "-m", "lmplatform.cli", "tune", "--space", str(space), *(f"--set={x}" for x in sets)]
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    study_dir = None
+    try:
+        deadline_polls = 0
+        while deadline_polls < 6000:  # a safety net against a hung driver, not a timing assertion
+            deadline_polls += 1
+            time.sleep(0.1)
+            states = sorted((tmp_path / "tune").glob("quadratic-smoke-*/experiment_state-*.json"))
+            if states:
+                study_dir = states[-1].parent
+                try:
+                    trials = json.loads(states[-1].read_text())["trial_data"]
+                except (json.JSONDecodeError, FileNotFoundError):
+                    continue  # caught between Tune's write and rename
+                if sum('TERMINATED' in meta for meta, _ in trials) >= 2:
+                    break
+            assert driver.poll() is None, "the study finished before it could be interrupted"
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert study_dir is not None
+    done_before = [json.loads(line) for line in (log_dir / "starts.log").read_text().splitlines()]
+    assert 2 <= len(done_before) < 6
+
+    os.environ["MLFLOW_TRACKING_URI"] = mlflow_uri
+    try:
+        resumed = run_study(space, sets, resume=study_dir.name, verbose=0)
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]
+    starts = [json.loads(line) for line in (log_dir / "starts.log").read_text().splitlines()]
+    finished_params = [(t["params"]["x"], t["params"]["y"]) for t in resumed.trials]
+    assert len(resumed.trials) == 6 and all(t["status"] == "TERMINATED" for t in resumed.trials)
+    # every finished trial kept its result; the two finished before the kill were not started again
+    for start in done_before[:2]:
+        assert sum(s == start for s in starts) == 1 and (start["x"], start["y"]) in finished_params
+    assert resumed.best_metrics["final_score"] == min(t["metrics"]["final_score"] for t in resumed.trials)
+    client = MlflowClient(mlflow_uri)
+    parent = client.get_run(resumed.parent_run_id)
+    assert parent.info.status == "FINISHED"
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{resumed.parent_run_id}' and attributes.status = 'FINISHED'")
+    assert len(children) == 6
