@@ -5,8 +5,8 @@ Parsing errors (non-JSON, wrong types, unknown or missing fields) are 400/422,
 limits are 413/422, a missing or wrong token is 401. Nothing a client sends
 reaches a model unless it passed these checks, so bad input cannot take a replica down.
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI reads these annotations in the replica,
+# from a pickled copy of the app, where string annotations cannot be resolved.
 import hmac
 import logging
 import time
@@ -16,6 +16,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 from ray import serve
 
 from lmplatform.serving.release import Release
@@ -36,6 +37,10 @@ api = FastAPI(
 )
 # Per-replica settings the middleware needs before a route (and its `self`) is reached.
 _GUARD: dict[str, Any] = {"token_sha256": None, "max_body_bytes": 1_000_000}
+
+
+def configure_guard(token_hash: Optional[str], max_body_bytes: int) -> None:
+    _GUARD.update(token_sha256=token_hash, max_body_bytes=max_body_bytes)
 
 
 def error_response(status: int, message: str, field: Optional[str] = None, details: Optional[list] = None,
@@ -64,12 +69,20 @@ async def guard(request: Request, call_next: Any) -> Any:
 async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
     details = []
     for error in exc.errors():
-        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+        loc = [str(p) for p in error.get("loc", ())]
+        loc = loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc
         details.append({"field": ".".join(loc) or "body", "message": error.get("msg", ""), "type": error.get("type", "")})
     if any(d["type"] == "json_invalid" for d in details):
         return error_response(400, "the request body is not valid JSON", "body", details)
     first = details[0] if details else {"field": "body", "message": "invalid request"}
     return error_response(422, f"{first['field']}: {first['message']}", first["field"], details)
+
+
+@api.exception_handler(HTTPException)
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    # FastAPI's own 400 for a body it cannot decode (e.g. not UTF-8), 404/405 for unknown routes.
+    field = "body" if exc.status_code == 400 else None
+    return error_response(exc.status_code, str(exc.detail), field, headers=getattr(exc, "headers", None))
 
 
 @api.exception_handler(RequestLimitError)
@@ -95,7 +108,11 @@ class ServeIngress:
                  limits: Optional[dict[str, Any]] = None, token_sha256: Optional[str] = None):
         self.embedder, self.index, self.classifier, self.reranker = embedder, index, classifier, reranker
         self.limits = ServeLimits.model_validate(limits or {})
-        _GUARD.update(token_sha256=token_sha256, max_body_bytes=self.limits.max_body_bytes)
+        # Imported here, not referenced as a global: Serve pickles this class by value, which
+        # would give it a private copy of _GUARD that the middleware never sees.
+        from lmplatform.serving.ingress import configure_guard
+
+        configure_guard(token_sha256, self.limits.max_body_bytes)
         self.active: Optional[Release] = None
         self.switched_at = ""
 
