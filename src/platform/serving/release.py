@@ -166,3 +166,24 @@ def load_index_and_store(release: Release, cache_dir: Optional[str] = None) -> t
     store = DocumentStore.load(documents)
     store.check_covers(index.ids, release.index_uri)
     return index, store, folder
+
+
+def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Optional[str] = None,
+                  artifact_path: str = "index") -> str:
+    """Log a built index folder as an artifact of a run (a run id, or the run of `models:/...`); returns the run id.
+
+    This is where `resolve_release` looks for a registered model's index.
+    """
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+    index_dir = Path(index_dir)
+    if not (index_dir / INDEX_FILE).is_file():
+        raise ReleaseError(f"{index_dir} is not a saved VectorIndex ({INDEX_FILE} is missing)")
+    if not (index_dir / DOCUMENTS_FILE).is_file():
+        raise ReleaseError(f"{index_dir} has no {DOCUMENTS_FILE}: the service could not show its hits")
+    uri = resolve_tracking_uri(tracking_uri)
+    run_id = _pin_registry_version(run_id_or_model, uri)[3] if run_id_or_model.startswith("models:/") else run_id_or_model
+    MlflowClient(uri).log_artifacts(run_id, str(index_dir), artifact_path)
+    return run_id
