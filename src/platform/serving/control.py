@@ -46,11 +46,19 @@ class ReloadResult:
 
 
 def application_config(settings: ServeSettings | dict[str, Any], name: str = DEFAULT_APP, route_prefix: str = "/",
-                       deployments: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
-    """One `applications:` entry of a Serve config for our builder."""
+                       deployments: Optional[list[dict[str, Any]]] = None,
+                       logging_config: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """One `applications:` entry of a Serve config for our builder.
+
+    logging_config: Serve's, e.g. {"log_level": "WARNING", "enable_access_log": false}; every
+    replica otherwise logs each call at INFO, which costs real CPU under load on a small machine.
+    """
     args = settings.model_dump(mode="json", exclude_none=True) if isinstance(settings, ServeSettings) else dict(settings)
-    return {"name": name, "route_prefix": route_prefix, "import_path": IMPORT_PATH, "args": args,
-            "deployments": copy.deepcopy(deployments or [])}
+    app = {"name": name, "route_prefix": route_prefix, "import_path": IMPORT_PATH, "args": args,
+           "deployments": copy.deepcopy(deployments or [])}
+    if logging_config:
+        app["logging_config"] = dict(logging_config)
+    return app
 
 
 def start(host: str = "127.0.0.1", port: int = 8000) -> None:
@@ -89,12 +97,12 @@ def deploy(app: dict[str, Any], timeout_s: float = 300.0, progress: Optional[Cal
     apps.append(app)
     _client().deploy_apps(ServeDeploySchema.model_validate({"applications": apps}))
     wait_running(app["name"], {d["name"]: d.get("user_config") for d in app.get("deployments", []) if "user_config" in d},
-                 timeout_s, progress)
+                 timeout_s, progress, args=app.get("args"))
 
 
 def wait_running(name: str, user_configs: dict[str, Any], timeout_s: float = 300.0,
-                 progress: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
-    """Until the app is RUNNING, every deployment HEALTHY and carrying the given user_configs."""
+                 progress: Optional[Callable[[str], None]] = None, args: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Until the app is RUNNING with `args`, every deployment HEALTHY and carrying the given user_configs."""
     deadline = time.monotonic() + timeout_s
     last = ""
     while True:
@@ -107,6 +115,8 @@ def wait_running(name: str, user_configs: dict[str, Any], timeout_s: float = 300
             deployments = app.get("deployments", {})
             applied = all(deployments.get(d, {}).get("deployment_config", {}).get("user_config") == cfg
                           for d, cfg in user_configs.items())
+            if args is not None:  # until the controller has taken this deploy, the status is the previous one's
+                applied = applied and (app.get("deployed_app_config") or {}).get("args") == args
             healthy = deployments and all(d["status"] == "HEALTHY" for d in deployments.values())
             if status == "RUNNING" and applied and healthy:
                 return app

@@ -74,7 +74,8 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
     deployments = [d for d in chosen.get("deployments") or []
                    if d.get("name") != "RerankerDeployment" or settings.reranker]
     http = raw.get("http_options") or {}
-    app = application_config(settings, chosen.get("name") or DEFAULT_APP, chosen.get("route_prefix", "/"), deployments)
+    app = application_config(settings, chosen.get("name") or DEFAULT_APP, chosen.get("route_prefix", "/"), deployments,
+                             chosen.get("logging_config"))
     return LaunchPlan(app["name"], host or http.get("host", "127.0.0.1"), int(port or http.get("port", 8000)),
                       settings, release, app)
 
