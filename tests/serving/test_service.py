@@ -274,6 +274,17 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
     assert info["classifier"] == "head"
     assert _ok(service.client.post("/v1/classify", json={"texts": [docs[0]["text"]]}))["method"] == "head"
     _healthy(service)
-    assert control.reload(APP).changed is False  # the alias has not moved again
-    status = control.status(APP)
+    from typer.testing import CliRunner
+
+    from lmplatform.cli import app as lmp
+
+    runner = CliRunner()
+    reloaded = runner.invoke(lmp, ["serve", "reload", "--name", APP])  # the alias has not moved again
+    assert reloaded.exit_code == 0 and "nothing to reload" in reloaded.output, reloaded.output
+    shown = runner.invoke(lmp, ["serve", "status", "--name", APP])
+    assert shown.exit_code == 0, shown.output
+    status = json.loads(shown.output)
     assert status["status"] == "RUNNING" and status["release"]["version"] == "2"
+    assert status["deployments"]["EmbedderDeployment"]["replicas"] == 1
+    missing = runner.invoke(lmp, ["serve", "status", "--name", "no-such-app"])
+    assert missing.exit_code == 2 and "no Serve application named 'no-such-app'" in missing.output
