@@ -283,7 +283,7 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
     assert reloaded.exit_code == 0 and "nothing to reload" in reloaded.output, reloaded.output
     shown = runner.invoke(lmp, ["serve", "status", "--name", APP])
     assert shown.exit_code == 0, shown.output
-    status = json.loads(shown.output)
+    status = json.loads(shown.stdout)
     assert status["status"] == "RUNNING" and status["release"]["version"] == "2"
     assert status["deployments"]["EmbedderDeployment"]["replicas"] == 1
     missing = runner.invoke(lmp, ["serve", "status", "--name", "no-such-app"])

@@ -41,7 +41,7 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
     models = model_user_config([release])
     embedder = EmbedderDeployment.options(user_config=models, **cpus).bind(
         settings.batching.model_dump(), settings.num_threads, settings.cache_dir)
-    index = IndexDeployment.options(user_config=models, **cpus).bind(settings.cache_dir)
+    index = IndexDeployment.options(user_config=models, **cpus).bind(settings.cache_dir, settings.batching.model_dump())
     classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(
         embedder, index, settings.knn_k, settings.cache_dir)
     reranker = None

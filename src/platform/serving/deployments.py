@@ -131,26 +131,61 @@ class _LoadedIndex:
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _queries_in(items: list[tuple[str, np.ndarray, int, int]]) -> int:
+    return sum(len(vectors) for _, vectors, _, _ in items)
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
 class IndexDeployment:
-    """The FAISS index and the document store. Loaded from files built ahead; never encodes."""
+    """The FAISS index and the document store. Loaded from files built ahead; never encodes.
 
-    def __init__(self, cache_dir: Optional[str] = None):
+    With batching on, concurrent searches share one FAISS call: a flat index then
+    scores all queries in one matrix product instead of one scan of the index each.
+    """
+
+    def __init__(self, cache_dir: Optional[str] = None, batching: Optional[dict[str, Any]] = None):
+        batching = batching or {}
+        self.batching = bool(batching.get("enabled", True))
+        self._search_batched.set_max_batch_size(int(batching.get("max_batch_size", 32)))
+        self._search_batched.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.005)))
         self.indexes: ReleaseSlots[_LoadedIndex] = ReleaseSlots(lambda r: _LoadedIndex(r, cache_dir), "index")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.indexes.reconfigure(user_config)
 
-    def search(self, release_id: str, vectors: np.ndarray, k: int, with_text: bool = True) -> list[list[dict[str, Any]]]:
+    async def search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int = -1) -> list[list[dict[str, Any]]]:
+        """Top-k hits per query row with title, label and text (cut to `text_chars` unless it is -1)."""
+        self.indexes.get(release_id)  # fail fast, before queueing in a batch
+        if not self.batching:
+            return self._search(release_id, np.asarray(vectors), k, text_chars)
+        return await self._search_batched((release_id, np.asarray(vectors), k, text_chars))
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005, batch_size_fn=_queries_in)
+    async def _search_batched(self, items: list[tuple[str, np.ndarray, int, int]]) -> list[list[list[dict[str, Any]]]]:
+        out: list[Any] = [None] * len(items)
+        by_release: dict[str, list[int]] = {}
+        for n, item in enumerate(items):
+            by_release.setdefault(item[0], []).append(n)
+        for release_id, members in by_release.items():
+            k = max(items[n][2] for n in members)
+            text_chars = -1 if any(items[n][3] < 0 for n in members) else max(items[n][3] for n in members)
+            rows = self._search(release_id, np.concatenate([items[n][1] for n in members]), k, text_chars)
+            start = 0
+            for n in members:
+                count = len(items[n][1])
+                out[n] = [hits[: items[n][2]] for hits in rows[start:start + count]]
+                start += count
+        return out
+
+    def _search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int) -> list[list[dict[str, Any]]]:
         loaded = self.indexes.get(release_id)
-        results = loaded.index.search(vectors, k)
         out = []
-        for hits in results:
+        for hits in loaded.index.search(vectors, k):
             rows = []
             for doc_id, score in hits:
                 doc = loaded.store[doc_id]
-                rows.append({"id": doc_id, "score": score, "title": doc.title, "text": doc.text if with_text else "",
-                             "label": doc.label})
+                text = doc.text if text_chars < 0 else doc.text[:text_chars]
+                rows.append({"id": doc_id, "score": score, "title": doc.title, "text": text, "label": doc.label})
             out.append(rows)
         return out
 

@@ -165,7 +165,9 @@ class ServeIngress:
         release = self._release()
         vectors = await self._call(self.embedder.embed.remote(release.id, [body.query]))
         depth = max(body.k, self.limits.rerank_candidates) if body.rerank else body.k
-        (hits,) = await self._call(self.index.search.remote(release.id, vectors, depth))
+        # Only the snippet travels back, unless the re-ranker needs the whole text.
+        text_chars = -1 if body.rerank else self.limits.snippet_chars + 1
+        (hits,) = await self._call(self.index.search.remote(release.id, vectors, depth, text_chars))
         if body.rerank and hits:
             documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in hits]
             scores = await self._call(self.reranker.score.remote(body.query, documents))
