@@ -70,7 +70,7 @@ def distinct_texts(data: Path) -> tuple[list[dict[str, str]], list[str]]:
     return docs, queries
 
 
-def build_index(model: str, docs_wanted: int, out: Path, batch_size: int) -> dict[str, Any]:
+def build_index(model: str, docs_wanted: int, out: Path, batch_size: int, data: Path = DATA) -> dict[str, Any]:
     """Index + document store of `docs_wanted` documents (distinct texts repeated with #r<n> ids)."""
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
@@ -78,7 +78,7 @@ def build_index(model: str, docs_wanted: int, out: Path, batch_size: int) -> dic
 
     if (out / "index.faiss").is_file() and (out / DOCUMENTS_FILE).is_file():
         return json.loads((out / "bench_build.json").read_text())
-    distinct, _ = distinct_texts(DATA)
+    distinct, _ = distinct_texts(data)
     distinct = distinct[:docs_wanted]
     out.mkdir(parents=True, exist_ok=True)
     cached = out / "distinct_vectors.npy"
@@ -171,6 +171,7 @@ def main() -> None:
     parser.add_argument("--encode-batch-size", type=int, default=64, help="Batch size when building the index.")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "bench" / "serve_load"))
     parser.add_argument("--name", default="serve_load", help="Result file bench/results/<name>.json.")
+    parser.add_argument("--data", default=str(DATA), help="The shared data folder (bug reports, STS-B).")
     args = parser.parse_args()
 
     from lmplatform.models.resolve import resolve_model_path
@@ -181,9 +182,9 @@ def main() -> None:
     model = str(resolve_model_path(args.model))
     key = hashlib.sha256(f"{model}|{args.docs}".encode()).hexdigest()[:10]
     index_dir = Path(args.work_dir) / f"index-{args.docs}-{key}"
-    build = build_index(model, args.docs, index_dir, args.encode_batch_size)
+    build = build_index(model, args.docs, index_dir, args.encode_batch_size, Path(args.data))
     print(f"index: {json.dumps(build)}", flush=True)
-    _, queries = distinct_texts(DATA)
+    _, queries = distinct_texts(Path(args.data))
     queries = queries[:max(args.requests, 200)]
     threads = max(1, int(args.embedder_cpus))
     baseline = in_process(model, index_dir, queries[:100], threads)

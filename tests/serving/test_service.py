@@ -61,6 +61,8 @@ def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFacto
                              alias="champion")
     v2_dir = write_classifier_model(tmp / "model-v2")
     v2 = register_with_index(tracking_uri, MODEL_NAME, v2_dir, write_index(v2_dir, documents, tmp / "index-v2"))
+    unlabelled = [{k: v for k, v in d.items() if k != "label"} for d in documents]
+    v3 = register_with_index(tracking_uri, MODEL_NAME, tiny_bert, write_index(tiny_bert, unlabelled, tmp / "index-v3"))
     settings = ServeSettings(
         model=f"models:/{MODEL_NAME}@champion", tracking_uri=tracking_uri, reranker=str(tiny_bert),
         cache_dir=str(tmp / "cache"), auth_token_sha256=token_sha256(TOKEN), num_threads=1,
@@ -75,7 +77,7 @@ def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFacto
     control.deploy(control.application_config(settings, name=APP, deployments=deployments), timeout_s=240)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     yield Service(f"http://127.0.0.1:{port}", client, tracking_uri, documents,
-                  {"1": v1.run_id, "2": v2.run_id}, tmp)
+                  {"1": v1.run_id, "2": v2.run_id, "3": v3.run_id}, tmp)
     client.close()
     serve.shutdown()  # frees the replicas' CPUs for later tests
 
@@ -288,3 +290,17 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
     assert status["deployments"]["EmbedderDeployment"]["replicas"] == 1
     missing = runner.invoke(lmp, ["serve", "status", "--name", "no-such-app"])
     assert missing.exit_code == 2 and "no Serve application named 'no-such-app'" in missing.output
+
+
+def test_a_model_without_head_or_labels_refuses_classification_but_still_searches(service: Service) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.serving import control
+
+    MlflowClient(service.tracking_uri).set_registered_model_alias(MODEL_NAME, "champion", "3")
+    assert control.reload(APP, timeout_s=180).current == f"{MODEL_NAME}/3"
+    info = _ok(service.client.get("/v1/model"))
+    assert (info["version"], info["dim"], info["classifier"]) == ("3", 32, "unavailable")
+    refused = service.client.post("/v1/classify", json={"texts": ["vpn tunnel down"]})
+    assert refused.status_code == 404 and "no labels" in refused.json()["error"], refused.text
+    _healthy(service)

@@ -147,7 +147,9 @@ class IndexDeployment:
         batching = batching or {}
         self.batching = bool(batching.get("enabled", True))
         self._search_batched.set_max_batch_size(int(batching.get("max_batch_size", 32)))
-        self._search_batched.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.005)))
+        # No waiting: a search takes milliseconds, and searches that queue while one runs
+        # still form the next batch (serve.batch takes whatever is queued).
+        self._search_batched.set_batch_wait_timeout_s(0.0)
         self.indexes: ReleaseSlots[_LoadedIndex] = ReleaseSlots(lambda r: _LoadedIndex(r, cache_dir), "index")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -160,7 +162,7 @@ class IndexDeployment:
             return self._search(release_id, np.asarray(vectors), k, text_chars)
         return await self._search_batched((release_id, np.asarray(vectors), k, text_chars))
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005, batch_size_fn=_queries_in)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_queries_in)
     async def _search_batched(self, items: list[tuple[str, np.ndarray, int, int]]) -> list[list[list[dict[str, Any]]]]:
         out: list[Any] = [None] * len(items)
         by_release: dict[str, list[int]] = {}

@@ -96,11 +96,33 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, f"internal error: {type(exc).__name__}")
 
 
-def _cause(exc: BaseException) -> BaseException:
-    """The replica-side exception inside a Ray task error."""
-    return getattr(exc, "cause", None) or exc
+def _find_cause(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> Optional[BaseException]:
+    """The first exception of `kinds` in a chain of Ray task errors (a call through two deployments nests two)."""
+    seen = 0
+    current: Optional[BaseException] = exc
+    while current is not None and seen < 8:
+        if isinstance(current, kinds):
+            return current
+        current, seen = getattr(current, "cause", None), seen + 1
+    return None
 
 
+class _Refused(Exception):
+    """A backend's refusal (404: cannot answer this kind of request; 503: release not loaded)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@api.exception_handler(_Refused)
+async def _refused(request: Request, exc: _Refused) -> JSONResponse:
+    headers = {"Retry-After": "1"} if exc.status == 503 else None
+    return error_response(exc.status, str(exc), headers=headers)
+
+
+# Everything the routes below use must be defined above them: serve.ingress pickles
+# the app (with the route functions and the globals they name) when the class is defined.
 @serve.deployment(ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=256)
 @serve.ingress(api)
 class ServeIngress:
@@ -132,11 +154,11 @@ class ServeIngress:
         try:
             return await call
         except Exception as exc:
-            cause = _cause(exc)
+            cause = _find_cause(exc, (NotAvailable, ReleaseNotLoaded))
             if isinstance(cause, NotAvailable):
-                raise _Refused(404, str(cause)) from exc
+                raise _Refused(404, str(cause).splitlines()[-1]) from exc
             if isinstance(cause, ReleaseNotLoaded):
-                raise _Refused(503, f"the model is being reloaded, retry: {cause}") from exc
+                raise _Refused(503, f"the model is being reloaded, retry: {str(cause).splitlines()[-1]}") from exc
             raise
 
     @api.get("/healthz", tags=["service"])
@@ -202,15 +224,3 @@ class ServeIngress:
         vectors = await self._call(self.embedder.embed.remote(release.id, [body.a, body.b]))
         cosine = float(np.clip(np.dot(vectors[0], vectors[1]), -1.0, 1.0))
         return SimilarityResponse(cosine=cosine, model_version=release.id)
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-@api.exception_handler(_Refused)
-async def _refused(request: Request, exc: _Refused) -> JSONResponse:
-    headers = {"Retry-After": "1"} if exc.status == 503 else None
-    return error_response(exc.status, str(exc), headers=headers)
