@@ -57,11 +57,16 @@ def run(
     except _errors() as exc:
         fail(str(exc))
         return
-    typer.echo(json.dumps({"app": plan.name, "url": plan.url, "docs": f"{plan.url}/docs", "release": plan.release.id}))
+    import ray
+
+    ray_address = ray.get_runtime_context().gcs_address  # for `lmp serve reload|status --address`
+    typer.echo(json.dumps({"app": plan.name, "url": plan.url, "docs": f"{plan.url}/docs", "release": plan.release.id,
+                           "ray_address": ray_address}))
     if detach:
         return
     stopping = {"now": False}
-    signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
+    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a background job starts with it ignored
+        signal.signal(signum, lambda *_: stopping.update(now=True))
     try:
         if watch_interval > 0:
             control.watch(plan.name, watch_interval, lambda: stopping["now"], lambda line: typer.echo(f"[lmp] {line}", err=True))

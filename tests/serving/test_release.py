@@ -8,7 +8,7 @@ import pytest
 
 from lmplatform.data.readers import DataError
 from lmplatform.serving.release import (
-    ReleaseError, alias_version, fetch, load_index_and_store, publish_index, resolve_release,
+    ReleaseError, alias_version, check_release, fetch, load_index_and_store, publish_index, resolve_release,
 )
 from lmplatform.serving.store import DOCUMENTS_FILE, DocumentStore, write_document_store
 
@@ -60,3 +60,14 @@ def test_write_document_store_joins_text_fields_and_keeps_labels(tmp_path: Path)
     assert write_document_store(corpus, tmp_path / "docs.jsonl", text_fields=["text", "extra"], label_field="component") == 1
     store = DocumentStore.load(tmp_path / "docs.jsonl")
     assert store["7"].title == "T" and store["7"].text == "body. more" and store.labels == ["db"]
+
+
+def test_check_release_refuses_an_index_built_with_another_model(tiny_bert: Path, tmp_path: Path) -> None:
+    from tests.conftest import write_tiny_bert
+    from tests.serving.servable import make_documents, write_index
+
+    index_dir = write_index(tiny_bert, make_documents(4), tmp_path / "index")
+    assert check_release(resolve_release(str(tiny_bert), index=str(index_dir))) == {"index_size": 4, "documents": 4, "dim": 32}
+    wider = write_tiny_bert(tmp_path / "wider", hidden=48)
+    with pytest.raises(ReleaseError, match="32-d vectors but .* makes 48-d"):
+        check_release(resolve_release(str(wider), index=str(index_dir)))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from lmplatform.serving.app import INGRESS, MODEL_DEPLOYMENTS, ingress_user_config, model_user_config
-from lmplatform.serving.release import Release, alias_version, resolve_release
+from lmplatform.serving.release import Release, alias_version, check_release, resolve_release
 from lmplatform.serving.settings import ServeSettings, parse_settings
 
 IMPORT_PATH = "lmplatform.serving.app:build_app"
@@ -108,7 +108,7 @@ def wait_running(name: str, user_configs: dict[str, Any], timeout_s: float = 300
     while True:
         app = details().get("applications", {}).get(name)
         if app is not None:
-            status = app["status"]
+            status = _plain(app["status"])
             if status in ("DEPLOY_FAILED", "UNHEALTHY"):
                 raise ServeControlError(f"application {name!r} is {status}: {app.get('message', '')}"
                                         + _deployment_messages(app))
@@ -117,10 +117,10 @@ def wait_running(name: str, user_configs: dict[str, Any], timeout_s: float = 300
                           for d, cfg in user_configs.items())
             if args is not None:  # until the controller has taken this deploy, the status is the previous one's
                 applied = applied and (app.get("deployed_app_config") or {}).get("args") == args
-            healthy = deployments and all(d["status"] == "HEALTHY" for d in deployments.values())
+            healthy = deployments and all(_plain(d["status"]) == "HEALTHY" for d in deployments.values())
             if status == "RUNNING" and applied and healthy:
                 return app
-            line = f"{name}: {status} " + ", ".join(f"{d} {v['status']}" for d, v in deployments.items())
+            line = f"{name}: {status} " + ", ".join(f"{d} {_plain(v['status'])}" for d, v in deployments.items())
             if progress and line != last:
                 progress(line)
                 last = line
@@ -130,9 +130,13 @@ def wait_running(name: str, user_configs: dict[str, Any], timeout_s: float = 300
         time.sleep(0.5)
 
 
+def _plain(value: Any) -> str:
+    return str(getattr(value, "value", value))
+
+
 def _deployment_messages(app: dict[str, Any]) -> str:
     lines = [f"\n  {d}: {v['status']} {v.get('message', '')}" for d, v in app.get("deployments", {}).items()
-             if v["status"] != "HEALTHY"]
+             if _plain(v["status"]) != "HEALTHY"]
     return "".join(lines)
 
 
@@ -173,15 +177,37 @@ def reload(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional
     new = resolve_release(settings.model, settings.tracking_uri, settings.index, settings.documents, settings.index_artifact)
     if new.id == current.id and not force:
         return ReloadResult(name, current.id, new.id, False, 0.0)
+    check_release(new, settings.cache_dir)  # a broken release fails here, not inside every replica
     holding = [current, new] if new.id != current.id else [new]
     say = progress or (lambda _line: None)
     say(f"{name}: loading {new.id} beside {current.id} on every model replica")
     step1 = {d: model_user_config(holding) for d in MODEL_DEPLOYMENTS}
     _apply(_with_user_configs(config, step1), timeout_s, progress)
+    missing = _replicas_lacking(name, new.id)
+    if missing:
+        say(f"{name}: {new.id} did not load everywhere; going back to {current.id} only")
+        back = {d: model_user_config([current]) for d in MODEL_DEPLOYMENTS}
+        _apply(_with_user_configs(config, back), timeout_s, progress)
+        raise ServeControlError(f"reload of {name!r} to {new.id} failed, still serving {current.id}: " + "; ".join(missing))
     say(f"{name}: switching the ingress to {new.id}")
     step2 = {**step1, INGRESS: ingress_user_config(new)}
     _apply(_with_user_configs(config, step2), timeout_s, progress)
     return ReloadResult(name, current.id, new.id, True, time.perf_counter() - start_time)
+
+
+def _replicas_lacking(name: str, release_id: str) -> list[str]:
+    """Ask the model deployments (through their handles, several calls per replica) whether they hold the release."""
+    from ray import serve
+
+    app = details()["applications"][name]
+    problems = []
+    for deployment in MODEL_DEPLOYMENTS:
+        replicas = max(1, len(app["deployments"][deployment].get("replicas", [])))
+        handle = serve.get_deployment_handle(deployment, app_name=name)
+        answers = [handle.holds.remote(release_id) for _ in range(4 * replicas)]
+        reasons = {r.result(timeout_s=60) for r in answers} - {None}
+        problems += [f"{deployment}: {reason}" for reason in sorted(reasons)]
+    return problems
 
 
 def _apply(config: dict[str, Any], timeout_s: float, progress: Optional[Callable[[str], None]]) -> None:
@@ -193,11 +219,11 @@ def status(name: str = DEFAULT_APP) -> dict[str, Any]:
     app = details().get("applications", {}).get(name)
     if app is None:
         raise ServeControlError(f"no Serve application named {name!r} is running")
-    out: dict[str, Any] = {"app": name, "status": app["status"], "route_prefix": app.get("route_prefix"),
+    out: dict[str, Any] = {"app": name, "status": _plain(app["status"]), "route_prefix": app.get("route_prefix"),
                            "message": app.get("message", ""), "deployments": {}}
     for deployment, info in app.get("deployments", {}).items():
         out["deployments"][deployment] = {
-            "status": info["status"], "replicas": len(info.get("replicas", [])),
+            "status": _plain(info["status"]), "replicas": len(info.get("replicas", [])),
             "target_replicas": info.get("target_num_replicas"),
         }
     try:

@@ -38,9 +38,13 @@ class ReleaseSlots(Generic[T]):
     def __init__(self, load: Callable[[Release], T], what: str):
         self._load, self._what = load, what
         self._loaded: dict[str, T] = {}
+        self.failures: dict[str, str] = {}
         self._lock = threading.Lock()  # one reconfigure at a time; readers never wait
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Hold exactly the listed releases. A release that fails to load is recorded in `failures`
+        and skipped, so the replica keeps serving what it has (the reload then rolls back);
+        only a replica left with nothing to serve raises."""
         releases = [Release.model_validate(r) for r in user_config.get("releases", [])]
         if not releases:
             raise ReleaseError(f"{self._what}: user_config has no releases")
@@ -50,11 +54,25 @@ class ReleaseSlots(Generic[T]):
             for release in releases:
                 if release.id in current:
                     updated[release.id] = current[release.id]
-                else:
-                    start = time.perf_counter()
+                    continue
+                start = time.perf_counter()
+                try:
                     updated[release.id] = self._load(release)
-                    logger.info("%s: loaded release %s in %.1fs", self._what, release.id, time.perf_counter() - start)
+                except Exception as exc:
+                    self.failures[release.id] = f"{type(exc).__name__}: {exc}"
+                    logger.exception("%s: cannot load release %s", self._what, release.id)
+                    continue
+                self.failures.pop(release.id, None)
+                logger.info("%s: loaded release %s in %.1fs", self._what, release.id, time.perf_counter() - start)
+            if not updated:
+                raise ReleaseError(f"{self._what}: no release could be loaded: {self.failures}")
             self._loaded = updated  # requests in flight keep the dict they already read
+
+    def holds(self, release_id: str) -> Optional[str]:
+        """None when `release_id` is loaded, else why not."""
+        if release_id in self._loaded:
+            return None
+        return self.failures.get(release_id, "not loaded")
 
     def get(self, release_id: str) -> T:
         try:
@@ -93,6 +111,9 @@ class EmbedderDeployment:
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.encoders.reconfigure(user_config)
+
+    def holds(self, release_id: str) -> Optional[str]:
+        return self.encoders.holds(release_id)
 
     async def embed(self, release_id: str, texts: list[str]) -> np.ndarray:
         """L2-normalised float32 vectors [len(texts), dim]."""
@@ -154,6 +175,9 @@ class IndexDeployment:
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.indexes.reconfigure(user_config)
+
+    def holds(self, release_id: str) -> Optional[str]:
+        return self.indexes.holds(release_id)
 
     async def search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int = -1) -> list[list[dict[str, Any]]]:
         """Top-k hits per query row with title, label and text (cut to `text_chars` unless it is -1)."""
@@ -274,6 +298,9 @@ class ClassifierDeployment:
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.heads.reconfigure(user_config)
+
+    def holds(self, release_id: str) -> Optional[str]:
+        return self.heads.holds(release_id)
 
     def method(self, release_id: str) -> str:
         return "head" if self.heads.get(release_id) is not None else "knn"

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from lmplatform.serving.control import DEFAULT_APP, IMPORT_PATH, application_config, deploy, start
-from lmplatform.serving.release import Release, resolve_release
+from lmplatform.serving.release import Release, check_release, resolve_release
 from lmplatform.serving.settings import DEFAULT_TOKEN_ENV, ServeConfigError, ServeSettings, parse_settings, token_sha256
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "serve" / "config.yaml"
@@ -71,6 +71,7 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
     settings = parse_settings(merged)
     release = resolve_release(settings.model, settings.tracking_uri, settings.index, settings.documents,
                               settings.index_artifact)
+    check_release(release, settings.cache_dir)
     deployments = [d for d in chosen.get("deployments") or []
                    if d.get("name") != "RerankerDeployment" or settings.reranker]
     http = raw.get("http_options") or {}

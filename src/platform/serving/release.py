@@ -187,3 +187,24 @@ def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Opt
     run_id = _pin_registry_version(run_id_or_model, uri)[3] if run_id_or_model.startswith("models:/") else run_id_or_model
     MlflowClient(uri).log_artifacts(run_id, str(index_dir), artifact_path)
     return run_id
+
+
+def check_release(release: Release, cache_dir: Optional[str] = None) -> dict[str, int]:
+    """Fetch and check a release before any replica is told to load it (the files land in the node cache).
+
+    Catches what would otherwise fail inside every replica: a missing model or index
+    artifact, an index whose ids lack documents, or an index built with a model of
+    another width (its vectors could never match the queries).
+    """
+    import json as _json
+
+    index, store, _ = load_index_and_store(release, cache_dir)
+    model_dir = fetch(release.model_uri, release.tracking_uri, cache_dir)
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        raise ReleaseError(f"{release.model_uri} holds no Hugging Face model folder (config.json is missing)")
+    width = _json.loads(config_file.read_text()).get("hidden_size")
+    if width is not None and int(width) != index.dim:
+        raise ReleaseError(f"the index at {release.index_uri} holds {index.dim}-d vectors but {release.model_uri} "
+                           f"makes {width}-d ones: rebuild the index with this model (ray_jobs/build_index.py)")
+    return {"index_size": len(index), "documents": len(store), "dim": index.dim}
