@@ -30,6 +30,9 @@ def test_bad_settings_name_the_field() -> None:
 def test_shipped_config_is_valid_and_binds_loopback() -> None:
     raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
     assert raw["http_options"]["host"] == "127.0.0.1"
+    from ray.serve.schema import ServeDeploySchema
+
+    ServeDeploySchema.model_validate(raw)  # what `serve run` / `serve deploy` accept
     (app,) = raw["applications"]
     settings = parse_settings(app["args"])
     assert settings.model.endswith("@champion")
