@@ -23,7 +23,7 @@ class ServeConfigError(ValueError):
 class BatchingSettings(Section):
     enabled: bool = Field(True, description="Group concurrent requests into one forward pass with @serve.batch. "
                           "Off: each request is encoded on its own (the benchmark's baseline).")
-    max_batch_size: int = Field(32, ge=1, le=4096, description="Most texts in one forward pass.")
+    max_batch_size: int = Field(32, ge=2, le=4096, description="Most texts in one forward pass (>= 2: /v1/similarity sends two).")
     batch_wait_timeout_s: float = Field(0.005, ge=0.0, le=5.0, description="How long a partial batch waits for more requests.")
 
 
