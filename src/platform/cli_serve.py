@@ -116,3 +116,21 @@ def status(
         typer.echo(control.dumps(control.status(name)))
     except _errors() as exc:
         fail(str(exc))
+
+
+@serve_app.command("demo")
+def demo(
+    model: str = typer.Option("default", help="models:/<name>@champion, a model folder, or 'default'."),
+    corpus: Path = typer.Option(Path("data/demo/reports.jsonl"), help="JSONL with id, title, text (and component)."),
+    query: Optional[List[str]] = typer.Option(None, "--query", "-q", help="A search query (repeatable)."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI for models:/ URIs."),
+) -> None:
+    """Serve a model over a small corpus, send a few real queries over HTTP, print the hits and shut down."""
+    from lmplatform.cli import fail
+    from lmplatform.serving.demo import DEMO_QUERIES, serve_and_query
+
+    try:
+        serve_and_query(model, corpus, query or DEMO_QUERIES, tracking_uri=tracking_uri,
+                        say=lambda line: typer.echo(line))
+    except _errors() as exc:
+        fail(str(exc))
