@@ -9,4 +9,6 @@ Modules, one job each:
 - `ingress`     the FastAPI ingress: routes, token check, JSON errors
 - `app`         the application builder used by `serve run`, `serve deploy` and `lmp serve run`
 - `control`     deploy, reload (hot, via user_config) and status of a running application
+- `launch`      Serve config file + overrides -> validated plan -> running app (`lmp serve run`)
+- `demo`        index a small corpus, serve it, query over HTTP, shut down (`lmp serve demo`)
 """
