@@ -2,6 +2,11 @@
 
     python ray_jobs/build_index.py --corpus data/demo/reports.jsonl --out runs/index/demo \
         [--model default|FOLDER|models:/name@alias] [--fields title,text] [--actors 2] [--kind flat|hnsw|ivf|ivfpq|auto]
+        [--label-field component] [--log-to-run auto|RUN_ID]
+
+The index folder also gets documents.jsonl (id, title, text, label), the document
+store the serving app shows hits from; `--log-to-run auto` logs the folder as the
+`index` artifact of the --model version's MLflow run, where `lmp serve` finds it.
     ray job submit --runtime-env ray_jobs/runtime_env.yaml --working-dir . -- python ray_jobs/build_index.py ...
 """
 from __future__ import annotations
@@ -24,12 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--quantize", choices=["int8"], default=None)
     parser.add_argument("--kind", default="auto", choices=["flat", "hnsw", "ivf", "ivfpq", "auto"])
+    parser.add_argument("--label-field", default=None, help="Field copied as the document label (KNN classification).")
+    parser.add_argument("--log-to-run", default=None, help="'auto' (the run of a models:/ --model) or a run id.")
+    parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--address", default=None, help="Ray address (default: $RAY_ADDRESS, else a local Ray).")
     args = parser.parse_args(argv)
 
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.retrieval.build import build_index_from_shards, encode_corpus_to_shards
     from lmplatform.retrieval.index import IndexParams
+    from lmplatform.serving.release import publish_index
+    from lmplatform.serving.store import DOCUMENTS_FILE, write_document_store
 
     out = Path(args.out)
     ensure_ray(args.address)
@@ -38,11 +48,20 @@ def main(argv: list[str] | None = None) -> int:
         actors=args.actors, cpus_per_actor=args.cpus_per_actor, batch_size=args.batch_size, quantize=args.quantize,
     )
     index = build_index_from_shards(out / "shards", out / "index", IndexParams(kind=args.kind))
+    fields = args.fields.split(",")
+    stored = write_document_store(args.corpus, out / "index" / DOCUMENTS_FILE, id_field=args.id_field,
+                                  text_fields=[f for f in fields if f != "title"] or fields, label_field=args.label_field)
+    run_id = None
+    if args.log_to_run:
+        target = args.model if args.log_to_run == "auto" else args.log_to_run
+        if not target.startswith("models:/") and args.log_to_run == "auto":
+            parser.error("--log-to-run auto needs --model models:/<name>@<alias> (or pass a run id)")
+        run_id = publish_index(out / "index", target, args.tracking_uri)
     print(json.dumps({
         "rows": stats.rows, "encode_seconds": round(stats.seconds, 2), "rows_per_second": round(stats.rows_per_second, 1),
         "shards": stats.shards, "index": str(out / "index"), "kind": index.kind,
         "build_seconds": round(index.stats.build_seconds, 3), "memory_bytes": index.stats.memory_bytes,
-        "recall_at_10": index.stats.recall_at_10,
+        "recall_at_10": index.stats.recall_at_10, "documents": stored, "logged_to_run": run_id,
     }, indent=2))
     return 0
 

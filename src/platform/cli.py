@@ -140,6 +140,8 @@ from lmplatform.cli_models import models_app  # noqa: E402
 
 app.add_typer(tune_app, name="tune")
 app.add_typer(models_app, name="models")
+from lmplatform.cli_serve import serve_app  # noqa: E402
+app.add_typer(serve_app, name="serve")
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -1,0 +1,245 @@
+"""Load and latency of the serving app on 127.0.0.1: p50/p95/p99 and requests/s at concurrency 1, 8, 32.
+
+The corpus is real text (bug reports: title + description; STS-B sentences) from
+/work/shared/data, repeated with an id suffix up to --docs documents so the index
+has the target size while sentence lengths stay realistic. Each distinct text is
+encoded once and its vector reused for its repeats (identical text, identical
+vector), so building a 100k index costs the encoding of the distinct texts only.
+
+The app is deployed twice from the same index: with @serve.batch, then without
+(each request encoded alone). Every level sends --requests POST /v1/search (k=10)
+after a warm-up; queries are report titles and STS sentences. The in-process
+baseline is the same model and index in this process: encode one query + search,
+with the same torch thread count as the embedder replica.
+
+Targets: p50 at concurrency 1 <= 1.5x in-process encode+search;
+batched requests/s >= 2x unbatched at concurrency 32.
+
+    python bench/serve_load.py                                # 100k docs, MiniLM (the lead's full run)
+    python bench/serve_load.py --docs 2000 --requests 50      # a quick check that it works
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import check, write_result  # noqa: E402
+
+DATA = Path("/work/shared/data")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def distinct_texts(data: Path) -> tuple[list[dict[str, str]], list[str]]:
+    """(documents, queries): bug reports and STS sentences, de-duplicated; queries are held-out-looking texts."""
+    docs: list[dict[str, str]] = []
+    seen: set[str] = set()
+    queries: list[str] = []
+    for project in ("openoffice", "hadoop", "seamonkey"):
+        for line in (data / "duplicate_bug_reports" / project / "corpus.jsonl").open(encoding="utf-8"):
+            row = json.loads(line)
+            title, text = (row.get("title") or "").strip(), (row.get("description") or "").strip()[:2000]
+            if text and text not in seen:
+                seen.add(text)
+                docs.append({"id": f"{project}-{row['id']}-{len(docs)}", "title": title, "text": text})
+                if title:
+                    queries.append(title)
+    for split in ("train", "dev", "test"):
+        for line in (data / "stsbenchmark" / f"sts-{split}.jsonl").open(encoding="utf-8"):
+            row = json.loads(line)
+            for n, key in enumerate(("sentence1", "sentence2")):
+                sentence = row[key].strip()
+                if sentence and sentence not in seen:
+                    seen.add(sentence)
+                    docs.append({"id": f"sts-{split}-{len(docs)}", "title": "", "text": sentence})
+                    if n == 1:
+                        queries.append(sentence)
+    rng = random.Random(13)
+    rng.shuffle(docs)
+    rng.shuffle(queries)
+    return docs, queries
+
+
+def build_index(model: str, docs_wanted: int, out: Path, batch_size: int, data: Path = DATA) -> dict[str, Any]:
+    """Index + document store of `docs_wanted` documents (distinct texts repeated with #r<n> ids)."""
+    from lmplatform.models.encoder import Encoder
+    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.serving.store import DOCUMENTS_FILE
+
+    if (out / "index.faiss").is_file() and (out / DOCUMENTS_FILE).is_file():
+        return json.loads((out / "bench_build.json").read_text())
+    distinct, _ = distinct_texts(data)
+    distinct = distinct[:docs_wanted]
+    out.mkdir(parents=True, exist_ok=True)
+    cached = out / "distinct_vectors.npy"
+    start = time.perf_counter()
+    if cached.is_file():
+        vectors = np.load(cached)
+    else:
+        encoder = Encoder.from_pretrained(model)
+        vectors = encoder.encode([". ".join(p for p in (d["title"], d["text"]) if p) for d in distinct],
+                                 batch_size=batch_size, show_progress=True)
+        np.save(cached, vectors)
+    encode_s = time.perf_counter() - start
+    ids, rows = [], []
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / DOCUMENTS_FILE).open("w", encoding="utf-8") as handle:
+        for n in range(docs_wanted):
+            doc = distinct[n % len(distinct)]
+            repeat = n // len(distinct)
+            doc_id = doc["id"] if repeat == 0 else f"{doc['id']}#r{repeat}"
+            ids.append(doc_id)
+            rows.append(n % len(distinct))
+            handle.write(json.dumps({"id": doc_id, "title": doc["title"], "text": doc["text"]}, ensure_ascii=False) + "\n")
+    index = VectorIndex.build(ids, vectors[rows], kind="auto")
+    index.save(out)
+    info = {"documents": docs_wanted, "distinct_texts": len(distinct), "encode_seconds": round(encode_s, 1),
+            "index_kind": index.kind, "index_build_seconds": round(index.stats.build_seconds, 2)}
+    (out / "bench_build.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def percentiles(latencies_ms: list[float]) -> dict[str, float]:
+    values = np.asarray(latencies_ms)
+    return {f"p{q}_ms": round(float(np.percentile(values, q)), 2) for q in (50, 95, 99)}
+
+
+def in_process(model: str, index_dir: Path, queries: list[str], threads: int) -> dict[str, float]:
+    import torch
+
+    from lmplatform.models.encoder import Encoder
+    from lmplatform.retrieval.index import VectorIndex
+
+    torch.set_num_threads(threads)
+    encoder, index = Encoder.from_pretrained(model), VectorIndex.load(index_dir)
+    for query in queries[:5]:
+        index.search(encoder.encode([query]), 10)
+    latencies = []
+    for query in queries:
+        start = time.perf_counter()
+        index.search(encoder.encode([query]), 10)
+        latencies.append((time.perf_counter() - start) * 1000)
+    return percentiles(latencies) | {"queries": len(queries), "torch_threads": threads}
+
+
+async def drive(url: str, queries: list[str], concurrency: int, total: int) -> dict[str, Any]:
+    """`total` searches from `concurrency` concurrent clients; latency per request and overall requests/s."""
+    import httpx
+
+    latencies: list[float] = []
+    failures = 0
+    counter = iter(range(total))
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal failures
+        for n in counter:
+            start = time.perf_counter()
+            response = await client.post("/v1/search", json={"query": queries[n % len(queries)][:500], "k": 10})
+            latencies.append((time.perf_counter() - start) * 1000)
+            failures += response.status_code != 200
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        for query in queries[:min(10, total)]:  # warm-up: connections, first batch, caches
+            await client.post("/v1/search", json={"query": query, "k": 10})
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+    return {"concurrency": concurrency, "requests": len(latencies), "failed": failures,
+            "requests_per_s": round(len(latencies) / wall, 2), **percentiles(latencies)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=400, help="Requests per concurrency level.")
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--model", default="default", help="Model folder or 'default' (the packaged MiniLM).")
+    parser.add_argument("--max-batch-size", type=int, default=32)
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument("--embedder-cpus", type=float, default=1.0)
+    parser.add_argument("--encode-batch-size", type=int, default=64, help="Batch size when building the index.")
+    parser.add_argument("--work-dir", default=str(ROOT / "runs" / "bench" / "serve_load"))
+    parser.add_argument("--name", default="serve_load", help="Result file bench/results/<name>.json.")
+    parser.add_argument("--data", default=str(DATA), help="The shared data folder (bug reports, STS-B).")
+    args = parser.parse_args()
+
+    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.serving import control
+    from lmplatform.serving.settings import ServeSettings
+
+    model = str(resolve_model_path(args.model))
+    key = hashlib.sha256(f"{model}|{args.docs}".encode()).hexdigest()[:10]
+    index_dir = Path(args.work_dir) / f"index-{args.docs}-{key}"
+    build = build_index(model, args.docs, index_dir, args.encode_batch_size, Path(args.data))
+    print(f"index: {json.dumps(build)}", flush=True)
+    _, queries = distinct_texts(Path(args.data))
+    queries = queries[:max(args.requests, 200)]
+    threads = max(1, int(args.embedder_cpus))
+    baseline = in_process(model, index_dir, queries[:100], threads)
+    print(f"in-process encode+search: {baseline}", flush=True)
+
+    ensure_ray(None)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    control.start("127.0.0.1", port)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    from ray import serve
+
+    try:
+        for mode in ("batched", "unbatched"):
+            settings = ServeSettings(
+                model=model, index=str(index_dir), num_threads=threads, cache_dir=str(Path(args.work_dir) / "cache"),
+                batching={"enabled": mode == "batched", "max_batch_size": args.max_batch_size,
+                          "batch_wait_timeout_s": args.batch_wait_ms / 1000},
+                limits={"max_texts": min(32, args.max_batch_size)},
+            )
+            deployments = [
+                {"name": "EmbedderDeployment", "ray_actor_options": {"num_cpus": args.embedder_cpus}, "max_ongoing_requests": 128},
+                {"name": "IndexDeployment", "ray_actor_options": {"num_cpus": 0.25}},
+                {"name": "ClassifierDeployment", "ray_actor_options": {"num_cpus": 0.05}},
+                {"name": "ServeIngress", "ray_actor_options": {"num_cpus": 0.25}},
+            ]
+            name = f"bench-{mode}"
+            quiet = {"log_level": "WARNING", "enable_access_log": False}  # per-request logs cost CPU on 2 cores
+            control.deploy(control.application_config(settings, name=name, deployments=deployments, logging_config=quiet),
+                           timeout_s=600,
+                           progress=lambda line: print(f"  {line}", flush=True))
+            runs[mode] = []
+            for concurrency in levels:
+                result = asyncio.run(drive(f"http://127.0.0.1:{port}", queries, concurrency, args.requests))
+                print(f"{mode:9s} c={concurrency:<3d} {json.dumps(result)}", flush=True)
+                runs[mode].append(result)
+            serve.delete(name)
+    finally:
+        serve.shutdown()
+
+    checks = {}
+    by = {mode: {r["concurrency"]: r for r in results} for mode, results in runs.items()}
+    if 1 in levels:
+        ratio = by["batched"][1]["p50_ms"] / baseline["p50_ms"]
+        checks["p50_c1_over_in_process"] = check("p50 at c=1 / in-process encode+search", ratio, 1.5, higher_is_better=False)
+    top = max(levels)
+    gain = by["batched"][top]["requests_per_s"] / by["unbatched"][top]["requests_per_s"]
+    checks[f"batched_rps_gain_c{top}"] = check(f"batched / unbatched requests/s at c={top}", gain, 2.0)
+    write_result(args.name, {
+        "config": {k: v for k, v in vars(args).items()}, "index": build, "in_process": baseline,
+        "serve": runs, "checks": checks,
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Serve the champion with Ray Serve on a cluster (the same as `lmp serve run`).
+
+    python ray_jobs/serve.py --config serve/config.yaml --model models:/lmplatform-biencoder@champion [--set limits.max_k=50]
+    ray job submit --runtime-env ray_jobs/runtime_env.yaml --working-dir . -- python ray_jobs/serve.py --detach
+"""
+from __future__ import annotations
+
+import sys
+
+from lmplatform.cli import app
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--detach" in args and "--address" not in args:
+        args += ["--address", "auto"]  # inside `ray job submit` RAY_ADDRESS names the cluster
+    try:
+        app(args=["serve", "run", *args], prog_name="ray_jobs/serve.py")
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

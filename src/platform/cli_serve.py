@@ -1,0 +1,136 @@
+"""`lmp serve run|reload|status`: serve the champion with Ray Serve and move it to a new champion without downtime."""
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+serve_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Serve the champion encoder with Ray Serve.")
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from lmplatform.cli import user_errors
+    from lmplatform.serving.control import ServeControlError
+    from lmplatform.serving.release import ReleaseError
+    from lmplatform.serving.settings import ServeConfigError
+
+    return (*user_errors(), ServeConfigError, ReleaseError, ServeControlError)
+
+
+@serve_app.command("run")
+def run(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Serve config (default: serve/config.yaml)."),
+    model: Optional[str] = typer.Option(None, help="models:/<name>@champion, models:/<name>/<version>, or a model folder."),
+    index: Optional[str] = typer.Option(None, help="Saved VectorIndex folder (default: the model run's `index` artifact)."),
+    documents: Optional[str] = typer.Option(None, help="Document store JSONL (default: documents.jsonl in the index)."),
+    reranker: Optional[str] = typer.Option(None, help="Cross-encoder folder or models:/ URI for rerank=true."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+    overrides: Optional[List[str]] = typer.Option(None, "--set", help="Override an app arg: --set limits.max_k=50."),
+    no_batching: bool = typer.Option(False, "--no-batching", help="Encode every request on its own (benchmark baseline)."),
+    name: Optional[str] = typer.Option(None, help="Application name in the config (default: the first)."),
+    host: Optional[str] = typer.Option(None, help="Bind address (default: the config's, 127.0.0.1)."),
+    port: Optional[int] = typer.Option(None, help="HTTP port (default: the config's, 8000)."),
+    address: Optional[str] = typer.Option(None, help="Ray address (default: $RAY_ADDRESS, else an embedded local Ray)."),
+    watch_interval: float = typer.Option(0.0, help="Seconds between checks of the model alias; reload when it moves (0: off)."),
+    detach: bool = typer.Option(False, help="Return once running (needs --address: an embedded Ray ends with this command)."),
+) -> None:
+    """Validate, deploy on 127.0.0.1 and keep serving until Ctrl-C (the bearer token comes from $LMP_SERVE_TOKEN)."""
+    from lmplatform.cli import fail
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.serving import control
+    from lmplatform.serving.launch import launch, plan_launch
+
+    if detach and not address:
+        fail("--detach needs --address: without it the application lives in this command's embedded Ray")
+        return
+    sets = list(overrides or []) + (["batching.enabled=false"] if no_batching else [])
+    try:
+        plan = plan_launch(config, name, sets, {"model": model, "index": index, "documents": documents,
+                                                 "reranker": reranker, "tracking_uri": tracking_uri}, host, port)
+        typer.echo(f"[lmp] serving {plan.release.id} ({plan.release.model_uri}) as {plan.name!r} at {plan.url}", err=True)
+        ensure_ray(address)
+        launch(plan, progress=lambda line: typer.echo(f"[lmp] {line}", err=True))
+    except _errors() as exc:
+        fail(str(exc))
+        return
+    import ray
+
+    ray_address = ray.get_runtime_context().gcs_address  # for `lmp serve reload|status --address`
+    typer.echo(json.dumps({"app": plan.name, "url": plan.url, "docs": f"{plan.url}/docs", "release": plan.release.id,
+                           "ray_address": ray_address}))
+    if detach:
+        return
+    stopping = {"now": False}
+    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a background job starts with it ignored
+        signal.signal(signum, lambda *_: stopping.update(now=True))
+    try:
+        if watch_interval > 0:
+            control.watch(plan.name, watch_interval, lambda: stopping["now"], lambda line: typer.echo(f"[lmp] {line}", err=True))
+        else:
+            while not stopping["now"]:
+                time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    from ray import serve
+
+    serve.shutdown()
+    typer.echo("[lmp] serve shut down", err=True)
+
+
+@serve_app.command("reload")
+def reload(
+    name: str = typer.Option("lmp", help="Application name."),
+    address: str = typer.Option("auto", help="Ray address of the cluster running the application."),
+    force: bool = typer.Option(False, help="Reload even if the alias still names the served version."),
+) -> None:
+    """Move the running application to the version its alias names now; requests keep being answered."""
+    from lmplatform.cli import fail
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.serving import control
+
+    try:
+        ensure_ray(address)
+        result = control.reload(name, progress=lambda line: typer.echo(f"[lmp] {line}", err=True), force=force)
+    except _errors() as exc:
+        fail(str(exc))
+        return
+    typer.echo(result.summary())
+
+
+@serve_app.command("status")
+def status(
+    name: str = typer.Option("lmp", help="Application name."),
+    address: str = typer.Option("auto", help="Ray address of the cluster running the application."),
+) -> None:
+    """Application and deployment states, replicas, and the model version being served."""
+    from lmplatform.cli import fail
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.serving import control
+
+    try:
+        ensure_ray(address)
+        typer.echo(control.dumps(control.status(name)))
+    except _errors() as exc:
+        fail(str(exc))
+
+
+@serve_app.command("demo")
+def demo(
+    model: str = typer.Option("default", help="models:/<name>@champion, a model folder, or 'default'."),
+    corpus: Path = typer.Option(Path("data/demo/reports.jsonl"), help="JSONL with id, title, text (and component)."),
+    query: Optional[List[str]] = typer.Option(None, "--query", "-q", help="A search query (repeatable)."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI for models:/ URIs."),
+) -> None:
+    """Serve a model over a small corpus, send a few real queries over HTTP, print the hits and shut down."""
+    from lmplatform.cli import fail
+    from lmplatform.serving.demo import DEMO_QUERIES, serve_and_query
+
+    try:
+        serve_and_query(model, corpus, query or DEMO_QUERIES, tracking_uri=tracking_uri,
+                        say=lambda line: typer.echo(line))
+    except _errors() as exc:
+        fail(str(exc))

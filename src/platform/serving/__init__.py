@@ -1,0 +1,14 @@
+"""Serving the champion encoder with Ray Serve: search, classify, embed and similarity over HTTP.
+
+Modules, one job each:
+- `schemas`     request/response models and the configurable request limits
+- `settings`    the application's settings (the builder's `args`), validated before anything starts
+- `store`       the document store (ids, titles, texts, labels) that sits next to an index
+- `release`     what a "release" is (a pinned model version + its index) and how a replica fetches it
+- `deployments` the model deployments (embedder, index, re-ranker, classifier)
+- `ingress`     the FastAPI ingress: routes, token check, JSON errors
+- `app`         the application builder used by `serve run`, `serve deploy` and `lmp serve run`
+- `control`     deploy, reload (hot, via user_config) and status of a running application
+- `launch`      Serve config file + overrides -> validated plan -> running app (`lmp serve run`)
+- `demo`        index a small corpus, serve it, query over HTTP, shut down (`lmp serve demo`)
+"""

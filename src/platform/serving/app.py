@@ -1,0 +1,54 @@
+"""The application builder: `args` (a `ServeSettings` dict) -> a Ray Serve application.
+
+Used by `serve run serve/config.yaml`, `serve deploy`, `lmp serve run` and
+`ray_jobs/serve.py` alike. The model named by `args.model` is resolved here, once,
+to a pinned release; the replicas receive it in their `user_config`, which is also
+the handle for hot reload (see `control.reload`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application
+
+from lmplatform.serving.deployments import ClassifierDeployment, EmbedderDeployment, IndexDeployment, RerankerDeployment
+from lmplatform.serving.ingress import ServeIngress
+from lmplatform.serving.release import Release, resolve_release
+from lmplatform.serving.settings import ServeSettings, parse_settings
+
+MODEL_DEPLOYMENTS = ("EmbedderDeployment", "IndexDeployment", "ClassifierDeployment")
+INGRESS = "ServeIngress"
+
+
+def model_user_config(releases: list[Release]) -> dict[str, Any]:
+    return {"releases": [r.model_dump() for r in releases]}
+
+
+def ingress_user_config(active: Release) -> dict[str, Any]:
+    return {"active": active.model_dump()}
+
+
+def build_app(args: dict[str, Any]) -> Application:
+    """The Serve application builder (exactly one parameter, as Serve requires): validate, pin, bind."""
+    settings = parse_settings(dict(args))
+    return bind_app(settings, resolve_release(settings.model, settings.tracking_uri, settings.index,
+                                              settings.documents, settings.index_artifact))
+
+
+def bind_app(settings: ServeSettings, release: Release) -> Application:
+    """The deployment graph for `settings`, every model deployment holding `release`."""
+    cpus = {"ray_actor_options": {"num_cpus": settings.replica_cpus}} if settings.replica_cpus else {}
+    models = model_user_config([release])
+    embedder = EmbedderDeployment.options(user_config=models, **cpus).bind(
+        settings.batching.model_dump(), settings.num_threads, settings.cache_dir)
+    index = IndexDeployment.options(user_config=models, **cpus).bind(settings.cache_dir, settings.batching.model_dump())
+    classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(
+        embedder, index, settings.knn_k, settings.cache_dir)
+    reranker = None
+    if settings.reranker:
+        reranker = RerankerDeployment.options(**cpus).bind(
+            settings.reranker, settings.tracking_uri,
+            max(settings.batching.max_batch_size, settings.limits.rerank_candidates),
+            settings.batching.batch_wait_timeout_s, settings.num_threads, settings.cache_dir)
+    return ServeIngress.options(user_config=ingress_user_config(release), **cpus).bind(
+        embedder, index, classifier, reranker, settings.limits.model_dump(), settings.auth_token_sha256)

@@ -1,0 +1,257 @@
+"""Deploy, hot-reload and inspect the serving application on a running Ray cluster.
+
+Deploys are declarative (a Serve config, as `serve deploy` sends), so a change of
+`user_config` alone is applied in place: Serve calls `reconfigure` on the running
+replicas instead of replacing them, and requests keep flowing.
+
+Reload moves the application to the release the alias names now, in two steps:
+1. every model deployment is told to hold both the serving and the new release
+   (`{"releases": [old, new]}`) and we wait until all replicas have loaded it;
+2. only then is the ingress switched to the new release (`{"active": new}`).
+Requests already in flight carry the old release id and finish on the old model;
+new ones use the new model; no request ever meets a replica that lacks its release.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from lmplatform.serving.app import INGRESS, MODEL_DEPLOYMENTS, ingress_user_config, model_user_config
+from lmplatform.serving.release import Release, alias_version, check_release, resolve_release
+from lmplatform.serving.settings import ServeSettings, parse_settings
+
+IMPORT_PATH = "lmplatform.serving.app:build_app"
+DEFAULT_APP = "lmp"
+
+
+class ServeControlError(RuntimeError):
+    """The application could not be deployed, found or reloaded (the message says why)."""
+
+
+@dataclass
+class ReloadResult:
+    app: str
+    previous: Optional[str]
+    current: str
+    changed: bool
+    seconds: float
+
+    def summary(self) -> str:
+        if not self.changed:
+            return f"{self.app}: already serving {self.current}; nothing to reload"
+        return f"{self.app}: reloaded {self.previous} -> {self.current} in {self.seconds:.1f}s"
+
+
+def application_config(settings: ServeSettings | dict[str, Any], name: str = DEFAULT_APP, route_prefix: str = "/",
+                       deployments: Optional[list[dict[str, Any]]] = None,
+                       logging_config: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """One `applications:` entry of a Serve config for our builder.
+
+    logging_config: Serve's, e.g. {"log_level": "WARNING", "enable_access_log": false}; every
+    replica otherwise logs each call at INFO, which costs real CPU under load on a small machine.
+    """
+    args = settings.model_dump(mode="json", exclude_none=True) if isinstance(settings, ServeSettings) else dict(settings)
+    app = {"name": name, "route_prefix": route_prefix, "import_path": IMPORT_PATH, "args": args,
+           "deployments": copy.deepcopy(deployments or [])}
+    if logging_config:
+        app["logging_config"] = dict(logging_config)
+    return app
+
+
+def start(host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Start Serve's controller and HTTP proxy on host:port (a no-op if Serve already runs there)."""
+    from ray import serve
+
+    serve.start(http_options={"host": host, "port": port})
+
+
+def _client() -> Any:
+    # The same controller call that `serve deploy` / PUT /api/serve/applications/ makes,
+    # without needing the dashboard.
+    from ray.serve.context import _get_global_client
+
+    return _get_global_client()
+
+
+def details() -> dict[str, Any]:
+    return _client().get_serve_details()
+
+
+def deploy(app: dict[str, Any], timeout_s: float = 300.0, progress: Optional[Callable[[str], None]] = None) -> None:
+    """Apply `app` (merged with the other declaratively deployed apps) and wait until it runs."""
+    from ray.serve.schema import ServeDeploySchema
+
+    current = details().get("applications", {})
+    apps = []
+    for other_name, other in current.items():
+        if other_name == app["name"]:
+            continue
+        deployed = other.get("deployed_app_config")
+        if deployed is None:
+            raise ServeControlError(f"application {other_name!r} was started with serve.run; a config deploy would "
+                                    "remove it. Delete it first (serve.delete) or deploy it from a config too.")
+        apps.append(deployed)
+    apps.append(app)
+    _client().deploy_apps(ServeDeploySchema.model_validate({"applications": apps}))
+    wait_running(app["name"], {d["name"]: d.get("user_config") for d in app.get("deployments", []) if "user_config" in d},
+                 timeout_s, progress, args=app.get("args"))
+
+
+def wait_running(name: str, user_configs: dict[str, Any], timeout_s: float = 300.0,
+                 progress: Optional[Callable[[str], None]] = None, args: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Until the app is RUNNING with `args`, every deployment HEALTHY and carrying the given user_configs."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while True:
+        app = details().get("applications", {}).get(name)
+        if app is not None:
+            status = _plain(app["status"])
+            if status in ("DEPLOY_FAILED", "UNHEALTHY"):
+                raise ServeControlError(f"application {name!r} is {status}: {app.get('message', '')}"
+                                        + _deployment_messages(app))
+            deployments = app.get("deployments", {})
+            applied = all(deployments.get(d, {}).get("deployment_config", {}).get("user_config") == cfg
+                          for d, cfg in user_configs.items())
+            if args is not None:  # until the controller has taken this deploy, the status is the previous one's
+                applied = applied and (app.get("deployed_app_config") or {}).get("args") == args
+            healthy = deployments and all(_plain(d["status"]) == "HEALTHY" for d in deployments.values())
+            if status == "RUNNING" and applied and healthy:
+                return app
+            line = f"{name}: {status} " + ", ".join(f"{d} {_plain(v['status'])}" for d, v in deployments.items())
+            if progress and line != last:
+                progress(line)
+                last = line
+        if time.monotonic() > deadline:
+            raise ServeControlError(f"application {name!r} did not reach RUNNING within {timeout_s:.0f}s "
+                                    f"(last: {last or 'not found'})")
+        time.sleep(0.5)
+
+
+def _plain(value: Any) -> str:
+    return str(getattr(value, "value", value))
+
+
+def _deployment_messages(app: dict[str, Any]) -> str:
+    lines = [f"\n  {d}: {v['status']} {v.get('message', '')}" for d, v in app.get("deployments", {}).items()
+             if _plain(v["status"]) != "HEALTHY"]
+    return "".join(lines)
+
+
+def _deployed(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    app = details().get("applications", {}).get(name)
+    if app is None:
+        raise ServeControlError(f"no Serve application named {name!r} is running")
+    if app.get("deployed_app_config") is None:
+        raise ServeControlError(f"application {name!r} was started with serve.run, not from a config; "
+                                "hot reload needs a config deploy (lmp serve run, serve deploy or serve run config.yaml)")
+    return app, copy.deepcopy(app["deployed_app_config"])
+
+
+def active_release(app: dict[str, Any]) -> Release:
+    user_config = app["deployments"][INGRESS]["deployment_config"].get("user_config") or {}
+    if "active" not in user_config:
+        raise ServeControlError("the ingress has no active release in its user_config")
+    return Release.model_validate(user_config["active"])
+
+
+def _with_user_configs(config: dict[str, Any], user_configs: dict[str, Any]) -> dict[str, Any]:
+    by_name = {d["name"]: d for d in config.setdefault("deployments", [])}
+    for deployment, user_config in user_configs.items():
+        if deployment not in by_name:
+            by_name[deployment] = {"name": deployment}
+            config["deployments"].append(by_name[deployment])
+        by_name[deployment]["user_config"] = user_config
+    return config
+
+
+def reload(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional[Callable[[str], None]] = None,
+           force: bool = False) -> ReloadResult:
+    """Move app `name` to the release its model source names now (see the module doc for the two steps)."""
+    start_time = time.perf_counter()
+    app, config = _deployed(name)
+    settings = parse_settings(config.get("args") or {})
+    current = active_release(app)
+    new = resolve_release(settings.model, settings.tracking_uri, settings.index, settings.documents, settings.index_artifact)
+    if new.id == current.id and not force:
+        return ReloadResult(name, current.id, new.id, False, 0.0)
+    check_release(new, settings.cache_dir)  # a broken release fails here, not inside every replica
+    holding = [current, new] if new.id != current.id else [new]
+    say = progress or (lambda _line: None)
+    say(f"{name}: loading {new.id} beside {current.id} on every model replica")
+    step1 = {d: model_user_config(holding) for d in MODEL_DEPLOYMENTS}
+    _apply(_with_user_configs(config, step1), timeout_s, progress)
+    missing = _replicas_lacking(name, new.id)
+    if missing:
+        say(f"{name}: {new.id} did not load everywhere; going back to {current.id} only")
+        back = {d: model_user_config([current]) for d in MODEL_DEPLOYMENTS}
+        _apply(_with_user_configs(config, back), timeout_s, progress)
+        raise ServeControlError(f"reload of {name!r} to {new.id} failed, still serving {current.id}: " + "; ".join(missing))
+    say(f"{name}: switching the ingress to {new.id}")
+    step2 = {**step1, INGRESS: ingress_user_config(new)}
+    _apply(_with_user_configs(config, step2), timeout_s, progress)
+    return ReloadResult(name, current.id, new.id, True, time.perf_counter() - start_time)
+
+
+def _replicas_lacking(name: str, release_id: str) -> list[str]:
+    """Ask the model deployments (through their handles, several calls per replica) whether they hold the release."""
+    from ray import serve
+
+    app = details()["applications"][name]
+    problems = []
+    for deployment in MODEL_DEPLOYMENTS:
+        replicas = max(1, len(app["deployments"][deployment].get("replicas", [])))
+        handle = serve.get_deployment_handle(deployment, app_name=name)
+        answers = [handle.holds.remote(release_id) for _ in range(4 * replicas)]
+        reasons = {r.result(timeout_s=60) for r in answers} - {None}
+        problems += [f"{deployment}: {reason}" for reason in sorted(reasons)]
+    return problems
+
+
+def _apply(config: dict[str, Any], timeout_s: float, progress: Optional[Callable[[str], None]]) -> None:
+    deploy(config, timeout_s, progress)
+
+
+def status(name: str = DEFAULT_APP) -> dict[str, Any]:
+    """App and deployment states, replicas and the release being served."""
+    app = details().get("applications", {}).get(name)
+    if app is None:
+        raise ServeControlError(f"no Serve application named {name!r} is running")
+    out: dict[str, Any] = {"app": name, "status": _plain(app["status"]), "route_prefix": app.get("route_prefix"),
+                           "message": app.get("message", ""), "deployments": {}}
+    for deployment, info in app.get("deployments", {}).items():
+        out["deployments"][deployment] = {
+            "status": _plain(info["status"]), "replicas": len(info.get("replicas", [])),
+            "target_replicas": info.get("target_num_replicas"),
+        }
+    try:
+        release = active_release(app)
+        out["release"] = {"id": release.id, "model_uri": release.model_uri, "registered_name": release.registered_name,
+                          "version": release.version, "alias": release.alias, "run_id": release.run_id}
+    except (ServeControlError, KeyError):
+        out["release"] = None
+    return out
+
+
+def watch(name: str, interval_s: float, stop: Callable[[], bool], progress: Callable[[str], None]) -> None:
+    """Every `interval_s`, reload when the alias behind the app's model points at another version."""
+    while not stop():
+        deadline = time.monotonic() + interval_s
+        while time.monotonic() < deadline and not stop():
+            time.sleep(min(1.0, interval_s))
+        if stop():
+            return
+        try:
+            app, config = _deployed(name)
+            settings = parse_settings(config.get("args") or {})
+            version = alias_version(settings.model, settings.tracking_uri)
+            if version is not None and version != active_release(app).version:
+                progress(reload(name, progress=progress).summary())
+        except Exception as exc:  # a failed check must not stop the service; try again next time
+            progress(f"{name}: alias check failed: {exc}")
+
+
+def dumps(payload: Any) -> str:
+    return json.dumps(payload, indent=2, default=str)

@@ -1,0 +1,319 @@
+"""The model deployments behind the ingress: embedder, index, re-ranker and classifier.
+
+Hot reload: every model deployment receives, in its Serve `user_config`, the list
+of releases it must hold (`{"releases": [...]}`, at most the current and the next).
+`reconfigure` loads the ones it lacks and drops the rest in one reference swap,
+so requests keep being answered while a new model loads. Each request names the
+release it belongs to, so the embedding and the index search of one request always
+use the same model, even while replicas are half-way through a reload.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Generic, Optional, TypeVar
+
+import numpy as np
+from ray import serve
+
+from lmplatform.serving.release import Release, ReleaseError, fetch, load_index_and_store
+
+logger = logging.getLogger("ray.serve")
+T = TypeVar("T")
+
+
+class ReleaseNotLoaded(LookupError):
+    """A request named a release this replica does not hold (the reload order was not respected)."""
+
+
+class NotAvailable(LookupError):
+    """The deployed model cannot answer this kind of request (e.g. no labels for classification)."""
+
+
+class ReleaseSlots(Generic[T]):
+    """What one replica has loaded, per release id; replaced atomically on reconfigure."""
+
+    def __init__(self, load: Callable[[Release], T], what: str):
+        self._load, self._what = load, what
+        self._loaded: dict[str, T] = {}
+        self.failures: dict[str, str] = {}
+        self._lock = threading.Lock()  # one reconfigure at a time; readers never wait
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Hold exactly the listed releases. A release that fails to load is recorded in `failures`
+        and skipped, so the replica keeps serving what it has (the reload then rolls back);
+        only a replica left with nothing to serve raises."""
+        releases = [Release.model_validate(r) for r in user_config.get("releases", [])]
+        if not releases:
+            raise ReleaseError(f"{self._what}: user_config has no releases")
+        with self._lock:
+            current = self._loaded
+            updated: dict[str, T] = {}
+            for release in releases:
+                if release.id in current:
+                    updated[release.id] = current[release.id]
+                    continue
+                start = time.perf_counter()
+                try:
+                    updated[release.id] = self._load(release)
+                except Exception as exc:
+                    self.failures[release.id] = f"{type(exc).__name__}: {exc}"
+                    logger.exception("%s: cannot load release %s", self._what, release.id)
+                    continue
+                self.failures.pop(release.id, None)
+                logger.info("%s: loaded release %s in %.1fs", self._what, release.id, time.perf_counter() - start)
+            if not updated:
+                raise ReleaseError(f"{self._what}: no release could be loaded: {self.failures}")
+            self._loaded = updated  # requests in flight keep the dict they already read
+
+    def holds(self, release_id: str) -> Optional[str]:
+        """None when `release_id` is loaded, else why not."""
+        if release_id in self._loaded:
+            return None
+        return self.failures.get(release_id, "not loaded")
+
+    def get(self, release_id: str) -> T:
+        try:
+            return self._loaded[release_id]
+        except KeyError:
+            raise ReleaseNotLoaded(f"{self._what} holds releases {sorted(self._loaded)}, not {release_id!r}") from None
+
+    def ids(self) -> list[str]:
+        return list(self._loaded)
+
+
+def _load_encoder(release: Release, cache_dir: Optional[str]) -> Any:
+    from lmplatform.models.encoder import Encoder
+
+    return Encoder.from_pretrained(fetch(release.model_uri, release.tracking_uri, cache_dir)).eval()
+
+
+def _texts_in(items: list[tuple[str, list[str]]]) -> int:
+    return sum(len(texts) for _, texts in items)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
+class EmbedderDeployment:
+    """The bi-encoder. With batching on, concurrent requests share one forward pass (`@serve.batch`)."""
+
+    def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None):
+        import torch
+
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.batching = bool(batching.get("enabled", True))
+        self.max_batch_size = int(batching.get("max_batch_size", 32))
+        self._embed_batched.set_max_batch_size(self.max_batch_size)
+        self._embed_batched.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.005)))
+        self.encoders: ReleaseSlots[Any] = ReleaseSlots(lambda r: _load_encoder(r, cache_dir), "embedder")
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        self.encoders.reconfigure(user_config)
+
+    def holds(self, release_id: str) -> Optional[str]:
+        return self.encoders.holds(release_id)
+
+    async def embed(self, release_id: str, texts: list[str]) -> np.ndarray:
+        """L2-normalised float32 vectors [len(texts), dim]."""
+        self.encoders.get(release_id)  # fail fast, before queueing in a batch
+        if not self.batching:
+            return self.encoders.get(release_id).encode(texts, batch_size=self.max_batch_size)
+        return await self._embed_batched((release_id, texts))
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005, batch_size_fn=_texts_in)
+    async def _embed_batched(self, items: list[tuple[str, list[str]]]) -> list[np.ndarray]:
+        # One forward pass per release present in the batch (two only during a reload).
+        by_release: dict[str, list[int]] = {}
+        for n, (release_id, _) in enumerate(items):
+            by_release.setdefault(release_id, []).append(n)
+        out: list[Any] = [None] * len(items)
+        for release_id, members in by_release.items():
+            texts = [t for n in members for t in items[n][1]]
+            vectors = self.encoders.get(release_id).encode(texts, batch_size=self.max_batch_size)
+            start = 0
+            for n in members:
+                count = len(items[n][1])
+                out[n] = vectors[start:start + count]
+                start += count
+        return out
+
+    def dim(self, release_id: str) -> int:
+        return int(self.encoders.get(release_id).dim)
+
+
+class _LoadedIndex:
+    def __init__(self, release: Release, cache_dir: Optional[str]):
+        self.index, self.store, folder = load_index_and_store(release, cache_dir)
+        built = (folder / "index.faiss").stat().st_mtime
+        self.built_at = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
+        self.labels = self.store.labels
+        self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _queries_in(items: list[tuple[str, np.ndarray, int, int]]) -> int:
+    return sum(len(vectors) for _, vectors, _, _ in items)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
+class IndexDeployment:
+    """The FAISS index and the document store. Loaded from files built ahead; never encodes.
+
+    With batching on, concurrent searches share one FAISS call: a flat index then
+    scores all queries in one matrix product instead of one scan of the index each.
+    """
+
+    def __init__(self, cache_dir: Optional[str] = None, batching: Optional[dict[str, Any]] = None):
+        batching = batching or {}
+        self.batching = bool(batching.get("enabled", True))
+        self._search_batched.set_max_batch_size(int(batching.get("max_batch_size", 32)))
+        # No waiting: a search takes milliseconds, and searches that queue while one runs
+        # still form the next batch (serve.batch takes whatever is queued).
+        self._search_batched.set_batch_wait_timeout_s(0.0)
+        self.indexes: ReleaseSlots[_LoadedIndex] = ReleaseSlots(lambda r: _LoadedIndex(r, cache_dir), "index")
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        self.indexes.reconfigure(user_config)
+
+    def holds(self, release_id: str) -> Optional[str]:
+        return self.indexes.holds(release_id)
+
+    async def search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int = -1) -> list[list[dict[str, Any]]]:
+        """Top-k hits per query row with title, label and text (cut to `text_chars` unless it is -1)."""
+        self.indexes.get(release_id)  # fail fast, before queueing in a batch
+        if not self.batching:
+            return self._search(release_id, np.asarray(vectors), k, text_chars)
+        return await self._search_batched((release_id, np.asarray(vectors), k, text_chars))
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_queries_in)
+    async def _search_batched(self, items: list[tuple[str, np.ndarray, int, int]]) -> list[list[list[dict[str, Any]]]]:
+        out: list[Any] = [None] * len(items)
+        by_release: dict[str, list[int]] = {}
+        for n, item in enumerate(items):
+            by_release.setdefault(item[0], []).append(n)
+        for release_id, members in by_release.items():
+            k = max(items[n][2] for n in members)
+            text_chars = -1 if any(items[n][3] < 0 for n in members) else max(items[n][3] for n in members)
+            rows = self._search(release_id, np.concatenate([items[n][1] for n in members]), k, text_chars)
+            start = 0
+            for n in members:
+                count = len(items[n][1])
+                out[n] = [hits[: items[n][2]] for hits in rows[start:start + count]]
+                start += count
+        return out
+
+    def _search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int) -> list[list[dict[str, Any]]]:
+        loaded = self.indexes.get(release_id)
+        out = []
+        for hits in loaded.index.search(vectors, k):
+            rows = []
+            for doc_id, score in hits:
+                doc = loaded.store[doc_id]
+                text = doc.text if text_chars < 0 else doc.text[:text_chars]
+                rows.append({"id": doc_id, "score": score, "title": doc.title, "text": text, "label": doc.label})
+            out.append(rows)
+        return out
+
+    def knn_proba(self, release_id: str, vectors: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:
+        """Class probabilities from the labels of the k nearest documents (similarity-weighted votes)."""
+        loaded = self.indexes.get(release_id)
+        if not loaded.labels:
+            raise NotAvailable("the model has no classifier head and the document store has no labels to vote with")
+        column = {label: i for i, label in enumerate(loaded.labels)}
+        proba = np.zeros((len(vectors), len(column)), dtype=np.float64)
+        for row, hits in enumerate(loaded.index.search(vectors, k)):
+            for doc_id, score in hits:
+                label = loaded.store[doc_id].label
+                if label is not None:
+                    proba[row, column[label]] += max(score, 0.0) + 1e-6
+            total = proba[row].sum()
+            proba[row] = proba[row] / total if total > 0 else 1.0 / len(column)
+        return loaded.labels, proba
+
+    def info(self, release_id: str) -> dict[str, Any]:
+        loaded = self.indexes.get(release_id)
+        return {"index_size": len(loaded.index), "index_kind": loaded.index.kind, "dim": loaded.index.dim,
+                "index_built_at": loaded.built_at, "index_build_seconds": loaded.index.stats.build_seconds,
+                "loaded_at": loaded.loaded_at, "labels": loaded.labels}
+
+
+def _pairs_in(items: list[tuple[str, list[str]]]) -> int:
+    return sum(len(documents) for _, documents in items)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
+class RerankerDeployment:
+    """A cross-encoder re-scoring (query, document) pairs, batched across requests by pair count."""
+
+    def __init__(self, model: str, tracking_uri: Optional[str], max_batch_size: int, batch_wait_timeout_s: float,
+                 num_threads: Optional[int] = None, cache_dir: Optional[str] = None):
+        import torch
+
+        from lmplatform.models.cross_encoder import CrossEncoder
+
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        folder = fetch(model, tracking_uri, cache_dir) if model.startswith(("models:/", "runs:/")) else model
+        self.model = CrossEncoder.from_pretrained(folder).eval()
+        self.name = model
+        self.max_batch_size = max_batch_size
+        self._score_batched.set_max_batch_size(max_batch_size)
+        self._score_batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
+
+    async def score(self, query: str, documents: list[str]) -> list[float]:
+        return await self._score_batched((query, documents))
+
+    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.005, batch_size_fn=_pairs_in)
+    async def _score_batched(self, items: list[tuple[str, list[str]]]) -> list[list[float]]:
+        queries = [q for q, documents in items for _ in documents]
+        documents = [d for _, docs in items for d in docs]
+        scores = self.model.score(queries, documents, batch_size=self.max_batch_size).tolist()
+        out, start = [], 0
+        for _, docs in items:
+            out.append(scores[start:start + len(docs)])
+            start += len(docs)
+        return out
+
+    def describe(self) -> str:
+        return self.name
+
+
+def _load_head(release: Release, cache_dir: Optional[str]) -> Optional[Any]:
+    from lmplatform.models.classifier import HEAD_FILE, LABELS_FILE, TextClassifier
+
+    folder = fetch(release.model_uri, release.tracking_uri, cache_dir)
+    if (folder / HEAD_FILE).is_file() and (folder / LABELS_FILE).is_file():
+        return TextClassifier.from_pretrained(folder)
+    return None  # no trained head: classify by the labels of the nearest indexed documents
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
+class ClassifierDeployment:
+    """The model's trained MLP head when it has one, else KNN over the labelled documents of the index."""
+
+    def __init__(self, embedder: Any, index: Any, knn_k: int = 10, cache_dir: Optional[str] = None):
+        self.embedder, self.index, self.knn_k = embedder, index, knn_k
+        self.heads: ReleaseSlots[Optional[Any]] = ReleaseSlots(lambda r: _load_head(r, cache_dir), "classifier")
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        self.heads.reconfigure(user_config)
+
+    def holds(self, release_id: str) -> Optional[str]:
+        return self.heads.holds(release_id)
+
+    def method(self, release_id: str) -> str:
+        return "head" if self.heads.get(release_id) is not None else "knn"
+
+    async def classify(self, release_id: str, texts: list[str]) -> dict[str, Any]:
+        head = self.heads.get(release_id)
+        if head is not None:
+            proba = head.predict_proba(texts)
+            labels, method = head.labels, "head"
+        else:
+            vectors = await self.embedder.embed.remote(release_id, texts)
+            labels, proba = await self.index.knn_proba.remote(release_id, vectors, self.knn_k)
+            method = "knn"
+        predictions = [{"label": labels[int(np.argmax(row))],
+                        "probabilities": {label: round(float(p), 6) for label, p in zip(labels, row)}} for row in proba]
+        return {"predictions": predictions, "method": method}

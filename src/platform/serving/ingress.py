@@ -1,0 +1,226 @@
+"""The FastAPI ingress: versioned routes, bearer-token check, and JSON errors for every bad request.
+
+Error contract: every 4xx body is `{"error": message, "field": name, "details": [...]}`.
+Parsing errors (non-JSON, wrong types, unknown or missing fields) are 400/422,
+limits are 413/422, a missing or wrong token is 401. Nothing a client sends
+reaches a model unless it passed these checks, so bad input cannot take a replica down.
+"""
+# No `from __future__ import annotations`: FastAPI reads these annotations in the replica,
+# from a pickled copy of the app, where string annotations cannot be resolved.
+import hmac
+import logging
+import time
+from typing import Any, Optional
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from ray import serve
+
+from lmplatform.serving.release import Release
+from lmplatform.serving.schemas import (
+    ClassifyResponse, EmbedResponse, ErrorResponse, Hit, ModelInfo, RequestLimitError, SearchRequest, SearchResponse,
+    ServeLimits, SimilarityRequest, SimilarityResponse, TextsRequest, snippet,
+)
+from lmplatform.serving.settings import token_sha256
+
+logger = logging.getLogger("ray.serve")
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 422, 503)}
+
+api = FastAPI(
+    title="lmplatform serving",
+    version="1",
+    description="Search, classify, embed and compare texts with the champion encoder. Errors are JSON: "
+                "`{error, field, details}`. When a token is configured, /v1/* needs `Authorization: Bearer <token>`.",
+)
+# Per-replica settings the middleware needs before a route (and its `self`) is reached.
+_GUARD: dict[str, Any] = {"token_sha256": None, "max_body_bytes": 1_000_000}
+
+
+def configure_guard(token_hash: Optional[str], max_body_bytes: int) -> None:
+    _GUARD.update(token_sha256=token_hash, max_body_bytes=max_body_bytes)
+
+
+def error_response(status: int, message: str, field: Optional[str] = None, details: Optional[list] = None,
+                   headers: Optional[dict[str, str]] = None) -> JSONResponse:
+    body = ErrorResponse(error=message, field=field, details=details or []).model_dump()
+    return JSONResponse(status_code=status, content=body, headers=headers)
+
+
+@api.middleware("http")
+async def guard(request: Request, call_next: Any) -> Any:
+    """Refuse oversized bodies and unauthenticated /v1 calls before the body is parsed."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > _GUARD["max_body_bytes"]):
+        return error_response(413, f"request body is larger than {_GUARD['max_body_bytes']} bytes", "body")
+    expected = _GUARD["token_sha256"]
+    if expected and request.url.path.startswith("/v1/"):
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return error_response(401, "missing bearer token", "authorization", headers={"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(token_sha256(token.strip()), expected):
+            return error_response(401, "invalid bearer token", "authorization", headers={"WWW-Authenticate": "Bearer"})
+    return await call_next(request)
+
+
+@api.exception_handler(RequestValidationError)
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    details = []
+    for error in exc.errors():
+        loc = [str(p) for p in error.get("loc", ())]
+        loc = loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc
+        details.append({"field": ".".join(loc) or "body", "message": error.get("msg", ""), "type": error.get("type", "")})
+    if any(d["type"] == "json_invalid" for d in details):
+        return error_response(400, "the request body is not valid JSON", "body", details)
+    first = details[0] if details else {"field": "body", "message": "invalid request"}
+    return error_response(422, f"{first['field']}: {first['message']}", first["field"], details)
+
+
+@api.exception_handler(HTTPException)
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    # FastAPI's own 400 for a body it cannot decode (e.g. not UTF-8), 404/405 for unknown routes.
+    field = "body" if exc.status_code == 400 else None
+    return error_response(exc.status_code, str(exc.detail), field, headers=getattr(exc, "headers", None))
+
+
+@api.exception_handler(RequestLimitError)
+async def _over_limit(request: Request, exc: RequestLimitError) -> JSONResponse:
+    return error_response(exc.status, str(exc), exc.field)
+
+
+@api.exception_handler(Exception)
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error on %s", request.url.path)
+    return error_response(500, f"internal error: {type(exc).__name__}")
+
+
+def _find_cause(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> Optional[BaseException]:
+    """The first exception of `kinds` in a chain of Ray task errors (a call through two deployments nests two)."""
+    seen = 0
+    current: Optional[BaseException] = exc
+    while current is not None and seen < 8:
+        if isinstance(current, kinds):
+            return current
+        current, seen = getattr(current, "cause", None), seen + 1
+    return None
+
+
+class _Refused(Exception):
+    """A backend's refusal (404: cannot answer this kind of request; 503: release not loaded)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@api.exception_handler(_Refused)
+async def _refused(request: Request, exc: _Refused) -> JSONResponse:
+    headers = {"Retry-After": "1"} if exc.status == 503 else None
+    return error_response(exc.status, str(exc), headers=headers)
+
+
+# Everything the routes below use must be defined above them: serve.ingress pickles
+# the app (with the route functions and the globals they name) when the class is defined.
+@serve.deployment(ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=256)
+@serve.ingress(api)
+class ServeIngress:
+    def __init__(self, embedder: Any, index: Any, classifier: Any, reranker: Any = None,
+                 limits: Optional[dict[str, Any]] = None, token_sha256: Optional[str] = None):
+        self.embedder, self.index, self.classifier, self.reranker = embedder, index, classifier, reranker
+        self.limits = ServeLimits.model_validate(limits or {})
+        # Imported here, not referenced as a global: Serve pickles this class by value, which
+        # would give it a private copy of _GUARD that the middleware never sees.
+        from lmplatform.serving.ingress import configure_guard
+
+        configure_guard(token_sha256, self.limits.max_body_bytes)
+        self.active: Optional[Release] = None
+        self.switched_at = ""
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Route new requests to `active` (the model deployments already hold it: see control.reload)."""
+        self.active = Release.model_validate(user_config["active"])
+        self.switched_at = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+
+    def _release(self) -> Release:
+        if self.active is None:
+            raise RuntimeError("no release configured: the ingress needs user_config.active")
+        return self.active
+
+    async def _call(self, call: Any) -> Any:
+        from lmplatform.serving.deployments import NotAvailable, ReleaseNotLoaded
+
+        try:
+            return await call
+        except Exception as exc:
+            cause = _find_cause(exc, (NotAvailable, ReleaseNotLoaded))
+            if isinstance(cause, NotAvailable):
+                raise _Refused(404, str(cause).splitlines()[-1]) from exc
+            if isinstance(cause, ReleaseNotLoaded):
+                raise _Refused(503, f"the model is being reloaded, retry: {str(cause).splitlines()[-1]}") from exc
+            raise
+
+    @api.get("/healthz", tags=["service"])
+    async def healthz(self) -> dict[str, str]:
+        return {"status": "ok" if self.active is not None else "starting"}
+
+    @api.get("/v1/model", response_model=ModelInfo, responses=ERRORS, tags=["service"])
+    async def model(self) -> ModelInfo:
+        release = self._release()
+        info = await self._call(self.index.info.remote(release.id))
+        method = await self._call(self.classifier.method.remote(release.id))
+        reranker = await self.reranker.describe.remote() if self.reranker is not None else None
+        return ModelInfo(
+            registered_name=release.registered_name, version=release.version, alias=release.alias,
+            mlflow_run_id=release.run_id, model_uri=release.model_uri, release_id=release.id,
+            index_size=info["index_size"], index_kind=info["index_kind"], index_built_at=info["index_built_at"],
+            index_build_seconds=info["index_build_seconds"], dim=info["dim"], loaded_at=self.switched_at,
+            reranker=reranker, classifier=method if method == "head" or info["labels"] else "unavailable",
+        )
+
+    @api.post("/v1/search", response_model=SearchResponse, responses=ERRORS, tags=["retrieval"])
+    async def search(self, body: SearchRequest) -> SearchResponse:
+        self.limits.check_search(body)
+        if body.rerank and self.reranker is None:
+            raise RequestLimitError("rerank", "no re-ranker is deployed; send rerank=false")
+        release = self._release()
+        vectors = await self._call(self.embedder.embed.remote(release.id, [body.query]))
+        depth = max(body.k, self.limits.rerank_candidates) if body.rerank else body.k
+        # Only the snippet travels back, unless the re-ranker needs the whole text.
+        text_chars = -1 if body.rerank else self.limits.snippet_chars + 1
+        (hits,) = await self._call(self.index.search.remote(release.id, vectors, depth, text_chars))
+        if body.rerank and hits:
+            documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in hits]
+            scores = await self._call(self.reranker.score.remote(body.query, documents))
+            for hit, score in zip(hits, scores):
+                hit["retrieval_score"], hit["score"] = hit["score"], float(score)
+            hits = sorted(hits, key=lambda h: (-h["score"], h["id"]))[: body.k]
+        return SearchResponse(
+            hits=[Hit(id=h["id"], score=h["score"], title=h["title"], snippet=snippet(h["text"], self.limits.snippet_chars),
+                      retrieval_score=h.get("retrieval_score")) for h in hits],
+            model_version=release.id, reranked=body.rerank,
+        )
+
+    @api.post("/v1/classify", response_model=ClassifyResponse, responses=ERRORS, tags=["classification"])
+    async def classify(self, body: TextsRequest) -> ClassifyResponse:
+        self.limits.check_texts("texts", body.texts)
+        release = self._release()
+        result = await self._call(self.classifier.classify.remote(release.id, body.texts))
+        return ClassifyResponse(predictions=result["predictions"], method=result["method"], model_version=release.id)
+
+    @api.post("/v1/embed", response_model=EmbedResponse, responses=ERRORS, tags=["embedding"])
+    async def embed(self, body: TextsRequest) -> EmbedResponse:
+        self.limits.check_texts("texts", body.texts)
+        release = self._release()
+        vectors = await self._call(self.embedder.embed.remote(release.id, body.texts))
+        return EmbedResponse(vectors=vectors.tolist(), dim=int(vectors.shape[1]), model_version=release.id)
+
+    @api.post("/v1/similarity", response_model=SimilarityResponse, responses=ERRORS, tags=["embedding"])
+    async def similarity(self, body: SimilarityRequest) -> SimilarityResponse:
+        self.limits.check_text("a", body.a)
+        self.limits.check_text("b", body.b)
+        release = self._release()
+        vectors = await self._call(self.embedder.embed.remote(release.id, [body.a, body.b]))
+        cosine = float(np.clip(np.dot(vectors[0], vectors[1]), -1.0, 1.0))
+        return SimilarityResponse(cosine=cosine, model_version=release.id)

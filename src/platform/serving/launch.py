@@ -1,0 +1,87 @@
+"""From a Serve config file plus overrides to a running application: what `lmp serve run` and ray_jobs/serve.py do.
+
+Everything is validated on the driver first (settings, model, index), so a bad
+config fails before any replica starts and the message names the field.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import yaml
+
+from lmplatform.serving.control import DEFAULT_APP, IMPORT_PATH, application_config, deploy, start
+from lmplatform.serving.release import Release, check_release, resolve_release
+from lmplatform.serving.settings import DEFAULT_TOKEN_ENV, ServeConfigError, ServeSettings, parse_settings, token_sha256
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "serve" / "config.yaml"
+
+
+@dataclass
+class LaunchPlan:
+    name: str
+    host: str
+    port: int
+    settings: ServeSettings
+    release: Release
+    app: dict[str, Any]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}{self.app['route_prefix'].rstrip('/')}"
+
+
+def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        target = target.setdefault(key, {})
+        if not isinstance(target, dict):
+            raise ServeConfigError(f"--set {dotted}: {key} is not a section")
+    target[keys[-1]] = value
+
+
+def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None, overrides: Optional[list[str]] = None,
+                args: Optional[dict[str, Any]] = None, host: Optional[str] = None, port: Optional[int] = None,
+                token_env: str = DEFAULT_TOKEN_ENV) -> LaunchPlan:
+    """Read the Serve config, apply overrides (`--set limits.max_k=50`, explicit `args`), validate, pin the model."""
+    path = Path(config) if config else DEFAULT_CONFIG
+    if not path.is_file():
+        raise ServeConfigError(f"serve config not found: {path}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    apps = raw.get("applications") or []
+    chosen = next((a for a in apps if name is None or a.get("name") == name), None)
+    if chosen is None:
+        raise ServeConfigError(f"{path}: no application named {name!r} (has: {[a.get('name') for a in apps]})")
+    if chosen.get("import_path", IMPORT_PATH) != IMPORT_PATH:
+        raise ServeConfigError(f"{path}: application {chosen.get('name')!r} has import_path {chosen.get('import_path')!r}; "
+                               f"lmp serve runs {IMPORT_PATH}")
+    merged = copy.deepcopy(chosen.get("args") or {})
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ServeConfigError(f"--set {item!r}: expected field=value, e.g. limits.max_k=50")
+        _set_path(merged, key.strip(), yaml.safe_load(value))
+    merged.update({k: v for k, v in (args or {}).items() if v is not None})
+    token = os.environ.get(token_env)
+    if token:
+        merged["auth_token_sha256"] = token_sha256(token)
+    settings = parse_settings(merged)
+    release = resolve_release(settings.model, settings.tracking_uri, settings.index, settings.documents,
+                              settings.index_artifact)
+    check_release(release, settings.cache_dir)
+    deployments = [d for d in chosen.get("deployments") or []
+                   if d.get("name") != "RerankerDeployment" or settings.reranker]
+    http = raw.get("http_options") or {}
+    app = application_config(settings, chosen.get("name") or DEFAULT_APP, chosen.get("route_prefix", "/"), deployments,
+                             chosen.get("logging_config"))
+    return LaunchPlan(app["name"], host or http.get("host", "127.0.0.1"), int(port or http.get("port", 8000)),
+                      settings, release, app)
+
+
+def launch(plan: LaunchPlan, timeout_s: float = 600.0, progress: Optional[Callable[[str], None]] = None) -> None:
+    """Start Serve on the plan's host:port (on the Ray already joined) and deploy the application."""
+    start(plan.host, plan.port)
+    deploy(plan.app, timeout_s, progress)

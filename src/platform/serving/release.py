@@ -1,0 +1,210 @@
+"""A *release*: one pinned model version and the index built with it, as every replica loads it.
+
+`resolve_release` turns what the user names (`models:/name@champion`, a version, a
+folder) into a `Release` pinned to a concrete version, so that all replicas load
+the same thing even if the alias moves while they start. The release travels to
+the replicas in their Serve `user_config`; each replica fetches the files itself
+(`fetch`), through a per-node cache, so this works on a multi-node cluster.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from lmplatform.retrieval.index import INDEX_FILE, META_FILE, VectorIndex
+from lmplatform.serving.store import DOCUMENTS_FILE, DocumentStore
+
+
+class ReleaseError(ValueError):
+    """A model or index that cannot be resolved or loaded (the message says which and why)."""
+
+
+class Release(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    model_uri: str  # models:/name/<version> (pinned) or an absolute folder
+    index_uri: str  # runs:/<run_id>/<artifact> or an absolute folder
+    documents: Optional[str] = None  # absolute path; None: documents.jsonl in the index folder
+    tracking_uri: Optional[str] = None
+    registered_name: Optional[str] = None
+    version: Optional[str] = None
+    alias: Optional[str] = None
+    run_id: Optional[str] = None
+    resolved_at: float = 0.0
+
+
+def _folder_stamp(path: Path) -> str:
+    """Changes when the files in `path` change, so a reload of a rewritten folder is a new release."""
+    stamps = sorted(f"{p.name}:{p.stat().st_mtime_ns}:{p.stat().st_size}" for p in path.iterdir() if p.is_file())
+    return hashlib.sha256("|".join(stamps).encode()).hexdigest()[:12]
+
+
+def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optional[str] = None,
+                    documents: Optional[str] = None, index_artifact: str = "index") -> Release:
+    """Pin `model` (alias -> version) and find its index; raises `ReleaseError` naming what is missing."""
+    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+    index_path = Path(index).expanduser().resolve() if index else None
+    if index_path is not None and not (index_path / INDEX_FILE).is_file():
+        raise ReleaseError(f"index: {index_path} is not a saved VectorIndex ({INDEX_FILE} is missing); "
+                           "build one with ray_jobs/build_index.py")
+    docs = str(Path(documents).expanduser().resolve()) if documents else None
+    if docs and not Path(docs).is_file():
+        raise ReleaseError(f"documents: {docs} does not exist")
+    if model.startswith("models:/"):
+        uri = resolve_tracking_uri(tracking_uri)
+        name, version, alias, run_id = _pin_registry_version(model, uri)
+        index_uri = str(index_path) if index_path else f"runs:/{run_id}/{index_artifact}"
+        stamp = _folder_stamp(index_path) if index_path else ""
+        return Release(id=f"{name}/{version}" + (f"+{stamp}" if stamp else ""), model_uri=f"models:/{name}/{version}",
+                       index_uri=index_uri, documents=docs, tracking_uri=uri, registered_name=name, version=version,
+                       alias=alias, run_id=run_id, resolved_at=time.time())
+    try:
+        folder = resolve_model_path(model)
+    except FileNotFoundError as exc:
+        raise ReleaseError(f"model: {exc}") from exc
+    if index_path is None:
+        raise ReleaseError(f"index: model {model!r} is a folder, not a registered version, so the index cannot be "
+                           "found in its MLflow run; pass index=<folder of a saved VectorIndex>")
+    return Release(id=f"path:{folder.name}+{_folder_stamp(folder)}+{_folder_stamp(index_path)}", model_uri=str(folder),
+                   index_uri=str(index_path), documents=docs, resolved_at=time.time())
+
+
+def _pin_registry_version(model_uri: str, tracking_uri: str) -> tuple[str, str, Optional[str], str]:
+    from mlflow.tracking import MlflowClient
+
+    spec = model_uri[len("models:/"):]
+    client = MlflowClient(tracking_uri)
+    try:
+        if "@" in spec:
+            name, alias = spec.split("@", 1)
+            found = client.get_model_version_by_alias(name, alias)
+        else:
+            name, _, number = spec.partition("/")
+            alias = None
+            if not number:
+                raise ReleaseError(f"model: {model_uri}: expected models:/<name>@<alias> or models:/<name>/<version>")
+            found = client.get_model_version(name, number)
+    except ReleaseError:
+        raise
+    except Exception as exc:
+        raise ReleaseError(f"model: cannot resolve {model_uri} in the MLflow registry at {tracking_uri}: {exc}") from exc
+    if not found.run_id:
+        raise ReleaseError(f"model: {model_uri} (version {found.version}) has no MLflow run, so it has no index artifact")
+    return name, str(found.version), alias, found.run_id
+
+
+def alias_version(model_uri: str, tracking_uri: Optional[str]) -> Optional[str]:
+    """The version an alias points at now (None for a path or a pinned version)."""
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+    if not model_uri.startswith("models:/") or "@" not in model_uri:
+        return None
+    return _pin_registry_version(model_uri, resolve_tracking_uri(tracking_uri))[1]
+
+
+def cache_root(configured: Optional[str] = None) -> Path:
+    return Path(configured or os.environ.get("LMP_SERVE_CACHE") or Path.home() / ".cache" / "lmplatform" / "serve")
+
+
+def fetch(uri: str, tracking_uri: Optional[str], cache_dir: Optional[str] = None) -> Path:
+    """A local folder for a folder path, `models:/name/version` or `runs:/id/path` (downloaded once per node)."""
+    if not (uri.startswith("models:/") or uri.startswith("runs:/")):
+        path = Path(uri)
+        if not path.is_dir():
+            raise ReleaseError(f"{uri} is not a folder on this node")
+        return path
+    key = hashlib.sha256(f"{tracking_uri}|{uri}".encode()).hexdigest()[:20]
+    target = cache_root(cache_dir) / key
+    if (target / ".complete").is_file():
+        return target / "content"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=target.parent))
+    try:
+        if uri.startswith("models:/"):
+            from lmplatform.tracking.registry import download_model
+
+            local = download_model(uri, tracking_uri, dst=staging / "download")
+        else:
+            import mlflow.artifacts
+
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(staging / "download"),
+                                                             tracking_uri=tracking_uri))
+        local.rename(staging / "content")
+        (staging / ".complete").write_text(uri)
+        try:
+            staging.rename(target)  # atomic: a concurrent replica on this node either wins or finds it complete
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    except Exception as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, ReleaseError):
+            raise
+        raise ReleaseError(f"cannot fetch {uri} from MLflow at {tracking_uri}: {exc}") from exc
+    return target / "content"
+
+
+def load_index_and_store(release: Release, cache_dir: Optional[str] = None) -> tuple[VectorIndex, DocumentStore, Path]:
+    """The release's VectorIndex and document store; every index id must have a document."""
+    folder = fetch(release.index_uri, release.tracking_uri, cache_dir)
+    if not (folder / INDEX_FILE).is_file() or not (folder / META_FILE).is_file():
+        raise ReleaseError(f"{release.index_uri} holds no saved VectorIndex ({INDEX_FILE}, {META_FILE})")
+    index = VectorIndex.load(folder)
+    documents = Path(release.documents) if release.documents else folder / DOCUMENTS_FILE
+    if not documents.is_file():
+        raise ReleaseError(f"no document store for the index at {release.index_uri}: {documents} is missing "
+                           "(write it with lmplatform.serving.store.write_document_store, or pass documents=)")
+    store = DocumentStore.load(documents)
+    store.check_covers(index.ids, release.index_uri)
+    return index, store, folder
+
+
+def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Optional[str] = None,
+                  artifact_path: str = "index") -> str:
+    """Log a built index folder as an artifact of a run (a run id, or the run of `models:/...`); returns the run id.
+
+    This is where `resolve_release` looks for a registered model's index.
+    """
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+    index_dir = Path(index_dir)
+    if not (index_dir / INDEX_FILE).is_file():
+        raise ReleaseError(f"{index_dir} is not a saved VectorIndex ({INDEX_FILE} is missing)")
+    if not (index_dir / DOCUMENTS_FILE).is_file():
+        raise ReleaseError(f"{index_dir} has no {DOCUMENTS_FILE}: the service could not show its hits")
+    uri = resolve_tracking_uri(tracking_uri)
+    run_id = _pin_registry_version(run_id_or_model, uri)[3] if run_id_or_model.startswith("models:/") else run_id_or_model
+    MlflowClient(uri).log_artifacts(run_id, str(index_dir), artifact_path)
+    return run_id
+
+
+def check_release(release: Release, cache_dir: Optional[str] = None) -> dict[str, int]:
+    """Fetch and check a release before any replica is told to load it (the files land in the node cache).
+
+    Catches what would otherwise fail inside every replica: a missing model or index
+    artifact, an index whose ids lack documents, or an index built with a model of
+    another width (its vectors could never match the queries).
+    """
+    import json as _json
+
+    index, store, _ = load_index_and_store(release, cache_dir)
+    model_dir = fetch(release.model_uri, release.tracking_uri, cache_dir)
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        raise ReleaseError(f"{release.model_uri} holds no Hugging Face model folder (config.json is missing)")
+    width = _json.loads(config_file.read_text()).get("hidden_size")
+    if width is not None and int(width) != index.dim:
+        raise ReleaseError(f"the index at {release.index_uri} holds {index.dim}-d vectors but {release.model_uri} "
+                           f"makes {width}-d ones: rebuild the index with this model (ray_jobs/build_index.py)")
+    return {"index_size": len(index), "documents": len(store), "dim": index.dim}

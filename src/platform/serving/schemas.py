@@ -1,0 +1,146 @@
+"""HTTP request and response models, and the limits every request is checked against.
+
+Types are strict (a number where text is expected is an error, never coerced) and
+unknown fields are rejected, so a typo in a client surfaces at once. Size limits
+are configurable per deployment, so they are checked by `ServeLimits.check_*`
+after parsing rather than baked into the models; every violation names its field.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from lmplatform.config.base import Section
+
+
+class RequestLimitError(ValueError):
+    """A request that parsed but breaks a limit; `status` is 413 for size, 422 for values."""
+
+    def __init__(self, field: str, message: str, status: int = 422):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+        self.status = status
+
+
+class ServeLimits(Section):
+    """Limits on one request. A request beyond them is refused with a 4xx naming the field."""
+
+    max_query_chars: int = Field(2000, ge=1, description="Longest search query (characters).")
+    max_k: int = Field(100, ge=1, le=10_000, description="Largest k for /v1/search.")
+    max_texts: int = Field(32, ge=1, description="Most texts in one /v1/embed or /v1/classify request "
+                           "(at most batching.max_batch_size: one request never exceeds a batch).")
+    max_text_chars: int = Field(5000, ge=1, description="Longest text in /v1/embed, /v1/classify and /v1/similarity.")
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body; larger bodies get 413.")
+    snippet_chars: int = Field(240, ge=0, description="Characters of document text returned with each hit.")
+    rerank_candidates: int = Field(20, ge=1, le=1000, description="Hits from the index that the re-ranker re-scores.")
+
+    def check_text(self, field: str, text: str) -> None:
+        if not text.strip():
+            raise RequestLimitError(field, "must not be empty or whitespace only")
+        if len(text) > self.max_text_chars:
+            raise RequestLimitError(field, f"has {len(text)} characters; the limit is {self.max_text_chars}", 413)
+
+    def check_texts(self, field: str, texts: list[str]) -> None:
+        if not texts:
+            raise RequestLimitError(field, "must hold at least one text")
+        if len(texts) > self.max_texts:
+            raise RequestLimitError(field, f"has {len(texts)} texts; the limit is {self.max_texts} per request", 413)
+        for i, text in enumerate(texts):
+            self.check_text(f"{field}[{i}]", text)
+
+    def check_search(self, request: "SearchRequest") -> None:
+        if not request.query.strip():
+            raise RequestLimitError("query", "must not be empty or whitespace only")
+        if len(request.query) > self.max_query_chars:
+            raise RequestLimitError("query", f"has {len(request.query)} characters; the limit is {self.max_query_chars}", 413)
+        if request.k <= 0 or request.k > self.max_k:
+            raise RequestLimitError("k", f"must be between 1 and {self.max_k}, got {request.k}")
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchRequest(_Request):
+    query: StrictStr = Field(..., description="Search text (non-empty, at most limits.max_query_chars).")
+    k: StrictInt = Field(10, description="Number of hits (1..limits.max_k).")
+    rerank: StrictBool = Field(False, description="Re-score the top candidates with the cross-encoder (if one is deployed).")
+
+
+class TextsRequest(_Request):
+    texts: list[StrictStr] = Field(..., description="1..limits.max_texts non-empty texts.")
+
+
+class SimilarityRequest(_Request):
+    a: StrictStr
+    b: StrictStr
+
+
+class Hit(BaseModel):
+    id: str
+    score: float
+    title: str = ""
+    snippet: str = ""
+    retrieval_score: Optional[float] = Field(None, description="The bi-encoder's cosine when the hit was re-ranked.")
+
+
+class SearchResponse(BaseModel):
+    hits: list[Hit]
+    model_version: str
+    reranked: bool
+
+
+class Prediction(BaseModel):
+    label: str
+    probabilities: dict[str, float]
+
+
+class ClassifyResponse(BaseModel):
+    predictions: list[Prediction]
+    method: str = Field(..., description="'head' (the model's trained MLP head) or 'knn' (labelled documents of the index).")
+    model_version: str
+
+
+class EmbedResponse(BaseModel):
+    vectors: list[list[float]]
+    dim: int
+    model_version: str
+
+
+class SimilarityResponse(BaseModel):
+    cosine: float
+    model_version: str
+
+
+class ModelInfo(BaseModel):
+    registered_name: Optional[str]
+    version: Optional[str]
+    alias: Optional[str]
+    mlflow_run_id: Optional[str]
+    model_uri: str
+    release_id: str
+    index_size: int
+    index_kind: str
+    index_built_at: Optional[str] = Field(None, description="When the index files were written (UTC, ISO 8601).")
+    index_build_seconds: Optional[float] = None
+    dim: int
+    loaded_at: str
+    reranker: Optional[str] = None
+    classifier: str
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    field: Optional[str] = None
+    details: list[dict] = Field(default_factory=list)
+
+
+def snippet(text: str, limit: int) -> str:
+    """The start of `text`, cut at a word boundary when one is near the limit."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit * 0.6 else cut).rstrip() + "…"

@@ -1,0 +1,77 @@
+"""The serving application's settings: the `args` of `serve/config.yaml` and of `lmp serve run`.
+
+Validated on the driver before anything is deployed; a bad value raises
+`ServeConfigError` naming the field, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal, Optional
+
+from pydantic import Field, ValidationError, model_validator
+
+from lmplatform.config.base import Section
+from lmplatform.serving.schemas import ServeLimits
+
+DEFAULT_TOKEN_ENV = "LMP_SERVE_TOKEN"
+
+
+class ServeConfigError(ValueError):
+    """Invalid serving settings (the message names the field)."""
+
+
+class BatchingSettings(Section):
+    enabled: bool = Field(True, description="Group concurrent requests into one forward pass with @serve.batch. "
+                          "Off: each request is encoded on its own (the benchmark's baseline).")
+    max_batch_size: int = Field(32, ge=2, le=4096, description="Most texts in one forward pass (>= 2: /v1/similarity sends two).")
+    batch_wait_timeout_s: float = Field(0.005, ge=0.0, le=5.0, description="How long a partial batch waits for more requests.")
+
+
+class ServeSettings(Section):
+    """Everything the application needs to start; see docs/serving.md."""
+
+    model: str = Field(..., min_length=1, description="models:/<name>@<alias> (e.g. @champion), models:/<name>/<version>, "
+                       "a model folder, or 'default' (the packaged MiniLM).")
+    tracking_uri: Optional[str] = Field(None, description="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns).")
+    index: Optional[str] = Field(None, description="Folder of a saved VectorIndex (ray_jobs/build_index.py). Default: the "
+                                 "`index_artifact` of the model version's MLflow run.")
+    index_artifact: str = Field("index", min_length=1, description="Artifact path of the index in the model's run.")
+    documents: Optional[str] = Field(None, description="Document store JSONL (id, title, text[, label]). "
+                                     "Default: documents.jsonl inside the index folder.")
+    reranker: Optional[str] = Field(None, description="Cross-encoder folder or models:/ URI; unset: no re-ranking.")
+    knn_k: int = Field(10, ge=1, le=200, description="Neighbours that vote when the model has no classifier head.")
+    limits: ServeLimits = Field(default_factory=ServeLimits)
+    batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    num_threads: Optional[int] = Field(None, ge=1, description="torch threads per replica (default: Ray's OMP_NUM_THREADS).")
+    auth_token_sha256: Optional[str] = Field(None, pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the bearer token "
+                                             "requests must carry (set from $LMP_SERVE_TOKEN by `lmp serve run`; "
+                                             "the token itself never enters the Serve config).")
+    cache_dir: Optional[str] = Field(None, description="Where replicas keep downloaded models and indexes "
+                                     "(default: ~/.cache/lmplatform/serve).")
+    replica_cpus: Optional[float] = Field(None, gt=0, description="num_cpus of every replica unless the config's "
+                                          "deployments section says otherwise.")
+
+    @model_validator(mode="after")
+    def _one_request_fits_a_batch(self) -> "ServeSettings":
+        if self.limits.max_texts > self.batching.max_batch_size:
+            raise ValueError(f"limits.max_texts ({self.limits.max_texts}) must be <= batching.max_batch_size "
+                             f"({self.batching.max_batch_size}): one request must fit in one batch")
+        return self
+
+
+def parse_settings(args: dict[str, Any]) -> ServeSettings:
+    """Settings from a plain dict, or a `ServeConfigError` naming each bad field."""
+    try:
+        return ServeSettings.model_validate(args)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = ".".join(str(p) for p in error["loc"]) or "(settings)"
+            value = error.get("input")
+            shown = "" if isinstance(value, dict) else f" (got {value!r})"
+            problems.append(f"{field}: {error['msg']}{shown}")
+        raise ServeConfigError("invalid serve settings: " + "; ".join(problems)) from None
+
+
+def token_sha256(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()

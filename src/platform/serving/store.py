@@ -1,0 +1,94 @@
+"""The document store served next to an index: id -> title, text and (optionally) label.
+
+It is one JSONL file, `documents.jsonl` in the index folder by default, written
+by `write_document_store` when the index is built. Loading checks that every id
+of the index has a document, so a hit can always be shown.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from lmplatform.data.readers import BadRow, DataError, detect_format, read_rows
+
+DOCUMENTS_FILE = "documents.jsonl"
+
+
+@dataclass
+class StoredDocument:
+    title: str
+    text: str
+    label: Optional[str] = None
+
+
+@dataclass
+class DocumentStore:
+    documents: dict[str, StoredDocument]
+    bad_rows: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    def __getitem__(self, doc_id: str) -> StoredDocument:
+        return self.documents[doc_id]
+
+    @property
+    def labels(self) -> list[str]:
+        """Sorted distinct labels; empty when the store holds none."""
+        return sorted({d.label for d in self.documents.values() if d.label is not None})
+
+    @classmethod
+    def load(cls, path: str | Path, id_field: str = "id", title_field: str = "title", text_field: str = "text",
+             label_field: str = "label") -> "DocumentStore":
+        """Read a JSONL/CSV/parquet store; rows without an id or text are skipped and listed as file:line."""
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"document store not found: {path}")
+        documents: dict[str, StoredDocument] = {}
+        bad: list[str] = []
+        for row in read_rows(str(path), detect_format(path)):
+            if isinstance(row, BadRow):
+                bad.append(str(row))
+                continue
+            doc_id, text = row.fields.get(id_field), row.fields.get(text_field)
+            if doc_id is None or not isinstance(text, str):
+                bad.append(f"{path}:{row.line}: missing {id_field!r} or text field {text_field!r}")
+                continue
+            label = row.fields.get(label_field)
+            documents[str(doc_id)] = StoredDocument(
+                title=str(row.fields.get(title_field) or ""), text=text,
+                label=None if label is None or isinstance(label, (list, dict)) else str(label),
+            )
+        return cls(documents, bad)
+
+    def check_covers(self, ids: Sequence[str], where: str) -> None:
+        missing = [i for i in ids if i not in self.documents]
+        if missing:
+            raise DataError(f"{len(missing)} of {len(ids)} ids of the index at {where} have no document in the store, "
+                            f"e.g. {missing[:3]}")
+
+
+def write_document_store(corpus: str | Path | Iterable[str | Path], out_file: str | Path, id_field: str = "id",
+                         title_field: str = "title", text_fields: Sequence[str] = ("text",),
+                         label_field: Optional[str] = None) -> int:
+    """Copy id, title, text (text fields joined with '. ') and label of a corpus into a store; returns rows written."""
+    from lmplatform.evaluation.retrieval_data import join_fields
+
+    paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
+    out_file = Path(out_file)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with out_file.open("w", encoding="utf-8") as handle:
+        for path in paths:
+            for row in read_rows(str(path), detect_format(path)):
+                if isinstance(row, BadRow) or row.fields.get(id_field) is None:
+                    continue
+                record = {"id": str(row.fields[id_field]), "title": str(row.fields.get(title_field) or ""),
+                          "text": join_fields(row.fields, list(text_fields))}
+                if label_field and row.fields.get(label_field) is not None:
+                    record["label"] = str(row.fields[label_field])
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                written += 1
+    return written

@@ -1,0 +1,81 @@
+"""Registered model versions with their index artifacts, as the serving tests (and the bench) need them."""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+LABELS = ("network", "storage", "billing")
+WORDS = {
+    "network": "vpn tunnel network timeout gateway certificate router latency packet dns".split(),
+    "storage": "disk backup database queue memory volume snapshot quota replica index".split(),
+    "billing": "payment invoice refund card charge subscription receipt price tax account".split(),
+}
+
+
+def make_documents(n: int = 36, seed: int = 0) -> list[dict[str, str]]:
+    """Unique texts, each of one label's vocabulary, so a text's nearest neighbour is itself."""
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        label = LABELS[i % len(LABELS)]
+        words = [rng.choice(WORDS[label]) for _ in range(6 + i % 9)]
+        docs.append({"id": f"doc-{i}", "title": f"report {i}", "text": " ".join(words) + f" case {i}", "label": label})
+    return docs
+
+
+def write_index(encoder_dir: Path, documents: list[dict[str, str]], out: Path) -> Path:
+    """Encode the documents' texts with the encoder and save index + document store (what build_index.py makes)."""
+    from lmplatform.models.encoder import Encoder
+    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.serving.store import DOCUMENTS_FILE
+
+    encoder = Encoder.from_pretrained(encoder_dir)
+    vectors = encoder.encode([d["text"] for d in documents])
+    VectorIndex.build([d["id"] for d in documents], vectors, kind="flat").save(out)
+    with (out / DOCUMENTS_FILE).open("w") as handle:
+        for doc in documents:
+            handle.write(json.dumps(doc) + "\n")
+    return out
+
+
+@dataclass
+class RegisteredVersion:
+    version: str
+    run_id: str
+
+
+def register_with_index(tracking_uri: str, name: str, model_dir: Path, index_dir: Path,
+                        alias: Optional[str] = None) -> RegisteredVersion:
+    """One MLflow run holding model/ and index/ artifacts, registered as a new version of `name`."""
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.tracking.mlflow_tracking import get_or_create_experiment
+    from lmplatform.tracking.registry import register_model_version
+
+    client = MlflowClient(tracking_uri)
+    run = client.create_run(get_or_create_experiment(tracking_uri, "serving-test"))
+    client.log_artifacts(run.info.run_id, str(model_dir), "model")
+    client.log_artifacts(run.info.run_id, str(index_dir), "index")
+    client.set_terminated(run.info.run_id)
+    version = register_model_version(tracking_uri, name, f"{run.info.artifact_uri}/model", run.info.run_id)
+    if alias:
+        client.set_registered_model_alias(name, alias, version)
+    return RegisteredVersion(version, run.info.run_id)
+
+
+def write_classifier_model(folder: Path, hidden: int = 48) -> Path:
+    """A tiny random BERT encoder of another width with an MLP head over LABELS (a `TextClassifier` folder)."""
+    import torch
+
+    from lmplatform.models.classifier import ClassifierModel, MLPHead
+    from lmplatform.models.encoder import Encoder
+    from tests.conftest import write_tiny_bert
+
+    base = write_tiny_bert(folder.parent / f"{folder.name}-bert", hidden=hidden)
+    encoder = Encoder.from_pretrained(base)
+    torch.manual_seed(1)
+    ClassifierModel(encoder, MLPHead(hidden, len(LABELS), 16, 2), list(LABELS)).save_pretrained(folder)
+    return folder

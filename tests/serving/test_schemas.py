@@ -1,0 +1,59 @@
+"""Request models and limits, without Ray: strict types, unknown fields, each limit naming its field."""
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from lmplatform.serving.schemas import RequestLimitError, SearchRequest, ServeLimits, SimilarityRequest, TextsRequest, snippet
+
+LIMITS = ServeLimits(max_query_chars=10, max_k=5, max_texts=2, max_text_chars=8)
+
+
+def _limit_error(call, field: str, status: int) -> None:  # noqa: ANN001
+    with pytest.raises(RequestLimitError) as caught:
+        call()
+    assert (caught.value.field, caught.value.status) == (field, status)
+
+
+def test_search_request_is_strict() -> None:
+    assert SearchRequest.model_validate({"query": "vpn"}).k == 10
+    for body, field in [({"query": 3}, "query"), ({"query": "a", "k": "3"}, "k"), ({"query": "a", "k": 2.0}, "k"),
+                        ({"query": "a", "rerank": 1}, "rerank"), ({"query": "a", "extra": 1}, "extra"), ({}, "query")]:
+        with pytest.raises(ValidationError) as caught:
+            SearchRequest.model_validate(body)
+        assert caught.value.errors()[0]["loc"][0] == field
+    with pytest.raises(ValidationError):
+        TextsRequest.model_validate({"texts": ["a", None]})
+    with pytest.raises(ValidationError):
+        SimilarityRequest.model_validate({"a": "x"})
+
+
+def test_search_limits_name_the_field() -> None:
+    LIMITS.check_search(SearchRequest(query="vpn down", k=5))
+    _limit_error(lambda: LIMITS.check_search(SearchRequest(query=" \t\n", k=1)), "query", 422)
+    _limit_error(lambda: LIMITS.check_search(SearchRequest(query="x" * 11, k=1)), "query", 413)
+    _limit_error(lambda: LIMITS.check_search(SearchRequest(query="vpn", k=0)), "k", 422)
+    _limit_error(lambda: LIMITS.check_search(SearchRequest(query="vpn", k=6)), "k", 422)
+
+
+def test_text_limits_name_the_offending_item() -> None:
+    LIMITS.check_texts("texts", ["a", "b"])
+    _limit_error(lambda: LIMITS.check_texts("texts", []), "texts", 422)
+    _limit_error(lambda: LIMITS.check_texts("texts", ["a", "b", "c"]), "texts", 413)
+    _limit_error(lambda: LIMITS.check_texts("texts", ["a", "123456789"]), "texts[1]", 413)
+    _limit_error(lambda: LIMITS.check_texts("texts", ["", "a"]), "texts[0]", 422)
+    _limit_error(lambda: LIMITS.check_text("a", "   "), "a", 422)
+
+
+def test_limits_themselves_are_validated() -> None:
+    with pytest.raises(ValidationError):
+        ServeLimits(max_k=0)
+    with pytest.raises(ValidationError):
+        ServeLimits(max_texts=2, unknown=1)
+
+
+def test_snippet_cuts_at_a_word_boundary() -> None:
+    assert snippet("short text", 50) == "short text"
+    cut = snippet("alpha beta gamma delta epsilon", 14)
+    assert cut == "alpha beta…" and len(cut) <= 15
+    assert snippet("x" * 30, 10) == "x" * 10 + "…"

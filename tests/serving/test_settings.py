@@ -1,0 +1,64 @@
+"""Serving settings and launch planning, without Ray: every bad value is refused before anything starts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lmplatform.serving.launch import DEFAULT_CONFIG, plan_launch
+from lmplatform.serving.release import ReleaseError
+from lmplatform.serving.settings import ServeConfigError, parse_settings, token_sha256
+
+
+def test_bad_settings_name_the_field() -> None:
+    cases = [
+        ({}, "model"),
+        ({"model": "m", "limits": {"max_k": 0}}, "limits.max_k"),
+        ({"model": "m", "batching": {"max_batch_size": "many"}}, "batching.max_batch_size"),
+        ({"model": "m", "limits": {"max_texts": 64}, "batching": {"max_batch_size": 8}}, "max_texts"),
+        ({"model": "m", "auth_token_sha256": "plain-token"}, "auth_token_sha256"),
+        ({"model": "m", "colour": "red"}, "colour"),
+    ]
+    for args, field in cases:
+        with pytest.raises(ServeConfigError, match=field):
+            parse_settings(args)
+    assert parse_settings({"model": "m"}).batching.enabled is True
+
+
+def test_shipped_config_is_valid_and_binds_loopback() -> None:
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    assert raw["http_options"]["host"] == "127.0.0.1"
+    from ray.serve.schema import ServeDeploySchema
+
+    ServeDeploySchema.model_validate(raw)  # what `serve run` / `serve deploy` accept
+    (app,) = raw["applications"]
+    settings = parse_settings(app["args"])
+    assert settings.model.endswith("@champion")
+    assert {d["name"] for d in app["deployments"]} >= {"ServeIngress", "EmbedderDeployment", "IndexDeployment"}
+
+
+@pytest.fixture
+def served_index(tiny_bert: Path, tmp_path: Path) -> Path:
+    from tests.serving.servable import make_documents, write_index
+
+    return write_index(tiny_bert, make_documents(6), tmp_path / "index")
+
+
+def test_plan_launch_applies_overrides_token_and_pins_a_path_model(tiny_bert: Path, served_index: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LMP_SERVE_TOKEN", "abc")
+    plan = plan_launch(DEFAULT_CONFIG, overrides=["limits.max_k=7", "batching.enabled=false"],
+                       args={"model": str(tiny_bert), "index": str(served_index)}, port=8123)
+    assert plan.url == "http://127.0.0.1:8123"
+    assert plan.settings.limits.max_k == 7 and plan.settings.batching.enabled is False
+    assert plan.app["args"]["auth_token_sha256"] == token_sha256("abc") and "abc" not in json.dumps(plan.app)
+    assert plan.release.model_uri == str(tiny_bert.resolve()) and plan.release.index_uri == str(served_index)
+    assert all(d["name"] != "RerankerDeployment" for d in plan.app["deployments"])
+    with pytest.raises(ServeConfigError, match="expected field=value"):
+        plan_launch(DEFAULT_CONFIG, overrides=["limits.max_k"], args={"model": str(tiny_bert), "index": str(served_index)})
+    with pytest.raises(ReleaseError, match="index"):
+        plan_launch(DEFAULT_CONFIG, args={"model": str(tiny_bert), "index": str(tmp_path)})
+    with pytest.raises(ServeConfigError, match="no application named"):
+        plan_launch(DEFAULT_CONFIG, name="other", args={"model": str(tiny_bert), "index": str(served_index)})
