@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
+from lmplatform.cli_common import SetOption, fail, user_errors
 from lmplatform.cli_pipeline import pipeline_app
 from lmplatform.config.loader import ConfigError, load_run_config
 
@@ -21,23 +21,6 @@ from lmplatform.cli_evaluate import evaluate_app  # noqa: E402
 app.add_typer(evaluate_app, name="evaluate")
 
 app.add_typer(pipeline_app, name="pipeline")
-
-console = Console(stderr=True)
-SetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")
-
-
-def fail(message: str, code: int = 2) -> None:
-    # soft_wrap: an error message is copied and grepped; never break it at the terminal width
-    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    from lmplatform.data.readers import DataError
-    from lmplatform.models.resolve import ModelNotFoundError
-
-    return (ConfigError, DataError, ModelNotFoundError, FileNotFoundError)
-
 
 @app.command()
 def train(

@@ -19,7 +19,7 @@ def run(
     max_failure_rate: Optional[float] = typer.Option(None, help="Exit 1 when any test fails more often than this (CI gate)."),
 ) -> None:
     """Run a suite; prints the per-test failure rates and failing examples as Markdown."""
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.evaluation.behavioural import SuiteError, load_suite, report_markdown, run_suite
 
     try:

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from lmplatform.cli import SetOption, fail, user_errors
+from lmplatform.cli_common import SetOption, fail, user_errors
 
 DEFAULT_MAX_SPANS = [4, 8, 16, 32, 64, 128]
 

@@ -20,7 +20,7 @@ def evaluate_run(
     limit_queries: Optional[int] = typer.Option(None, min=1, help="Retrieval: evaluate only the first N queries of each dataset."),
 ) -> None:
     """Run every task of the config; write report.json, report.md and PNGs; log them to MLflow."""
-    from lmplatform.cli import fail, user_errors
+    from lmplatform.cli_common import fail, user_errors
     from lmplatform.evaluation.config import load_evaluation_config
     from lmplatform.evaluation.runner import run_evaluation
 
@@ -51,7 +51,7 @@ def evaluate_validate(
     """Validate an evaluation config and print it fully resolved."""
     import yaml
 
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.config.loader import ConfigError
     from lmplatform.evaluation.config import load_evaluation_config
 

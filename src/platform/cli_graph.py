@@ -17,7 +17,7 @@ def inspect_data(
     fail_on_bad_row: bool = typer.Option(False, "--fail-on-bad-row", help="Stop at the first bad sentence."),
 ) -> None:
     """Validate sentences (spans, relations, tokens) and print counts, bad rows and fold sizes."""
-    from lmplatform.cli import fail, user_errors
+    from lmplatform.cli_common import fail, user_errors
     from lmplatform.graph.data import read_ade, read_folds, split_fold
 
     try:
@@ -44,7 +44,7 @@ def evaluate(
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
 ) -> None:
     """KNN NER / RE / RE- macro-F1 (k chosen per fold), linear probes and CLGS accuracy; one Ray task per fold."""
-    from lmplatform.cli import fail, user_errors
+    from lmplatform.cli_common import fail, user_errors
     from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
     from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
     from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri

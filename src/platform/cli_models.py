@@ -44,7 +44,7 @@ def list_models(
     from rich.console import Console
     from rich.table import Table
 
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)

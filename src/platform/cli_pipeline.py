@@ -19,7 +19,7 @@ def pipeline_run(
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
 ) -> None:
     """Run every stage as a Ray Train run nested under one MLflow parent run."""
-    from lmplatform.cli import fail, user_errors
+    from lmplatform.cli_common import fail, user_errors
     from lmplatform.pipeline.config import load_pipeline_config
     from lmplatform.pipeline.runner import run_pipeline
     from lmplatform.ray_runtime import ensure_ray
@@ -49,7 +49,7 @@ def pipeline_validate(
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Validate a pipeline and every stage's run config; print the stage plan."""
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.config.loader import ConfigError
     from lmplatform.pipeline.config import load_pipeline_config
 
@@ -70,7 +70,7 @@ def pipeline_status(
     storage_path: str = typer.Option("runs/pipelines", help="The pipeline config's storage_path."),
 ) -> None:
     """Print a pipeline run's state file (which stages finished, their models, errors)."""
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.pipeline.state import PipelineState
     from lmplatform.train.run import resolve_storage_path
 

@@ -13,7 +13,7 @@ serve_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Serve 
 
 
 def _errors() -> tuple[type[BaseException], ...]:
-    from lmplatform.cli import user_errors
+    from lmplatform.cli_common import user_errors
     from lmplatform.serving.control import ServeControlError
     from lmplatform.serving.release import ReleaseError
     from lmplatform.serving.settings import ServeConfigError
@@ -39,7 +39,7 @@ def run(
     detach: bool = typer.Option(False, help="Return once running (needs --address: an embedded Ray ends with this command)."),
 ) -> None:
     """Validate, deploy on 127.0.0.1 and keep serving until Ctrl-C (the bearer token comes from $LMP_SERVE_TOKEN)."""
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
     from lmplatform.serving.launch import launch, plan_launch
@@ -88,7 +88,7 @@ def reload(
     force: bool = typer.Option(False, help="Reload even if the alias still names the served version."),
 ) -> None:
     """Move the running application to the version its alias names now; requests keep being answered."""
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
 
@@ -107,7 +107,7 @@ def status(
     address: str = typer.Option("auto", help="Ray address of the cluster running the application."),
 ) -> None:
     """Application and deployment states, replicas, and the model version being served."""
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
 
@@ -126,7 +126,7 @@ def demo(
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI for models:/ URIs."),
 ) -> None:
     """Serve a model over a small corpus, send a few real queries over HTTP, print the hits and shut down."""
-    from lmplatform.cli import fail
+    from lmplatform.cli_common import fail
     from lmplatform.serving.demo import DEMO_QUERIES, serve_and_query
 
     try:

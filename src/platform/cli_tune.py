@@ -20,7 +20,7 @@ def tune(
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)."),
 ) -> None:
     """Validate the space, run every trial on Ray, log each to MLflow and register the champion."""
-    from lmplatform.cli import fail, user_errors
+    from lmplatform.cli_common import fail, user_errors
     from lmplatform.tune.space import load_space
 
     try:

@@ -43,7 +43,7 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
         "storage_path": str(storage),
         "stages": [
             {"name": "domain", "init_from": str(tiny_bert), "run": _stage_run(domain, steps=4, every=2, register=True)},
-            {"name": "task", "init_from": "stage:domain", "run": _stage_run(task, steps=100, every=20),
+            {"name": "task", "init_from": "stage:domain", "run": _stage_run(task, steps=100, every=10),
              "ewc": {"anchor": "domain", "data": {"train_paths": [str(domain)]}, "lambda": 1e4, "samples": 12, "batch_size": 4},
              "evaluations": [{"name": "old_domain_mlm_loss", "label": "old_domain", **old_domain}]},
         ],
@@ -56,10 +56,10 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
     config_path.write_text(yaml.safe_dump(spec))
     cfg = load_pipeline_config(config_path)
 
-    # Interrupt stage 2 for real: kill its Train worker once the step-40 checkpoint folder exists. Reporting is
-    # synchronous, so by then the step-20 checkpoint is committed and the kill lands mid-run.
+    # Interrupt stage 2 for real: kill its Train worker once the step-20 checkpoint folder exists. Reporting is
+    # synchronous, so by then the step-10 checkpoint is committed and the kill lands mid-run.
     killer = TrainWorkerKiller(ray.get_runtime_context().gcs_address,
-                               lambda: bool(list(storage.glob("*/*/checkpoint_step00000040"))))
+                               lambda: bool(list(storage.glob("*/*/checkpoint_step00000020"))))
     killer.start()
     with pytest.raises(Exception):  # noqa: B017 - whatever Ray raises for a dead worker with max_failures=0
         run_pipeline(cfg)
@@ -88,7 +88,7 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
     task_run = next(r for r in children if r.data.tags[STAGE_TAG] == "task")
     assert task_run.info.status == "FINISHED" and task_run.info.run_id == state.stages["task"].mlflow_run_id
     resumed = client.get_metric_history(task_run.info.run_id, "resumed_from_step")
-    assert resumed and resumed[0].value >= 20 and resumed[0].value % 20 == 0
+    assert resumed and resumed[0].value >= 10 and resumed[0].value % 10 == 0
     assert max(m.step for m in client.get_metric_history(task_run.info.run_id, "loss")) == 100
     # EWC was active in stage 2: penalty in the step metrics, all backbone tensors matched, Fisher logged
     penalties = [m.value for m in client.get_metric_history(task_run.info.run_id, "ewc_penalty")]

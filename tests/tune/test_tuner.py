@@ -52,12 +52,12 @@ def test_a_study_logs_child_runs_and_plots_and_registers_a_champion(
     corpus = write_corpus(tmp_path / "corpus.jsonl", n=80)
     client = MlflowClient(mlflow_uri)
 
-    good = run_study(_write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "good", (3e-3, 1e-2), 4), verbose=0)
-    assert len(good.trials) == 4 and {t["status"] for t in good.trials} <= {"TERMINATED", "STOPPED"}
+    good = run_study(_write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "good", (3e-3, 1e-2), 2), verbose=0)
+    assert len(good.trials) == 2 and {t["status"] for t in good.trials} <= {"TERMINATED", "STOPPED"}
     parent = client.get_run(good.parent_run_id)
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.mlflow.parentRunId = '{good.parent_run_id}'")
-    assert len(children) == 4
+    assert len(children) == 2
     assert {c.info.run_id for c in children} == {t["mlflow_run_id"] for t in good.trials}
     stopped = {t["mlflow_run_id"] for t in good.trials if t["status"] == "STOPPED"}  # by ASHA, mid-run
     assert all((c.info.status == "KILLED") == (c.info.run_id in stopped) for c in children)

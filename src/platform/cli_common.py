@@ -1,0 +1,23 @@
+"""What every `lmp` sub-command shares: the --set option and how a user error is reported."""
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+SetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")
+
+
+def fail(message: str, code: int = 2) -> None:
+    # soft_wrap: an error message is copied and grepped; never break it at the terminal width
+    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that are the user's input, reported in one line instead of a traceback."""
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.data.readers import DataError
+    from lmplatform.models.resolve import ModelNotFoundError
+
+    return (ConfigError, DataError, ModelNotFoundError, FileNotFoundError)
