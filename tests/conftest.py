@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import pytest
+
+if TYPE_CHECKING:
+    from lmplatform.local_cluster import LocalCluster
 
 # Before anything imports ray: keep every port on 127.0.0.1 and auth off (see runtime.py).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -91,27 +92,46 @@ def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ray_session(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    """One local Ray for the whole session (start-up costs seconds)."""
+def ray_cluster() -> Iterator["LocalCluster"]:
+    """One local Ray for the whole session (start-up costs seconds), in its own processes and
+    session folder, so no other Ray on this machine is ever mistaken for it."""
+    from lmplatform.local_cluster import LocalCluster
+
+    cluster = LocalCluster(head_cpus=2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_session(ray_cluster):  # noqa: ANN001,ANN201
+    """This test module's driver connection to the session's Ray.
+
+    Each module gets a fresh driver (a new Ray job): a driver that lives through dozens of
+    Train runs has been seen to miss an actor's ALIVE notification and wait forever on
+    the next run's controller; and a job's leftover actors die with it.
+    """
+    import logging
+
     import ray
 
-    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.ray_runtime import quiet_ray_data
+    from lmplatform.runtime import worker_env_vars
 
-    # Its own session folder (short: socket paths have a length limit), so no other Ray on
-    # this machine is ever mistaken for it.
-    temp_dir = tempfile.mkdtemp(prefix="lmpray-", dir="/tmp")
-    ensure_ray(num_cpus=2, temp_dir=temp_dir)
+    ray.init(address=ray_cluster.address, logging_level=logging.WARNING,
+             runtime_env={"env_vars": worker_env_vars(),
+                          "worker_process_setup_hook": "lmplatform.ray_runtime.pin_ray_address"})
+    quiet_ray_data()
     yield ray
     ray.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def ray_dashboard_url(ray_session) -> str:  # noqa: ANN001
+def ray_dashboard_url(ray_cluster) -> str:  # noqa: ANN001
     """The session Ray's dashboard, where `ray job submit` and the State API connect."""
-    from ray._private.worker import global_worker
-
-    return f"http://{global_worker.node.address_info['webui_url']}"
+    url = ray_cluster.dashboard_url
+    return url if "://" in url else f"http://{url}"
 
 
 class TrainWorkerKiller(threading.Thread):

@@ -96,12 +96,13 @@ def data_report(
 def demo(
     data: Optional[Path] = typer.Option(None, help="Corpus to adapt to (default: the shipped trouble reports)."),
     overrides: Optional[List[str]] = SetOption,
+    serve: bool = typer.Option(True, "--serve/--no-serve", help="End by serving the adapted model and querying it over HTTP."),
 ) -> None:
-    """Run the demo: adapt the packaged MiniLM to a domain corpus and compare held-out MLM loss."""
+    """Run the demo: adapt the packaged MiniLM to a domain corpus, compare held-out MLM loss, serve it."""
     from lmplatform.demo import run_demo
 
     try:
-        run_demo(data, overrides or [])
+        run_demo(data, overrides or [], serve=serve)
     except user_errors() as exc:
         fail(str(exc))
 

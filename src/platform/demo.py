@@ -1,4 +1,4 @@
-"""`make demo`: domain-adapt the packaged MiniLM on the shipped trouble reports."""
+"""`make demo`: domain-adapt the packaged MiniLM on the shipped trouble reports, then serve it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,9 +11,10 @@ from lmplatform.config.loader import load_run_config
 from lmplatform.runtime import project_root
 
 DEMO_CONFIG = Path("configs/demo_mlm.yaml")
+DEMO_REPORTS = Path("data/demo/reports.jsonl")
 
 
-def run_demo(data: Optional[Path] = None, overrides: list[str] = ()) -> dict[str, float]:  # type: ignore[assignment]
+def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool = True) -> dict[str, float]:  # type: ignore[assignment]
     from lmplatform.train.run import run_training
 
     config = project_root() / DEMO_CONFIG
@@ -33,4 +34,9 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = ()) -> dict[str
     console.print(f"model: {result.model_dir}")
     console.print(f"MLflow run {result.mlflow_run_id}; browse it with:")
     console.print(f"  mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
+    if serve:
+        from lmplatform.serving.demo import serve_and_query
+
+        # The adapted encoder behind the HTTP service, searching the shipped reports with real queries.
+        serve_and_query(str(result.model_dir), project_root() / DEMO_REPORTS, tracking_uri=result.tracking_uri)
     return metrics
