@@ -29,7 +29,7 @@ demo: $(STAMP)
 	$(BIN)/lmp demo $(if $(DATA),--data $(DATA),)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not ray"

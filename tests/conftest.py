@@ -134,6 +134,19 @@ def ray_dashboard_url(ray_cluster) -> str:  # noqa: ANN001
     return url if "://" in url else f"http://{url}"
 
 
+def committed_checkpoint_steps(storage: Path) -> list[int]:
+    """Steps of the checkpoints Ray Train's controller has registered under `storage` (its
+    snapshot files): a checkpoint folder on disk is not yet one a restarted run resumes from."""
+    steps = []
+    for snapshot in storage.rglob("checkpoint_manager_snapshot.json"):
+        try:
+            results = json.loads(snapshot.read_text())["checkpoint_results"]
+        except (OSError, ValueError, KeyError):  # being rewritten
+            continue
+        steps += [int(r["metrics"]["step"]) for r in results]
+    return steps
+
+
 class TrainWorkerKiller(threading.Thread):
     """SIGKILLs one Ray Train worker of the run under test once `ready()` holds.
 

@@ -5,7 +5,6 @@ joins the cluster, so the same job and config are exercised unchanged.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import yaml
 
 from lmplatform.local_cluster import LocalCluster
 from tests.cluster.conftest import ROOT, WORKER_NODES, last_json, run_driver
-from tests.conftest import write_corpus
+from tests.conftest import committed_checkpoint_steps, write_corpus
 
 pytestmark = pytest.mark.ray
 TRAIN_WORKER = "RayTrainWorker"
@@ -55,18 +54,6 @@ def _history(mlflow_uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in MlflowClient(mlflow_uri).get_metric_history(run_id, key)]
 
 
-def _committed_steps(storage: Path) -> list[int]:
-    """Steps of the checkpoints the Train controller has registered (its snapshot file)."""
-    steps = []
-    for snapshot in storage.glob("*/checkpoint_manager_snapshot.json"):
-        try:
-            results = json.loads(snapshot.read_text())["checkpoint_results"]
-        except (OSError, ValueError, KeyError):  # being rewritten
-            continue
-        steps += [int(r["metrics"]["step"]) for r in results]
-    return steps
-
-
 def _node_names(cluster: LocalCluster, actors: list[dict]) -> list[str]:
     return [cluster.node_by_id(a["node_id"]).name for a in actors]
 
@@ -96,8 +83,6 @@ def test_two_workers_on_two_nodes_checkpoint_to_shared_storage(local_cluster, ti
 
 @pytest.mark.slow
 def test_killed_node_recovers_from_last_checkpoint(local_cluster, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
-    from mlflow.tracking import MlflowClient
-
     every, max_steps = 10, 50
     before = {a["actor_id"] for a in local_cluster.state_actors(TRAIN_WORKER)}
     job = _job(tmp_path, tiny_bert, mlflow_uri, optim__max_steps=max_steps,
@@ -113,7 +98,7 @@ def test_killed_node_recovers_from_last_checkpoint(local_cluster, tiny_bert, mlf
         while time.time() < deadline:
             alive = [a for a in _train_workers(local_cluster, before) if a["state"] == "ALIVE"]
             victims = [n for n in _node_names(local_cluster, alive) if n in WORKER_NODES]
-            committed = _committed_steps(tmp_path / "shared")
+            committed = committed_checkpoint_steps(tmp_path / "shared")
             if victims and committed and max(committed) < max_steps:
                 killed.update(node=victims[0], pid=local_cluster.kill_node(victims[0]),
                               committed_step=max(committed), workers=alive)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import TrainWorkerKiller, write_corpus
+from tests.conftest import TrainWorkerKiller, committed_checkpoint_steps, write_corpus
 
 pytestmark = pytest.mark.ray
 
@@ -56,10 +56,10 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
     config_path.write_text(yaml.safe_dump(spec))
     cfg = load_pipeline_config(config_path)
 
-    # Interrupt stage 2 for real: kill its Train worker once the step-20 checkpoint folder exists. Reporting is
-    # synchronous, so by then the step-10 checkpoint is committed and the kill lands mid-run.
+    # Interrupt stage 2 for real: kill its Train worker once its controller has registered a checkpoint,
+    # so the kill lands mid-run. Stage 1 checkpoints at steps 2 and 4 only; stage 2's start at step 10.
     killer = TrainWorkerKiller(ray.get_runtime_context().gcs_address,
-                               lambda: bool(list(storage.glob("*/*/checkpoint_step00000020"))))
+                               lambda: any(step >= 10 for step in committed_checkpoint_steps(storage)))
     killer.start()
     with pytest.raises(Exception):  # noqa: B017 - whatever Ray raises for a dead worker with max_failures=0
         run_pipeline(cfg)

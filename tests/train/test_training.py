@@ -8,7 +8,7 @@ import pytest
 
 from lmplatform.config import load_run_config
 from lmplatform.train.run import run_training
-from tests.conftest import TrainWorkerKiller
+from tests.conftest import TrainWorkerKiller, committed_checkpoint_steps
 
 pytestmark = pytest.mark.ray
 
@@ -96,21 +96,12 @@ def test_resume_of_unknown_run_is_a_clear_error(tiny_bert, corpus_file, mlflow_u
 
 def test_killed_worker_resumes_from_checkpoint(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     import ray
-    from mlflow.tracking import MlflowClient
 
     storage = tmp_path / "runs"
     cfg = _config(tiny_bert, corpus_file, mlflow_uri, storage, "optim.max_steps=200", "checkpoint.every_n_steps=25",
                   "checkpoint.max_failures=2", "tracking.log_every_n_steps=25", "tracking.register_model=false")
-    client = MlflowClient(mlflow_uri)
-
-    def first_checkpoint_committed() -> bool:
-        # Reporting a checkpoint is synchronous, so once step 50 is logged the
-        # step-25 checkpoint is committed and the kill lands between checkpoints.
-        experiment = client.get_experiment_by_name("tests")
-        runs = client.search_runs(experiment.experiment_id) if experiment else []
-        return any(m.step >= 50 for r in runs for m in client.get_metric_history(r.info.run_id, "loss"))
-
-    killer = TrainWorkerKiller(ray.get_runtime_context().gcs_address, first_checkpoint_committed)
+    # Once the controller has registered a checkpoint, the kill lands between checkpoints.
+    killer = TrainWorkerKiller(ray.get_runtime_context().gcs_address, lambda: bool(committed_checkpoint_steps(storage)))
     killer.start()
     result = run_training(cfg)
     killer.join(timeout=5)
