@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/quality_sts_cls.py
 	$(BIN)/python bench/tune_overhead.py
 	$(BIN)/python bench/cluster_throughput.py
+	$(BIN)/python bench/serve_load.py
 
 docs: $(STAMP)
 	$(BIN)/python -m lmplatform.config.reference > docs/config-reference.md
