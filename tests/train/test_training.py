@@ -8,7 +8,6 @@ import pytest
 
 from lmplatform.config import load_run_config
 from lmplatform.train.run import run_training
-from tests.conftest import TrainWorkerKiller, committed_checkpoint_steps
 
 pytestmark = pytest.mark.ray
 
@@ -92,23 +91,3 @@ def test_resume_of_unknown_run_is_a_clear_error(tiny_bert, corpus_file, mlflow_u
     cfg = _config(tiny_bert, corpus_file, mlflow_uri, tmp_path / "runs", "optim.max_steps=2")
     with pytest.raises(FileNotFoundError, match="--resume nope: no run of that name"):
         run_training(cfg, resume="nope")
-
-
-def test_killed_worker_resumes_from_checkpoint(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
-    import ray
-
-    storage = tmp_path / "runs"
-    cfg = _config(tiny_bert, corpus_file, mlflow_uri, storage, "optim.max_steps=200", "checkpoint.every_n_steps=25",
-                  "checkpoint.max_failures=2", "tracking.log_every_n_steps=25", "tracking.register_model=false")
-    # Once the controller has registered a checkpoint, the kill lands between checkpoints.
-    killer = TrainWorkerKiller(ray.get_runtime_context().gcs_address, lambda: bool(committed_checkpoint_steps(storage)))
-    killer.start()
-    result = run_training(cfg)
-    killer.join(timeout=5)
-    assert killer.killed_pid, "the worker was never killed"
-    assert result.metrics["step"] == 200
-    resumed_from = _history(mlflow_uri, result.mlflow_run_id, "resumed_from_step")
-    assert resumed_from, "the restarted worker did not resume from a checkpoint"
-    step = resumed_from[0][1]
-    assert step >= 25 and step % 25 == 0  # continued from a checkpoint, not from zero
-    assert ray.is_initialized()
