@@ -15,15 +15,12 @@ def quiet_ray_data() -> None:
     DataContext.get_current().enable_progress_bars = False
 
 
-def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, temp_dir: Optional[str] = None) -> None:
+def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
     """Join the cluster at `address`/$RAY_ADDRESS, else start an embedded local Ray.
 
     A job started by `ray job submit` has RAY_ADDRESS set and joins its cluster.
     Without an address we start a fresh local instance (address="local") rather than
-    attaching to whatever cluster `ray start` last left on this machine. `temp_dir`
-    gives that instance its own session folder: Ray's job supervisor finds "its" cluster
-    through the folder's `ray_current_cluster` file, which the default /tmp/ray shares
-    with every other Ray on the host.
+    attaching to whatever cluster `ray start` last left on this machine.
     """
     import ray
 
@@ -40,7 +37,6 @@ def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, te
     ray.init(
         address="local",
         num_cpus=num_cpus,
-        _temp_dir=temp_dir,
         include_dashboard=True,
         dashboard_host="127.0.0.1",
         logging_level=logging.WARNING,
