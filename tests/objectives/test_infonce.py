@@ -117,6 +117,9 @@ def _worker(rank: int, world: int, port: int, queries: torch.Tensor, keys: torch
         with_negatives = info_nce(q.detach(), k.detach(), 0.2, hard_negatives=negatives)
         out[f"negatives{rank}"] = (gather_with_grad(negatives)[0].shape[0], float(with_negatives.loss))
         out[f"none{rank}"] = gather_with_grad(torch.zeros(0, 6))[0].shape[0]
+        # Rank 0 hosts the rendezvous store: tearing it down while rank 1 still talks to it
+        # aborts the process ("terminate called without an active exception"), seen once in CI.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
