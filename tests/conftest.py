@@ -116,12 +116,9 @@ def ray_session(ray_cluster):  # noqa: ANN001,ANN201
 
     import ray
 
-    from lmplatform.ray_runtime import quiet_ray_data
-    from lmplatform.runtime import worker_env_vars
+    from lmplatform.ray_runtime import embedded_runtime_env, quiet_ray_data
 
-    ray.init(address=ray_cluster.address, logging_level=logging.WARNING,
-             runtime_env={"env_vars": worker_env_vars(),
-                          "worker_process_setup_hook": "lmplatform.ray_runtime.pin_ray_address"})
+    ray.init(address=ray_cluster.address, logging_level=logging.WARNING, runtime_env=embedded_runtime_env())
     quiet_ray_data()
     yield ray
     ray.shutdown()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import Any, Optional
 
 from lmplatform.runtime import apply_runtime_defaults, worker_env_vars
 
@@ -40,9 +40,14 @@ def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) ->
         include_dashboard=True,
         dashboard_host="127.0.0.1",
         logging_level=logging.WARNING,
-        runtime_env={"env_vars": worker_env_vars(),
-                     "worker_process_setup_hook": "lmplatform.ray_runtime.pin_ray_address"},
+        runtime_env=embedded_runtime_env(),
     )
+
+
+def embedded_runtime_env() -> dict[str, Any]:
+    """The job runtime env of a driver on a Ray this machine owns: our env vars in every worker,
+    and workers that resolve "auto" addresses to their own cluster."""
+    return {"env_vars": worker_env_vars(), "worker_process_setup_hook": "lmplatform.ray_runtime.pin_ray_address"}
 
 
 def pin_ray_address() -> None:
