@@ -167,7 +167,9 @@ def main() -> None:
     parser.add_argument("--model", default="default", help="Model folder or 'default' (the packaged MiniLM).")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
-    parser.add_argument("--embedder-cpus", type=float, default=1.0)
+    parser.add_argument("--retriever-cpus", type=float, default=1.0)
+    parser.add_argument("--ingress", default="proxy,direct",
+                        help="proxy: Serve's HTTP proxy; direct: RAY_SERVE_THROUGHPUT_OPTIMIZED=1, clients call the ingress replica.")
     parser.add_argument("--encode-batch-size", type=int, default=64, help="Batch size when building the index.")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "bench" / "serve_load"))
     parser.add_argument("--name", default="serve_load", help="Result file bench/results/<name>.json.")
@@ -175,9 +177,6 @@ def main() -> None:
     args = parser.parse_args()
 
     from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.serving import control
-    from lmplatform.serving.settings import ServeSettings
 
     model = str(resolve_model_path(args.model))
     key = hashlib.sha256(f"{model}|{args.docs}".encode()).hexdigest()[:10]
@@ -186,19 +185,51 @@ def main() -> None:
     print(f"index: {json.dumps(build)}", flush=True)
     _, queries = distinct_texts(Path(args.data))
     queries = queries[:max(args.requests, 200)]
-    threads = max(1, int(args.embedder_cpus))
+    threads = max(1, int(args.retriever_cpus))
     baseline = in_process(model, index_dir, queries[:100], threads)
     print(f"in-process encode+search: {baseline}", flush=True)
 
+    levels = [int(c) for c in args.concurrency.split(",")]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for ingress in args.ingress.split(","):
+        runs.update(serve_levels(ingress, args, model, index_dir, threads, queries, levels))
+
+    checks = {}
+    for ingress in args.ingress.split(","):
+        by = {mode: {r["concurrency"]: r for r in runs[f"{ingress}-{mode}"]} for mode in ("batched", "unbatched")}
+        if 1 in levels:
+            ratio = by["batched"][1]["p50_ms"] / baseline["p50_ms"]
+            checks[f"{ingress}_p50_c1_over_in_process"] = check(
+                f"{ingress}: p50 at c=1 / in-process encode+search", ratio, 1.5, higher_is_better=False)
+        top = max(levels)
+        gain = by["batched"][top]["requests_per_s"] / by["unbatched"][top]["requests_per_s"]
+        checks[f"{ingress}_batched_rps_gain_c{top}"] = check(f"{ingress}: batched / unbatched requests/s at c={top}", gain, 2.0)
+    write_result(args.name, {
+        "config": {k: v for k, v in vars(args).items()}, "index": build, "in_process": baseline,
+        "serve": runs, "checks": checks,
+    })
+
+
+def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: Path, threads: int,
+                 queries: list[str], levels: list[int]) -> dict[str, list[dict[str, Any]]]:
+    """Both batching modes at every concurrency level, on a Ray started for this ingress mode."""
+    import os
+
+    import ray
+    from ray import serve
+
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.serving import control
+    from lmplatform.serving.settings import ServeSettings
+
+    # Serve reads the flag at import in every Ray process: it must be set before Ray starts.
+    os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1" if ingress == "direct" else "0"
     ensure_ray(None)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     control.start("127.0.0.1", port)
-    levels = [int(c) for c in args.concurrency.split(",")]
     runs: dict[str, list[dict[str, Any]]] = {}
-    from ray import serve
-
     try:
         for mode in ("batched", "unbatched"):
             settings = ServeSettings(
@@ -208,8 +239,8 @@ def main() -> None:
                 limits={"max_texts": min(32, args.max_batch_size)},
             )
             deployments = [
-                {"name": "EmbedderDeployment", "ray_actor_options": {"num_cpus": args.embedder_cpus}, "max_ongoing_requests": 128},
-                {"name": "IndexDeployment", "ray_actor_options": {"num_cpus": 0.25}},
+                {"name": "RetrieverDeployment", "ray_actor_options": {"num_cpus": args.retriever_cpus},
+                 "max_ongoing_requests": 128},
                 {"name": "ClassifierDeployment", "ray_actor_options": {"num_cpus": 0.05}},
                 {"name": "ServeIngress", "ray_actor_options": {"num_cpus": 0.25}},
             ]
@@ -218,27 +249,23 @@ def main() -> None:
             control.deploy(control.application_config(settings, name=name, deployments=deployments, logging_config=quiet),
                            timeout_s=600,
                            progress=lambda line: print(f"  {line}", flush=True))
-            runs[mode] = []
+            url = f"http://127.0.0.1:{port}"
+            if ingress == "direct":
+                urls = control.direct_ingress_urls(name)
+                if not urls:
+                    raise SystemExit("direct ingress is not active: no ingress replica address")
+                url = urls[0]
+            key = f"{ingress}-{mode}"
+            runs[key] = []
             for concurrency in levels:
-                result = asyncio.run(drive(f"http://127.0.0.1:{port}", queries, concurrency, args.requests))
-                print(f"{mode:9s} c={concurrency:<3d} {json.dumps(result)}", flush=True)
-                runs[mode].append(result)
+                result = asyncio.run(drive(url, queries, concurrency, args.requests))
+                print(f"{key:16s} c={concurrency:<3d} {json.dumps(result)}", flush=True)
+                runs[key].append(result)
             serve.delete(name)
     finally:
         serve.shutdown()
-
-    checks = {}
-    by = {mode: {r["concurrency"]: r for r in results} for mode, results in runs.items()}
-    if 1 in levels:
-        ratio = by["batched"][1]["p50_ms"] / baseline["p50_ms"]
-        checks["p50_c1_over_in_process"] = check("p50 at c=1 / in-process encode+search", ratio, 1.5, higher_is_better=False)
-    top = max(levels)
-    gain = by["batched"][top]["requests_per_s"] / by["unbatched"][top]["requests_per_s"]
-    checks[f"batched_rps_gain_c{top}"] = check(f"batched / unbatched requests/s at c={top}", gain, 2.0)
-    write_result(args.name, {
-        "config": {k: v for k, v in vars(args).items()}, "index": build, "in_process": baseline,
-        "serve": runs, "checks": checks,
-    })
+        ray.shutdown()
+    return runs
 
 
 if __name__ == "__main__":

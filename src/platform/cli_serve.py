@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -37,6 +38,9 @@ def run(
     address: Optional[str] = typer.Option(None, help="Ray address (default: $RAY_ADDRESS, else an embedded local Ray)."),
     watch_interval: float = typer.Option(0.0, help="Seconds between checks of the model alias; reload when it moves (0: off)."),
     detach: bool = typer.Option(False, help="Return once running (needs --address: an embedded Ray ends with this command)."),
+    direct_ingress: bool = typer.Option(
+        False, help="Clients call the ingress replica itself, skipping Serve's HTTP proxy (Ray Serve's throughput-optimised "
+                    "mode). An embedded Ray gets it here; a cluster needs RAY_SERVE_THROUGHPUT_OPTIMIZED=1 on every node."),
 ) -> None:
     """Validate, deploy on 127.0.0.1 and keep serving until Ctrl-C (the bearer token comes from $LMP_SERVE_TOKEN)."""
     from lmplatform.cli_common import fail
@@ -52,16 +56,24 @@ def run(
         plan = plan_launch(config, name, sets, {"model": model, "index": index, "documents": documents,
                                                  "reranker": reranker, "tracking_uri": tracking_uri}, host, port)
         typer.echo(f"[lmp] serving {plan.release.id} ({plan.release.model_uri}) as {plan.name!r} at {plan.url}", err=True)
+        if direct_ingress and not address:
+            os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"  # read by every Ray process at start
         ensure_ray(address)
         launch(plan, progress=lambda line: typer.echo(f"[lmp] {line}", err=True))
     except _errors() as exc:
         fail(str(exc))
         return
+    direct_urls = control.direct_ingress_urls(plan.name)
+    if direct_ingress and not direct_urls:
+        fail("--direct-ingress: the Ray cluster at --address was not started with RAY_SERVE_THROUGHPUT_OPTIMIZED=1; "
+             f"the app is serving through the proxy at {plan.url}")
+        return
     import ray
 
     ray_address = ray.get_runtime_context().gcs_address  # for `lmp serve reload|status --address`
-    typer.echo(json.dumps({"app": plan.name, "url": plan.url, "docs": f"{plan.url}/docs", "release": plan.release.id,
-                           "ray_address": ray_address}))
+    url = direct_urls[0] if direct_urls else plan.url
+    typer.echo(json.dumps({"app": plan.name, "url": url, "docs": f"{url}/docs", "release": plan.release.id,
+                           "ray_address": ray_address, "direct_ingress": direct_urls}))
     if detach:
         return
     stopping = {"now": False}

@@ -20,7 +20,7 @@ def test_slots_load_new_releases_keep_loaded_ones_and_survive_a_failed_load() ->
             raise FileNotFoundError("index artifact missing")
         return f"model-{release.id}"
 
-    slots: ReleaseSlots[str] = ReleaseSlots(load, "embedder")
+    slots: ReleaseSlots[str] = ReleaseSlots(load, "retriever")
     slots.reconfigure({"releases": [_release("v1")]})
     assert slots.get("v1") == "model-v1" and slots.holds("v1") is None
     slots.reconfigure({"releases": [_release("v1"), _release("v2")]})

@@ -71,7 +71,7 @@ def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFacto
     )
     small = {"num_cpus": 0.1}  # five replicas beside everything else on 2 CPUs
     deployments = [{"name": d, "ray_actor_options": small} for d in
-                   ("EmbedderDeployment", "IndexDeployment", "ClassifierDeployment", "RerankerDeployment", "ServeIngress")]
+                   ("RetrieverDeployment", "ClassifierDeployment", "RerankerDeployment", "ServeIngress")]
     port = _free_port()
     control.start("127.0.0.1", port)
     control.deploy(control.application_config(settings, name=APP, deployments=deployments), timeout_s=240)
@@ -287,7 +287,8 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
     assert shown.exit_code == 0, shown.output
     status = json.loads(shown.stdout)
     assert status["status"] == "RUNNING" and status["release"]["version"] == "2"
-    assert status["deployments"]["EmbedderDeployment"]["replicas"] == 1
+    assert status["deployments"]["RetrieverDeployment"]["replicas"] == 1
+    assert status["direct_ingress"] == []  # the test Ray runs Serve behind its proxy
     missing = runner.invoke(lmp, ["serve", "status", "--name", "no-such-app"])
     assert missing.exit_code == 2 and "no Serve application named 'no-such-app'" in missing.output
 

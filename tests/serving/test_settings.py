@@ -36,7 +36,7 @@ def test_shipped_config_is_valid_and_binds_loopback() -> None:
     (app,) = raw["applications"]
     settings = parse_settings(app["args"])
     assert settings.model.endswith("@champion")
-    assert {d["name"] for d in app["deployments"]} >= {"ServeIngress", "EmbedderDeployment", "IndexDeployment"}
+    assert {d["name"] for d in app["deployments"]} >= {"ServeIngress", "RetrieverDeployment", "ClassifierDeployment"}
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ Modules, one job each:
 - `settings`    the application's settings (the builder's `args`), validated before anything starts
 - `store`       the document store (ids, titles, texts, labels) that sits next to an index
 - `release`     what a "release" is (a pinned model version + its index) and how a replica fetches it
-- `deployments` the model deployments (embedder, index, re-ranker, classifier)
+- `deployments` the model deployments (retriever = encoder + index, re-ranker, classifier)
 - `ingress`     the FastAPI ingress: routes, token check, JSON errors
 - `app`         the application builder used by `serve run`, `serve deploy` and `lmp serve run`
 - `control`     deploy, reload (hot, via user_config) and status of a running application

@@ -11,12 +11,12 @@ from typing import Any
 
 from ray.serve import Application
 
-from lmplatform.serving.deployments import ClassifierDeployment, EmbedderDeployment, IndexDeployment, RerankerDeployment
+from lmplatform.serving.deployments import ClassifierDeployment, RerankerDeployment, RetrieverDeployment
 from lmplatform.serving.ingress import ServeIngress
 from lmplatform.serving.release import Release, resolve_release
 from lmplatform.serving.settings import ServeSettings, parse_settings
 
-MODEL_DEPLOYMENTS = ("EmbedderDeployment", "IndexDeployment", "ClassifierDeployment")
+MODEL_DEPLOYMENTS = ("RetrieverDeployment", "ClassifierDeployment")
 INGRESS = "ServeIngress"
 
 
@@ -39,11 +39,9 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
     """The deployment graph for `settings`, every model deployment holding `release`."""
     cpus = {"ray_actor_options": {"num_cpus": settings.replica_cpus}} if settings.replica_cpus else {}
     models = model_user_config([release])
-    embedder = EmbedderDeployment.options(user_config=models, **cpus).bind(
+    retriever = RetrieverDeployment.options(user_config=models, **cpus).bind(
         settings.batching.model_dump(), settings.num_threads, settings.cache_dir)
-    index = IndexDeployment.options(user_config=models, **cpus).bind(settings.cache_dir, settings.batching.model_dump())
-    classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(
-        embedder, index, settings.knn_k, settings.cache_dir)
+    classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(retriever, settings.knn_k, settings.cache_dir)
     reranker = None
     if settings.reranker:
         reranker = RerankerDeployment.options(**cpus).bind(
@@ -51,4 +49,4 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
             max(settings.batching.max_batch_size, settings.limits.rerank_candidates),
             settings.batching.batch_wait_timeout_s, settings.num_threads, settings.cache_dir)
     return ServeIngress.options(user_config=ingress_user_config(release), **cpus).bind(
-        embedder, index, classifier, reranker, settings.limits.model_dump(), settings.auth_token_sha256)
+        retriever, classifier, reranker, settings.limits.model_dump(), settings.auth_token_sha256)

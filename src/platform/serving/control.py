@@ -226,6 +226,7 @@ def status(name: str = DEFAULT_APP) -> dict[str, Any]:
             "status": _plain(info["status"]), "replicas": len(info.get("replicas", [])),
             "target_replicas": info.get("target_num_replicas"),
         }
+    out["direct_ingress"] = direct_ingress_urls(name)
     try:
         release = active_release(app)
         out["release"] = {"id": release.id, "model_uri": release.model_uri, "registered_name": release.registered_name,
@@ -233,6 +234,24 @@ def status(name: str = DEFAULT_APP) -> dict[str, Any]:
     except (ServeControlError, KeyError):
         out["release"] = None
     return out
+
+
+def direct_ingress_urls(name: str = DEFAULT_APP) -> list[str]:
+    """The ingress replicas' own HTTP addresses when Serve runs with direct ingress, else [].
+
+    Ray Serve's throughput-optimised mode (`RAY_SERVE_THROUGHPUT_OPTIMIZED=1` in the
+    environment of every Ray node, set before `ray start`) lets each ingress replica answer
+    HTTP itself, without the proxy's extra hop; a load balancer (or Serve's HAProxy mode)
+    then spreads clients over these addresses.
+    """
+    import ray
+    from ray.serve._private.common import RequestProtocol
+
+    groups = ray.get(_client()._controller.get_target_groups.remote(name))
+    # Without direct ingress the controller answers with the proxies' group, which names no ingress deployment.
+    return [f"http://{t.ip}:{t.port}" for g in groups
+            if g.protocol == RequestProtocol.HTTP and g.app_name == name and g.ingress_deployment_name
+            for t in g.targets]
 
 
 def watch(name: str, interval_s: float, stop: Callable[[], bool], progress: Callable[[str], None]) -> None:

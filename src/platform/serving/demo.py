@@ -70,7 +70,7 @@ def serve_and_query(model: str, corpus: str | Path, queries: Sequence[str] = DEM
     try:
         small = {"num_cpus": 0.25}
         deployments = [{"name": d, "ray_actor_options": small}
-                       for d in ("EmbedderDeployment", "IndexDeployment", "ClassifierDeployment", "ServeIngress")]
+                       for d in ("RetrieverDeployment", "ClassifierDeployment", "ServeIngress")]
         control.deploy(control.application_config(settings, name="lmp-demo", deployments=deployments),
                        progress=lambda line: say(f"[demo] {line}"))
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:

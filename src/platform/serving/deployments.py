@@ -1,4 +1,4 @@
-"""The model deployments behind the ingress: embedder, index, re-ranker and classifier.
+"""The model deployments behind the ingress: retriever (encoder + index), re-ranker and classifier.
 
 Hot reload: every model deployment receives, in its Serve `user_config`, the list
 of releases it must hold (`{"releases": [...]}`, at most the current and the next).
@@ -84,19 +84,42 @@ class ReleaseSlots(Generic[T]):
         return list(self._loaded)
 
 
-def _load_encoder(release: Release, cache_dir: Optional[str]) -> Any:
-    from lmplatform.models.encoder import Encoder
-
-    return Encoder.from_pretrained(fetch(release.model_uri, release.tracking_uri, cache_dir)).eval()
+def _texts_in(items: list[tuple[Any, ...]]) -> int:
+    return sum(len(item[1]) for item in items)
 
 
-def _texts_in(items: list[tuple[str, list[str]]]) -> int:
-    return sum(len(texts) for _, texts in items)
+class _LoadedRetriever:
+    """One release in a replica: the bi-encoder, its FAISS index and the document store."""
+
+    def __init__(self, release: Release, cache_dir: Optional[str]):
+        from lmplatform.models.encoder import Encoder
+
+        self.encoder = Encoder.from_pretrained(fetch(release.model_uri, release.tracking_uri, cache_dir)).eval()
+        self.index, self.store, folder = load_index_and_store(release, cache_dir)
+        built = (folder / "index.faiss").stat().st_mtime
+        self.built_at = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
+        self.labels = self.store.labels
+        self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _by_release(items: list[tuple[Any, ...]]) -> dict[str, list[int]]:
+    """Batch members grouped by release (two groups only while a reload is under way)."""
+    groups: dict[str, list[int]] = {}
+    for n, item in enumerate(items):
+        groups.setdefault(item[0], []).append(n)
+    return groups
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
-class EmbedderDeployment:
-    """The bi-encoder. With batching on, concurrent requests share one forward pass (`@serve.batch`)."""
+class RetrieverDeployment:
+    """The bi-encoder next to its FAISS index and document store: a search is one call, one replica.
+
+    Embedding and searching in the same replica saves a hop and the transfer of query
+    vectors per search; the price is one copy of the index per replica (4 bytes x dim
+    per document for a flat index: 1.5 GB for 1M MiniLM vectors). With batching on,
+    concurrent requests share one forward pass and one FAISS call (`@serve.batch`),
+    so a flat index scores all queries of a batch in one matrix product.
+    """
 
     def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None):
         import torch
@@ -105,97 +128,53 @@ class EmbedderDeployment:
             torch.set_num_threads(num_threads)
         self.batching = bool(batching.get("enabled", True))
         self.max_batch_size = int(batching.get("max_batch_size", 32))
-        self._embed_batched.set_max_batch_size(self.max_batch_size)
-        self._embed_batched.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.005)))
-        self.encoders: ReleaseSlots[Any] = ReleaseSlots(lambda r: _load_encoder(r, cache_dir), "embedder")
+        for method in (self._embed_batched, self._search_batched):
+            method.set_max_batch_size(self.max_batch_size)
+            method.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.005)))
+        self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(lambda r: _LoadedRetriever(r, cache_dir), "retriever")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
-        self.encoders.reconfigure(user_config)
+        self.releases.reconfigure(user_config)
 
     def holds(self, release_id: str) -> Optional[str]:
-        return self.encoders.holds(release_id)
+        return self.releases.holds(release_id)
+
+    def _encode(self, release_id: str, texts: list[str]) -> np.ndarray:
+        return self.releases.get(release_id).encoder.encode(texts, batch_size=self.max_batch_size)
 
     async def embed(self, release_id: str, texts: list[str]) -> np.ndarray:
         """L2-normalised float32 vectors [len(texts), dim]."""
-        self.encoders.get(release_id)  # fail fast, before queueing in a batch
+        self.releases.get(release_id)  # fail fast, before queueing in a batch
         if not self.batching:
-            return self.encoders.get(release_id).encode(texts, batch_size=self.max_batch_size)
+            return self._encode(release_id, texts)
         return await self._embed_batched((release_id, texts))
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005, batch_size_fn=_texts_in)
     async def _embed_batched(self, items: list[tuple[str, list[str]]]) -> list[np.ndarray]:
-        # One forward pass per release present in the batch (two only during a reload).
-        by_release: dict[str, list[int]] = {}
-        for n, (release_id, _) in enumerate(items):
-            by_release.setdefault(release_id, []).append(n)
         out: list[Any] = [None] * len(items)
-        for release_id, members in by_release.items():
-            texts = [t for n in members for t in items[n][1]]
-            vectors = self.encoders.get(release_id).encode(texts, batch_size=self.max_batch_size)
+        for release_id, members in _by_release(items).items():
+            vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
             start = 0
             for n in members:
-                count = len(items[n][1])
-                out[n] = vectors[start:start + count]
-                start += count
+                out[n] = vectors[start:start + len(items[n][1])]
+                start += len(items[n][1])
         return out
 
-    def dim(self, release_id: str) -> int:
-        return int(self.encoders.get(release_id).dim)
-
-
-class _LoadedIndex:
-    def __init__(self, release: Release, cache_dir: Optional[str]):
-        self.index, self.store, folder = load_index_and_store(release, cache_dir)
-        built = (folder / "index.faiss").stat().st_mtime
-        self.built_at = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
-        self.labels = self.store.labels
-        self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _queries_in(items: list[tuple[str, np.ndarray, int, int]]) -> int:
-    return sum(len(vectors) for _, vectors, _, _ in items)
-
-
-@serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
-class IndexDeployment:
-    """The FAISS index and the document store. Loaded from files built ahead; never encodes.
-
-    With batching on, concurrent searches share one FAISS call: a flat index then
-    scores all queries in one matrix product instead of one scan of the index each.
-    """
-
-    def __init__(self, cache_dir: Optional[str] = None, batching: Optional[dict[str, Any]] = None):
-        batching = batching or {}
-        self.batching = bool(batching.get("enabled", True))
-        self._search_batched.set_max_batch_size(int(batching.get("max_batch_size", 32)))
-        # No waiting: a search takes milliseconds, and searches that queue while one runs
-        # still form the next batch (serve.batch takes whatever is queued).
-        self._search_batched.set_batch_wait_timeout_s(0.0)
-        self.indexes: ReleaseSlots[_LoadedIndex] = ReleaseSlots(lambda r: _LoadedIndex(r, cache_dir), "index")
-
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
-        self.indexes.reconfigure(user_config)
-
-    def holds(self, release_id: str) -> Optional[str]:
-        return self.indexes.holds(release_id)
-
-    async def search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int = -1) -> list[list[dict[str, Any]]]:
-        """Top-k hits per query row with title, label and text (cut to `text_chars` unless it is -1)."""
-        self.indexes.get(release_id)  # fail fast, before queueing in a batch
+    async def search(self, release_id: str, texts: list[str], k: int, text_chars: int = -1) -> list[list[dict[str, Any]]]:
+        """Top-k hits per query text with title, label and text (cut to `text_chars` unless it is -1)."""
+        self.releases.get(release_id)
         if not self.batching:
-            return self._search(release_id, np.asarray(vectors), k, text_chars)
-        return await self._search_batched((release_id, np.asarray(vectors), k, text_chars))
+            return self._search(release_id, self._encode(release_id, texts), k, text_chars)
+        return await self._search_batched((release_id, texts, k, text_chars))
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_queries_in)
-    async def _search_batched(self, items: list[tuple[str, np.ndarray, int, int]]) -> list[list[list[dict[str, Any]]]]:
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005, batch_size_fn=_texts_in)
+    async def _search_batched(self, items: list[tuple[str, list[str], int, int]]) -> list[list[list[dict[str, Any]]]]:
         out: list[Any] = [None] * len(items)
-        by_release: dict[str, list[int]] = {}
-        for n, item in enumerate(items):
-            by_release.setdefault(item[0], []).append(n)
-        for release_id, members in by_release.items():
+        for release_id, members in _by_release(items).items():
             k = max(items[n][2] for n in members)
             text_chars = -1 if any(items[n][3] < 0 for n in members) else max(items[n][3] for n in members)
-            rows = self._search(release_id, np.concatenate([items[n][1] for n in members]), k, text_chars)
+            vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
+            rows = self._search(release_id, vectors, k, text_chars)
             start = 0
             for n in members:
                 count = len(items[n][1])
@@ -204,7 +183,7 @@ class IndexDeployment:
         return out
 
     def _search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int) -> list[list[dict[str, Any]]]:
-        loaded = self.indexes.get(release_id)
+        loaded = self.releases.get(release_id)
         out = []
         for hits in loaded.index.search(vectors, k):
             rows = []
@@ -215,11 +194,12 @@ class IndexDeployment:
             out.append(rows)
         return out
 
-    def knn_proba(self, release_id: str, vectors: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:
+    async def knn_proba(self, release_id: str, texts: list[str], k: int) -> tuple[list[str], np.ndarray]:
         """Class probabilities from the labels of the k nearest documents (similarity-weighted votes)."""
-        loaded = self.indexes.get(release_id)
+        loaded = self.releases.get(release_id)
         if not loaded.labels:
             raise NotAvailable("the model has no classifier head and the document store has no labels to vote with")
+        vectors = await self.embed(release_id, texts)
         column = {label: i for i, label in enumerate(loaded.labels)}
         proba = np.zeros((len(vectors), len(column)), dtype=np.float64)
         for row, hits in enumerate(loaded.index.search(vectors, k)):
@@ -232,7 +212,7 @@ class IndexDeployment:
         return loaded.labels, proba
 
     def info(self, release_id: str) -> dict[str, Any]:
-        loaded = self.indexes.get(release_id)
+        loaded = self.releases.get(release_id)
         return {"index_size": len(loaded.index), "index_kind": loaded.index.kind, "dim": loaded.index.dim,
                 "index_built_at": loaded.built_at, "index_build_seconds": loaded.index.stats.build_seconds,
                 "loaded_at": loaded.loaded_at, "labels": loaded.labels}
@@ -292,8 +272,8 @@ def _load_head(release: Release, cache_dir: Optional[str]) -> Optional[Any]:
 class ClassifierDeployment:
     """The model's trained MLP head when it has one, else KNN over the labelled documents of the index."""
 
-    def __init__(self, embedder: Any, index: Any, knn_k: int = 10, cache_dir: Optional[str] = None):
-        self.embedder, self.index, self.knn_k = embedder, index, knn_k
+    def __init__(self, retriever: Any, knn_k: int = 10, cache_dir: Optional[str] = None):
+        self.retriever, self.knn_k = retriever, knn_k
         self.heads: ReleaseSlots[Optional[Any]] = ReleaseSlots(lambda r: _load_head(r, cache_dir), "classifier")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -311,8 +291,7 @@ class ClassifierDeployment:
             proba = head.predict_proba(texts)
             labels, method = head.labels, "head"
         else:
-            vectors = await self.embedder.embed.remote(release_id, texts)
-            labels, proba = await self.index.knn_proba.remote(release_id, vectors, self.knn_k)
+            labels, proba = await self.retriever.knn_proba.remote(release_id, texts, self.knn_k)
             method = "knn"
         predictions = [{"label": labels[int(np.argmax(row))],
                         "probabilities": {label: round(float(p), 6) for label, p in zip(labels, row)}} for row in proba]

@@ -126,9 +126,9 @@ async def _refused(request: Request, exc: _Refused) -> JSONResponse:
 @serve.deployment(ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=256)
 @serve.ingress(api)
 class ServeIngress:
-    def __init__(self, embedder: Any, index: Any, classifier: Any, reranker: Any = None,
+    def __init__(self, retriever: Any, classifier: Any, reranker: Any = None,
                  limits: Optional[dict[str, Any]] = None, token_sha256: Optional[str] = None):
-        self.embedder, self.index, self.classifier, self.reranker = embedder, index, classifier, reranker
+        self.retriever, self.classifier, self.reranker = retriever, classifier, reranker
         self.limits = ServeLimits.model_validate(limits or {})
         # Imported here, not referenced as a global: Serve pickles this class by value, which
         # would give it a private copy of _GUARD that the middleware never sees.
@@ -168,7 +168,7 @@ class ServeIngress:
     @api.get("/v1/model", response_model=ModelInfo, responses=ERRORS, tags=["service"])
     async def model(self) -> ModelInfo:
         release = self._release()
-        info = await self._call(self.index.info.remote(release.id))
+        info = await self._call(self.retriever.info.remote(release.id))
         method = await self._call(self.classifier.method.remote(release.id))
         reranker = await self.reranker.describe.remote() if self.reranker is not None else None
         return ModelInfo(
@@ -185,11 +185,10 @@ class ServeIngress:
         if body.rerank and self.reranker is None:
             raise RequestLimitError("rerank", "no re-ranker is deployed; send rerank=false")
         release = self._release()
-        vectors = await self._call(self.embedder.embed.remote(release.id, [body.query]))
         depth = max(body.k, self.limits.rerank_candidates) if body.rerank else body.k
         # Only the snippet travels back, unless the re-ranker needs the whole text.
         text_chars = -1 if body.rerank else self.limits.snippet_chars + 1
-        (hits,) = await self._call(self.index.search.remote(release.id, vectors, depth, text_chars))
+        (hits,) = await self._call(self.retriever.search.remote(release.id, [body.query], depth, text_chars))
         if body.rerank and hits:
             documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in hits]
             scores = await self._call(self.reranker.score.remote(body.query, documents))
@@ -213,7 +212,7 @@ class ServeIngress:
     async def embed(self, body: TextsRequest) -> EmbedResponse:
         self.limits.check_texts("texts", body.texts)
         release = self._release()
-        vectors = await self._call(self.embedder.embed.remote(release.id, body.texts))
+        vectors = await self._call(self.retriever.embed.remote(release.id, body.texts))
         return EmbedResponse(vectors=vectors.tolist(), dim=int(vectors.shape[1]), model_version=release.id)
 
     @api.post("/v1/similarity", response_model=SimilarityResponse, responses=ERRORS, tags=["embedding"])
@@ -221,6 +220,6 @@ class ServeIngress:
         self.limits.check_text("a", body.a)
         self.limits.check_text("b", body.b)
         release = self._release()
-        vectors = await self._call(self.embedder.embed.remote(release.id, [body.a, body.b]))
+        vectors = await self._call(self.retriever.embed.remote(release.id, [body.a, body.b]))
         cosine = float(np.clip(np.dot(vectors[0], vectors[1]), -1.0, 1.0))
         return SimilarityResponse(cosine=cosine, model_version=release.id)

@@ -6,7 +6,7 @@ Validated on the driver before anything is deployed; a bad value raises
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from pydantic import Field, ValidationError, model_validator
 
