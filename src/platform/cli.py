@@ -94,15 +94,19 @@ def data_report(
 
 @app.command()
 def demo(
-    data: Optional[Path] = typer.Option(None, help="Corpus to adapt to (default: the shipped trouble reports)."),
-    overrides: Optional[List[str]] = SetOption,
-    serve: bool = typer.Option(True, "--serve/--no-serve", help="End by serving the adapted model and querying it over HTTP."),
+    data: Optional[Path] = typer.Option(None, help="Corpus for the MLM stage (default: the shipped trouble reports)."),
+    overrides: Optional[List[str]] = typer.Option(
+        None, "--set", help="Override a field of configs/pipelines/demo.yaml: --set stages.pairs_ewc.ewc.lambda=1e7."),
+    tune: bool = typer.Option(True, "--tune/--no-tune", help="Run the small Tune study and champion registration."),
+    serve: bool = typer.Option(True, "--serve/--no-serve", help="End by serving the model and querying it over HTTP."),
+    resume: Optional[str] = typer.Option(None, help="Continue this demo pipeline run: finished stages are skipped."),
 ) -> None:
-    """Run the demo: adapt the packaged MiniLM to a domain corpus, compare held-out MLM loss, serve it."""
+    """The whole product on the shipped trouble reports: MLM -> DeCLUTR -> pairs with/without EWC -> evaluation ->
+    Tune -> champion -> Serve, with one summary table at the end."""
     from lmplatform.demo import run_demo
 
     try:
-        run_demo(data, overrides or [], serve=serve)
+        run_demo(data, overrides or [], serve=serve, tune=tune, resume=resume)
     except user_errors() as exc:
         fail(str(exc))
 

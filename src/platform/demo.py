@@ -1,42 +1,168 @@
-"""`make demo`: domain-adapt the packaged MiniLM on the shipped trouble reports, then serve it."""
+"""`make demo`: the whole product on embedded defaults, on the shipped trouble reports.
+
+1. MLM domain adaptation, 2. DeCLUTR, 3. bi-encoder on duplicate pairs without and with EWC
+(one pipeline: configs/pipelines/demo.yaml), 4. duplicate retrieval on held-out pairs against
+BM25 and the base model, plus old-domain MLM loss (forgetting), 5. a small Tune study of the
+InfoNCE temperature, 6. champion registration, 7. Serve the champion, query it, shut down.
+Every run lands in the local MLflow; one summary table closes the demo.
+"""
 from __future__ import annotations
 
+import json
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.table import Table
 
-from lmplatform.config.loader import load_run_config
 from lmplatform.runtime import project_root
 
-DEMO_CONFIG = Path("configs/demo_mlm.yaml")
+DEMO_PIPELINE = Path("configs/pipelines/demo.yaml")
+DEMO_SPACE = Path("tune_spaces/demo_temperature.yaml")
 DEMO_REPORTS = Path("data/demo/reports.jsonl")
+DEMO_DUPLICATES = Path("data/demo/duplicates.jsonl")
+DEMO_PAIRS_CONFIG = Path("configs/biencoder.yaml")
+RETRIEVAL_METRICS = ("mrr@5", "recall@1", "recall@5", "recall@10")
 
 
-def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool = True) -> dict[str, float]:  # type: ignore[assignment]
-    from lmplatform.train.run import run_training
+@dataclass
+class DemoSummary:
+    rows: list[tuple[str, str, str]] = field(default_factory=list)  # (step, result, seconds)
 
-    config = project_root() / DEMO_CONFIG
-    extra = [f"data.train_paths={data}"] if data else []
-    cfg = load_run_config(config, [*extra, *overrides])
-    result = run_training(cfg)
-    metrics = result.metrics
-    table = Table(title="Held-out masked-LM loss (same masks before and after)")
-    table.add_column("metric")
-    table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
-    for name in ("val_mlm_loss", "val_mlm_accuracy", "val_pseudo_perplexity"):
-        if name in metrics:
-            table.add_row(name[4:], f"{metrics[name + '_initial']:.4f}", f"{metrics[name]:.4f}")
+    def add(self, step: str, result: str, started: float) -> None:
+        self.rows.append((step, result, f"{time.perf_counter() - started:.0f}"))
+
+
+def heldout_relations(out: Path) -> tuple[Path, int]:
+    """The duplicates with the bi-encoder's own validation split marked, so retrieval is scored on unseen pairs."""
+    from lmplatform.config.loader import load_run_config
+    from lmplatform.data.corpus import VALIDATION, split_of, text_hash
+
+    data = load_run_config(project_root() / DEMO_PAIRS_CONFIG).data
+    queries = {}
+    for line in (project_root() / "data/demo/pairs.jsonl").open(encoding="utf-8"):
+        row = json.loads(line)
+        queries[row["id"]] = row["query"]
+    rows, heldout = [], 0
+    for line in (project_root() / DEMO_DUPLICATES).open(encoding="utf-8"):
+        row = json.loads(line)
+        split = split_of(text_hash(queries[row["query_id"]]), data.seed, data.validation_fraction)
+        heldout += split == VALIDATION
+        rows.append({**row, "split": "validation" if split == VALIDATION else "train"})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return out, heldout
+
+
+def evaluate_retrieval(models: dict[str, str], out: Path) -> list[dict[str, Any]]:
+    """Duplicate retrieval (title + text of the new report -> the reports) for each model, BM25 and the base."""
+    from lmplatform.evaluation.config import RetrievalTask
+    from lmplatform.evaluation.retrieval_eval import run_retrieval_task
+
+    relations, _ = heldout_relations(out / "duplicates_split.jsonl")
+    retrievers = [{"name": "bm25", "kind": "bm25"}, {"name": "base MiniLM", "kind": "dense", "model": "default"}]
+    retrievers += [{"name": name, "kind": "dense", "model": model} for name, model in models.items()]
+    task = RetrievalTask.model_validate({
+        "datasets": [{"name": "demo", "corpus": str(project_root() / DEMO_REPORTS), "relations": str(relations),
+                      "query_id_field": "query_id", "target_id_field": "duplicate_of", "split_field": "split",
+                      "split": "validation", "query_text_source": "relations"}],
+        "scenarios": [{"name": "duplicate_to_report", "query_fields": ["query_title", "query_text"],
+                       "corpus_fields": ["title", "text"]}],
+        "retrievers": retrievers, "ks": [1, 5, 10], "mrr_ks": [5],
+    })
+    return run_retrieval_task(task, out).details["results"]
+
+
+def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool = True,  # type: ignore[assignment]
+             tune: bool = True, resume: Optional[str] = None) -> DemoSummary:
+    from lmplatform.pipeline.config import load_pipeline_config
+    from lmplatform.pipeline.runner import run_pipeline
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+
     console = Console()
+    summary = DemoSummary()
+    cfg = load_pipeline_config(project_root() / DEMO_PIPELINE, list(overrides))
+    if data:
+        cfg.stage("domain").set.append(f"data.train_paths=[{data}]")
+
+    started = time.perf_counter()
+    console.rule("[bold]1-3. MLM -> DeCLUTR -> pairs without / with EWC (Ray Train, one MLflow parent run)")
+    result = run_pipeline(cfg, resume=resume)
+    stages = result.state.stages
+    summary.add("train: MLM, DeCLUTR, pairs, pairs + EWC", f"pipeline run {result.run_name}", started)
+
+    started = time.perf_counter()
+    console.rule("[bold]4. Evaluation: duplicate retrieval on held-out pairs, and forgetting")
+    work = Path(result.folder) / "demo"
+    models = {name: stages[name].model_dir for name in ("domain", "pairs", "pairs_ewc")}
+    rows = evaluate_retrieval(models, work / "retrieval")
+    table = Table(title="Duplicate retrieval, held-out demo pairs (query: new report -> the 320 reports)")
+    for column in ("retriever", "queries", *RETRIEVAL_METRICS):
+        table.add_column(column, justify="left" if column == "retriever" else "right")
+    for row in rows:
+        table.add_row(row["retriever"], str(row["queries_evaluated"]), *(f"{row['metrics'][m]:.3f}" for m in RETRIEVAL_METRICS))
     console.print(table)
-    console.print(f"model: {result.model_dir}")
-    console.print(f"MLflow run {result.mlflow_run_id}; browse it with:")
-    console.print(f"  mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
+    by_name = {r["retriever"]: r["metrics"] for r in rows}
+    parent = TrackedRun(result.tracking_uri, result.parent_run_id)
+    parent.log_metrics({f"retrieval/{name.replace(' ', '_')}/{m.replace('@', '_at_')}": metrics[m]
+                        for name, metrics in by_name.items() for m in RETRIEVAL_METRICS})
+
+    loss = {name: stages[name].after["domain_reports"]["mlm_loss"] for name in ("pairs", "pairs_ewc")}
+    loss["domain"] = stages["declutr"].before["domain_reports"]["mlm_loss"]
+    forgetting = Table(title="Old-domain MLM loss (held-out reports, fixed masks): what EWC keeps")
+    for column in ("model", "MLM loss"):
+        forgetting.add_column(column)
+    for label, key in (("after MLM (before fine-tuning)", "domain"), ("after pairs, without EWC", "pairs"),
+                       ("after pairs, with EWC", "pairs_ewc")):
+        forgetting.add_row(label, f"{loss[key]:.3f}")
+    console.print(forgetting)
+    summary.add("evaluate: retrieval MRR@5 (held-out)",
+                f"pairs+EWC {by_name['pairs_ewc']['mrr@5']:.3f} · pairs {by_name['pairs']['mrr@5']:.3f} · "
+                f"base {by_name['base MiniLM']['mrr@5']:.3f} · BM25 {by_name['bm25']['mrr@5']:.3f}", started)
+    summary.rows.append(("forgetting: old-domain MLM loss",
+                         f"{loss['domain']:.3f} after MLM → {loss['pairs']:.3f} without EWC, {loss['pairs_ewc']:.3f} with",
+                         ""))
+
+    served = stages["pairs_ewc"].model_dir
+    if tune:
+        from lmplatform.tune.tuner import run_study
+
+        started = time.perf_counter()
+        console.rule("[bold]5-6. Tune the InfoNCE temperature (Ray Tune + Optuna), register the champion")
+        study = run_study(project_root() / DEMO_SPACE, [f"model.name_or_path={stages['declutr'].model_dir}"],
+                          tracking_uri=result.tracking_uri)
+        tau = study.best_params.get("objective.temperature")
+        metric = study.best_metrics.get("val_retrieval_mrr")
+        summary.add(f"tune: {len(study.trials)} trials over τ",
+                    f"best τ={tau:.3g}, val MRR {metric:.3f}" if tau is not None and metric is not None else "no trial finished",
+                    started)
+        decision = study.champion
+        if decision is not None:
+            state = "moved to" if decision.moved else "stays on"
+            summary.rows.append(("champion", f"{decision.registered_model}@{decision.alias} {state} version "
+                                 f"{decision.version if decision.moved else decision.previous_version}: {decision.reason}", ""))
+            if decision.moved or decision.previous_version:
+                served = f"models:/{decision.registered_model}@{decision.alias}"
+
     if serve:
         from lmplatform.serving.demo import serve_and_query
 
-        # The adapted encoder behind the HTTP service, searching the shipped reports with real queries.
-        serve_and_query(str(result.model_dir), project_root() / DEMO_REPORTS, tracking_uri=result.tracking_uri)
-    return metrics
+        started = time.perf_counter()
+        console.rule(f"[bold]7. Serve {served} over the reports, query it over HTTP, shut down")
+        answers = serve_and_query(served, project_root() / DEMO_REPORTS, tracking_uri=result.tracking_uri,
+                                  work_dir=work / "serve")
+        top = answers[0]["hits"][0] if answers and answers[0]["hits"] else None
+        summary.add(f"serve: {len(answers)} queries over HTTP",
+                    f"'{answers[0]['query']}' → {top['id']} {top['title']!r}" if top else "no hits", started)
+
+    final = Table(title="lmp demo: summary")
+    for column in ("step", "result", "seconds"):
+        final.add_column(column, justify="right" if column == "seconds" else "left")
+    for row in summary.rows:
+        final.add_row(*row)
+    console.print(final)
+    console.print(f"Every run is in MLflow ({result.tracking_uri}); browse it with:")
+    console.print(f"  .venv/bin/mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
+    return summary
