@@ -39,7 +39,6 @@ bench: $(STAMP)
 	$(BIN)/python bench/encode_throughput.py
 	$(BIN)/python bench/index_search.py
 	$(BIN)/python bench/quality.py
-	$(BIN)/python bench/quality_sts_cls.py
 	$(BIN)/python bench/tune_overhead.py
 	$(BIN)/python bench/cluster_throughput.py
 	$(BIN)/python bench/serve_load.py

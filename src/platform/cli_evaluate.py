@@ -1,4 +1,4 @@
-"""`lmp evaluate ...`: run an evaluation config (retrieval, and other tasks as they are registered)."""
+"""`lmp evaluate ...`: run an evaluation config (retrieval, sts, classification tasks)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-evaluate_app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval metrics, reports, MLflow.")
+evaluate_app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval, STS and classification metrics, reports, MLflow.")
 SetOption = typer.Option(None, "--set", help="Override a top-level field: --set output_dir=runs/eval/x (repeatable).")
 
 
@@ -18,6 +18,7 @@ def evaluate_run(
     output_dir: Optional[Path] = typer.Option(None, help="Report folder (overrides output_dir)."),
     run_id: Optional[str] = typer.Option(None, help="Log into this MLflow run (the run of the model evaluated)."),
     limit_queries: Optional[int] = typer.Option(None, min=1, help="Retrieval: evaluate only the first N queries of each dataset."),
+    limit: Optional[int] = typer.Option(None, min=2, help="STS / classification: read only N pairs, or N examples per split."),
 ) -> None:
     """Run every task of the config; write report.json, report.md and PNGs; log them to MLflow."""
     from lmplatform.cli_common import fail, user_errors
@@ -31,10 +32,12 @@ def evaluate_run(
         extra.append(f"tracking.run_id={run_id}")
     try:
         cfg = load_evaluation_config(config, extra)
-        if limit_queries:
-            for task in cfg.tasks:
-                for dataset in getattr(task, "datasets", []):
+        for task in cfg.tasks:
+            for dataset in task.datasets:
+                if limit_queries and task.task == "retrieval":
                     dataset.limit_queries = limit_queries
+                if limit and task.task in ("sts", "classification"):
+                    dataset.limit = limit
         result = run_evaluation(cfg)
     except user_errors() as exc:
         fail(str(exc))

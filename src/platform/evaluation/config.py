@@ -1,9 +1,9 @@
 """`EvaluationConfig`: what to evaluate, on which data, with which models (its own YAML, `configs/eval/`).
 
 An evaluation config holds one or more tasks, each selected by its `task`
-discriminator. This module defines the `retrieval` task. Other tasks (sts,
-classification, behavioural) add their own config class to `TaskConfig` below
-and a runner to `lmplatform.evaluation.runner.TASK_RUNNERS`; nothing else changes.
+discriminator: `retrieval`, `sts` and `classification`. A new task adds its config
+class to `TaskConfig` below and a runner to `lmplatform.evaluation.runner.TASK_RUNNERS`;
+nothing else changes.
 """
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ from pydantic import Field, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
+
+
+def _unique_names(what: str, items: list[Any]) -> None:
+    names = [i.name for i in items]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} names must be unique, got {names}")
 
 
 class RetrievalDataset(Section):
@@ -96,16 +102,123 @@ class RetrievalTask(Section):
     @model_validator(mode="after")
     def _unique(self) -> "RetrievalTask":
         for what, items in (("retriever", self.retrievers), ("scenario", self.scenarios), ("dataset", self.datasets)):
-            names = [i.name for i in items]
-            if len(set(names)) != len(names):
-                raise ValueError(f"{what} names must be unique, got {names}")
+            _unique_names(what, items)
         if min(self.ks + self.mrr_ks) <= 0:
             raise ValueError(f"ks and mrr_ks must be positive, got {self.ks} / {self.mrr_ks}")
         return self
 
 
-# Extension point: add e.g. `StsTask` / `ClassificationTask` here (each with `task: Literal[...]`).
-TaskConfig = Annotated[Union[RetrievalTask], Field(discriminator="task")]
+class EncoderSpec(Section):
+    """An encoder to evaluate (sts, classification)."""
+
+    name: str = Field(..., min_length=1, description="Label in reports and metric names.")
+    model: str = Field(..., min_length=1, description="'default', a folder, or models:/name@alias.")
+    quantize: Optional[Literal["int8"]] = None
+    batch_size: int = Field(32, ge=1)
+    max_seq_length: Optional[int] = Field(None, ge=8)
+
+
+class StsDataset(Section):
+    """JSONL sentence pairs with a gold similarity score."""
+
+    name: str = Field(..., min_length=1, description="Label in reports.")
+    path: str = Field(..., description="JSONL of scored pairs.")
+    sentence1_field: str = "sentence1"
+    sentence2_field: str = "sentence2"
+    score_field: str = "score"
+    scale: Optional[tuple[float, float]] = Field(
+        None, description="Gold scale [low, high] (EDRM needs it); null: the min and max of the gold scores read."
+    )
+    where: Optional[dict[str, Any]] = Field(
+        None, description="Keep rows whose fields equal these values (a list value: any of them), e.g. {split: test}."
+    )
+    fit_path: Optional[str] = Field(
+        None, description="Labelled pairs (usually the train split) to fit an isotonic cosine->scale map; adds "
+        "edrm_isotonic. Same fields and scale as path."
+    )
+    fit_where: Optional[dict[str, Any]] = Field(None, description="Row filter for fit_path, like where.")
+    limit: Optional[int] = Field(None, ge=2, description="Read only the first N pairs of each file (smoke runs).")
+
+    @model_validator(mode="after")
+    def _scale(self) -> "StsDataset":
+        if self.scale is not None and not self.scale[1] > self.scale[0]:
+            raise ValueError(f"dataset {self.name!r}: scale must be [low, high] with high > low, got {list(self.scale)}")
+        return self
+
+
+class StsTask(Section):
+    task: Literal["sts"]
+    datasets: list[StsDataset] = Field(..., min_length=1)
+    encoders: list[EncoderSpec] = Field(..., min_length=1)
+    cosine_range: tuple[float, float] = Field(
+        (0.0, 1.0), description="Cosine range mapped linearly onto the gold scale for EDRM (clipped)."
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> "StsTask":
+        _unique_names("dataset", self.datasets)
+        _unique_names("encoder", self.encoders)
+        return self
+
+
+class ClassificationDataset(Section):
+    """JSONL rows with text and a label; splits from a split field of one file, or one file per split."""
+
+    name: str = Field(..., min_length=1, description="Label in reports.")
+    path: Optional[str] = Field(None, description="One JSONL with a split field (train / dev / test values below).")
+    split_field: str = "split"
+    train_split: str = "train"
+    dev_split: Optional[str] = Field("dev", description="null: no dev split (the last epoch is kept).")
+    test_split: str = "test"
+    train: Optional[str] = Field(None, description="Instead of path: the training JSONL.")
+    dev: Optional[str] = Field(None, description="Instead of path: the dev JSONL (optional).")
+    test: Optional[str] = Field(None, description="Instead of path: the test JSONL.")
+    text_fields: list[str] = Field(["text"], min_length=1, description="Joined with '. '.")
+    label_field: str = "label"
+    min_class_size: int = Field(
+        1, ge=1, description="Classes with fewer examples (all splits) are merged into 'Other' (they would be "
+        "missing from dev or test)."
+    )
+    limit: Optional[int] = Field(None, ge=2, description="Keep only the first N examples of each split (smoke runs).")
+
+    @model_validator(mode="after")
+    def _files(self) -> "ClassificationDataset":
+        split_files = [f for f in ("train", "dev", "test") if getattr(self, f)]
+        if self.path and split_files:
+            raise ValueError(f"dataset {self.name!r}: give either path (with a split field) or train/dev/test files, "
+                             f"not both (got path and {split_files})")
+        if not self.path and not (self.train and self.test):
+            raise ValueError(f"dataset {self.name!r}: needs path (with a split field) or both train and test files")
+        return self
+
+
+class ClassifierHead(Section):
+    """The MLP head trained on the frozen encoder's cached embeddings (best dev-accuracy epoch kept)."""
+
+    hidden: int = Field(256, ge=1)
+    depth: int = Field(2, ge=1)
+    epochs: int = Field(30, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(32, ge=1)
+    class_balance: Literal["none", "weighted_loss"] = "weighted_loss"
+    seed: int = 13
+
+
+class ClassificationTask(Section):
+    task: Literal["classification"]
+    datasets: list[ClassificationDataset] = Field(..., min_length=1)
+    encoders: list[EncoderSpec] = Field(..., min_length=1)
+    head: ClassifierHead = Field(default_factory=ClassifierHead)
+    knn_k: Optional[int] = Field(5, ge=1, description="KNN baseline on normalised embeddings; null: no KNN.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> "ClassificationTask":
+        _unique_names("dataset", self.datasets)
+        _unique_names("encoder", self.encoders)
+        return self
+
+
+TaskConfig = Annotated[Union[RetrievalTask, StsTask, ClassificationTask], Field(discriminator="task")]
 
 
 class EvaluationTracking(Section):

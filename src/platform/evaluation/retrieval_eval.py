@@ -7,50 +7,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from lmplatform.evaluation.config import RetrievalTask, RetrieverSpec
 from lmplatform.evaluation.retrieval import retrieval_report
 from lmplatform.evaluation.retrieval_data import load_retrieval_data, scenario_inputs
+from lmplatform.evaluation.task_common import ModelCache, TaskResult
 from lmplatform.retrieval.index import IndexParams
 from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, Retriever, TwoStageRetriever
 
 logger = logging.getLogger(__name__)
 TABLE_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "mrr@5", "mrr@15", "map", "p@1")
-
-
-@dataclass
-class TaskResult:
-    """What a task hands the evaluation runner (the contract every task follows)."""
-
-    task: str
-    metrics: dict[str, float]  # flat, logged to MLflow
-    markdown: str  # a section of report.md
-    details: dict[str, Any]  # goes to report.json
-    artifacts: list[Path] = field(default_factory=list)  # PNGs and other files in the output folder
-
-
-class ModelCache:
-    def __init__(self) -> None:
-        self._encoders: dict[tuple, Any] = {}
-        self._rerankers: dict[str, Any] = {}
-
-    def encoder(self, spec: RetrieverSpec) -> Any:
-        from lmplatform.models.encoder import Encoder
-
-        key = (spec.model, spec.quantize, spec.max_seq_length)
-        if key not in self._encoders:
-            self._encoders[key] = Encoder.from_pretrained(spec.model, max_seq_length=spec.max_seq_length, quantize=spec.quantize)
-        return self._encoders[key]
-
-    def reranker(self, path: str) -> Any:
-        from lmplatform.models.cross_encoder import CrossEncoder
-
-        if path not in self._rerankers:
-            self._rerankers[path] = CrossEncoder.from_pretrained(path)
-        return self._rerankers[path]
 
 
 def build_retriever(spec: RetrieverSpec, models: ModelCache) -> Retriever:

@@ -1,8 +1,8 @@
 """Run an `EvaluationConfig`: each task writes its part, the runner writes the report and logs to MLflow.
 
-Extension point: a task is `TASK_RUNNERS[task_name](task_config, output_dir) -> TaskResult`
-(see `retrieval_eval.TaskResult`). Register new tasks here next to their config class
-in `evaluation/config.py`.
+Extension point: a task is `TASK_RUNNERS[task_name](task_config, output_dir, models) -> TaskResult`
+(see `task_common.TaskResult`; `models` is a `ModelCache` shared by all tasks of one
+evaluation). Register new tasks here next to their config class in `evaluation/config.py`.
 """
 from __future__ import annotations
 
@@ -13,15 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from lmplatform.evaluation.config import EvaluationConfig, RetrievalTask
-from lmplatform.evaluation.retrieval_eval import TaskResult, run_retrieval_task
+from lmplatform.data.readers import DataError
+from lmplatform.evaluation.classification_eval import run_classification_task
+from lmplatform.evaluation.config import EvaluationConfig
+from lmplatform.evaluation.retrieval_eval import run_retrieval_task
+from lmplatform.evaluation.sts_eval import run_sts_task
+from lmplatform.evaluation.task_common import ModelCache, TaskResult
 
 logger = logging.getLogger(__name__)
 
-TaskRunner = Callable[[Any, Path], TaskResult]
+TaskRunner = Callable[[Any, Path, ModelCache], TaskResult]
 TASK_RUNNERS: dict[str, TaskRunner] = {
     "retrieval": run_retrieval_task,
+    "sts": run_sts_task,
+    "classification": run_classification_task,
 }
+# Dataset fields that name input files, checked for every task before any task starts.
+DATA_FILE_FIELDS = ("corpus", "relations", "path", "fit_path", "train", "dev", "test")
 
 
 @dataclass
@@ -52,9 +60,22 @@ def model_run_id(model_uri: str, tracking_uri: str) -> Optional[str]:
 def _models_evaluated(cfg: EvaluationConfig) -> list[str]:
     out = []
     for task in cfg.tasks:
-        if isinstance(task, RetrievalTask):
-            out += [r.model for r in task.retrievers if r.model]
+        specs = getattr(task, "retrievers", None) or getattr(task, "encoders", [])
+        out += [s.model for s in specs if s.model]
     return out
+
+
+def check_data_files(cfg: EvaluationConfig) -> None:
+    """Fail before any model is loaded if a dataset names a file that is not there."""
+    missing = []
+    for number, task in enumerate(cfg.tasks):
+        for ds in task.datasets:
+            for name in DATA_FILE_FIELDS:
+                value = getattr(ds, name, None)
+                if isinstance(value, str) and not Path(value).is_file():
+                    missing.append(f"tasks.{number} ({task.task}) dataset {ds.name!r} field {name!r}: file not found: {value}")
+    if missing:
+        raise DataError("; ".join(missing))
 
 
 def run_evaluation(cfg: EvaluationConfig) -> EvaluationResult:
@@ -62,8 +83,10 @@ def run_evaluation(cfg: EvaluationConfig) -> EvaluationResult:
 
     output_dir = Path(cfg.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    check_data_files(cfg)
     started = time.time()
-    results = [TASK_RUNNERS[task.task](task, output_dir) for task in cfg.tasks]
+    models = ModelCache()
+    results = [TASK_RUNNERS[task.task](task, output_dir, models) for task in cfg.tasks]
     metrics = {f"{r.task}.{k}": v for r in results for k, v in r.metrics.items()}
     report = {
         "name": cfg.name, "config": cfg.model_dump(mode="json"), "seconds": round(time.time() - started, 2),

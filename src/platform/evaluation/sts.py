@@ -143,14 +143,18 @@ def evaluate_sts(encoder, pairs: STSPairs, mapping: Optional[CosineToScale] = No
 def read_pairs_jsonl(
     path: str | Path,
     name: str,
-    scale: tuple[float, float],
+    scale: Optional[tuple[float, float]],
     score_field: str = "score",
     sentence1_field: str = "sentence1",
     sentence2_field: str = "sentence2",
     where: Optional[dict[str, object]] = None,
     limit: Optional[int] = None,
 ) -> STSPairs:
-    """Read scored pairs; rows that are malformed or off the scale are skipped and listed as file:line."""
+    """Read scored pairs; rows that are malformed or off the scale are skipped and listed as file:line.
+
+    `scale=None` infers the scale as the (min, max) of the gold scores read: fine for a
+    set that uses its whole scale (STS-B, SICK), too narrow for a small sample of one.
+    """
     path = str(path)
     if not Path(path).is_file():
         raise DataError(f"STS file not found: {path}")
@@ -176,14 +180,19 @@ def read_pairs_jsonl(
             break
     if not scores:
         raise DataError(f"no usable pairs in {path}" + (f" matching {where}" if where else "") + (f"; first problem: {bad[0]}" if bad else ""))
-    return STSPairs(name, s1, s2, np.asarray(scores, dtype=np.float64), scale, bad)
+    gold = np.asarray(scores, dtype=np.float64)
+    if scale is None:
+        if gold.min() == gold.max():
+            raise DataError(f"cannot infer the score scale of {path}: every gold score is {gold.min()}; set the scale")
+        scale = (float(gold.min()), float(gold.max()))
+    return STSPairs(name, s1, s2, gold, scale, bad)
 
 
 def _matches(value: object, wanted: object) -> bool:
     return value in wanted if isinstance(wanted, (set, frozenset, list, tuple)) else value == wanted
 
 
-def _pair_problem(fields: dict, score_field: str, f1: str, f2: str, scale: tuple[float, float]) -> Optional[str]:
+def _pair_problem(fields: dict, score_field: str, f1: str, f2: str, scale: Optional[tuple[float, float]]) -> Optional[str]:
     for key in (f1, f2):
         value = fields.get(key)
         if not isinstance(value, str) or not value.strip():
@@ -191,7 +200,7 @@ def _pair_problem(fields: dict, score_field: str, f1: str, f2: str, scale: tuple
     value = fields.get(score_field)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"score field {score_field!r} is missing or not a number ({value!r})"
-    if not scale[0] <= float(value) <= scale[1]:
+    if scale is not None and not scale[0] <= float(value) <= scale[1]:
         return f"score {value} outside the scale {scale}"
     return None
 

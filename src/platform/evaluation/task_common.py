@@ -1,0 +1,54 @@
+"""What every evaluation task shares: the `TaskResult` contract, a model cache, file names for artifacts."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+
+@dataclass
+class TaskResult:
+    """What a task hands the evaluation runner (the contract every task follows)."""
+
+    task: str
+    metrics: dict[str, float]  # flat, logged to MLflow
+    markdown: str  # a section of report.md
+    details: dict[str, Any]  # goes to report.json
+    artifacts: list[Path] = field(default_factory=list)  # PNGs and other files in the output folder
+
+
+class EncoderRef(Protocol):
+    """Any spec naming an encoder: `RetrieverSpec`, `EncoderSpec`."""
+
+    model: Optional[str]
+    quantize: Optional[str]
+    max_seq_length: Optional[int]
+
+
+class ModelCache:
+    """Loads each (model, quantize, max_seq_length) once per evaluation, shared by all its tasks."""
+
+    def __init__(self) -> None:
+        self._encoders: dict[tuple, Any] = {}
+        self._rerankers: dict[str, Any] = {}
+
+    def encoder(self, spec: EncoderRef) -> Any:
+        from lmplatform.models.encoder import Encoder
+
+        key = (spec.model, spec.quantize, spec.max_seq_length)
+        if key not in self._encoders:
+            self._encoders[key] = Encoder.from_pretrained(spec.model, max_seq_length=spec.max_seq_length, quantize=spec.quantize)
+        return self._encoders[key]
+
+    def reranker(self, path: str) -> Any:
+        from lmplatform.models.cross_encoder import CrossEncoder
+
+        if path not in self._rerankers:
+            self._rerankers[path] = CrossEncoder.from_pretrained(path)
+        return self._rerankers[path]
+
+
+def artifact_name(*parts: str) -> str:
+    """A file-name-safe join of user-given labels (dataset, encoder names may hold '/' or spaces)."""
+    return "_".join(re.sub(r"[^\w.-]+", "-", p).strip("-") or "x" for p in parts)
