@@ -273,22 +273,21 @@ def _cell(value: Any, digits: int = 4) -> str:
     return "–" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
 
 
+def _markdown(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     head = ["model", "MRR@5", "R@1", "R@5", "R@10", "R@20", "old-domain MLM loss", "SST-2 acc", "CoLA MCC", "train s"]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for row in rows:
-        cells = [row["model"], *(_cell(row.get(m)) for m in RETRIEVAL_METRICS), _cell(row.get("old_domain_mlm_loss")),
-                 _cell(row.get("sst2")), _cell(row.get("cola")), _cell(row.get("train_seconds"), 0)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return _markdown(head, [[row["model"], *(_cell(row.get(m)) for m in RETRIEVAL_METRICS), _cell(row.get("old_domain_mlm_loss")),
+                             _cell(row.get("sst2")), _cell(row.get("cola")), _cell(row.get("train_seconds"), 0)] for row in rows])
 
 
 def stage_table(stages: list[dict[str, Any]]) -> str:
-    lines = ["| pipeline | stage | objective | from | steps | train s | stage s (with evaluations) |", "|---|---|---|---|---:|---:|---:|"]
-    for s in stages:
-        lines.append(f"| {s['pipeline']} | {s['stage']} | {s['objective']} | {s['from']} | {s['steps']} | "
-                     f"{_cell(s['train_seconds'], 1)} | {_cell(s['seconds'], 1)} |")
-    return "\n".join(lines)
+    head = ["pipeline", "stage", "objective", "from", "steps", "train s", "stage s (with evaluations)"]
+    return _markdown(head, [[s["pipeline"], s["stage"], s["objective"], s["from"], str(s["steps"]),
+                             _cell(s["train_seconds"], 1), _cell(s["seconds"], 1)] for s in stages])
 
 
 def forgetting_rows(results: dict[str, Any], domain_loss: Optional[float]) -> list[dict[str, Any]]:
@@ -301,11 +300,9 @@ def forgetting_rows(results: dict[str, Any], domain_loss: Optional[float]) -> li
 
 
 def forgetting_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| pipeline | stage | EWC λ | MLM loss before stage | after stage |", "|---|---|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['pipeline']} | {r['stage']} | {_cell(r['ewc_lambda'], 0) if r['ewc_lambda'] else '–'} | "
-                     f"{_cell(r['mlm_loss_before'])} | {_cell(r['mlm_loss_after'])} |")
-    return "\n".join(lines)
+    head = ["pipeline", "stage", "EWC λ", "MLM loss before stage", "after stage"]
+    return _markdown(head, [[r["pipeline"], r["stage"], _cell(r["ewc_lambda"], 0) if r["ewc_lambda"] else "–",
+                             _cell(r["mlm_loss_before"]), _cell(r["mlm_loss_after"])] for r in rows])
 
 
 # -- main --------------------------------------------------------------------------
