@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/tune_overhead.py
 	$(BIN)/python bench/cluster_throughput.py
 	$(BIN)/python bench/serve_load.py
+	$(BIN)/python bench/trouble_reports.py
 
 docs: $(STAMP)
 	$(BIN)/python -m lmplatform.config.reference > docs/config-reference.md

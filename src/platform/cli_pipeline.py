@@ -59,7 +59,7 @@ def pipeline_validate(
         fail(str(exc))
         return
     for i, stage in enumerate(cfg.stages, 1):
-        ewc = f", EWC λ={stage.ewc.lambda_:g} vs {stage.ewc.anchor}" if stage.ewc else ""
+        ewc = f", EWC λ={stage.ewc.lambda_:g} vs {stage.ewc.anchor_reference}" if stage.ewc else ""
         evals = f", evaluations: {', '.join(e.key for e in stage.evaluations)}" if stage.evaluations else ""
         typer.echo(f"{i}. {stage.name}: from {stage.init_from}{ewc}{evals}")
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from lmplatform.config.loader import ConfigError
-from lmplatform.pipeline.config import build_stage_config, load_pipeline_config
+from lmplatform.pipeline.config import build_stage_config, load_pipeline_config, pipeline_config_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,10 +48,31 @@ def test_stage_config_chains_models_tracking_storage_and_ewc(tmp_path: Path) -> 
     ([{"name": "a"}], "set exactly one of `config`"),
     ([{"name": "a", "run": _mlm(), "evaluations": [{"name": "bleu", "data": {"train_paths": ["x"]}}]}], "unknown evaluation 'bleu'"),
     ([{"name": "a", "run": _mlm(), "ewc": {"anchor": "a", "lambda": 1}}], "exactly one of ewc.data"),
+    ([{"name": "a", "run": _mlm(), "ewc": {"fisher_path": "f", "lambda": 1}}], "exactly one of ewc.anchor"),
+    ([{"name": "a", "run": _mlm()}, {"name": "b", "run": _mlm(), "ewc": {"anchor": "a", "anchor_model": "/m", "fisher_path": "f", "lambda": 1}}],
+     "exactly one of ewc.anchor"),
 ])
 def test_bad_pipelines_fail_before_any_stage_runs(tmp_path: Path, stages: list[dict], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
         load_pipeline_config(_write(tmp_path, stages))
+
+
+def test_pipeline_from_a_dict_resolves_stage_files_against_base_dir_and_leaves_the_dict_alone(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(_mlm()))
+    data = {"name": "p", "stages": [
+        {"name": "task", "config": "base.yaml", "init_from": "/models/shared-domain",
+         "ewc": {"anchor_model": "/models/shared-domain", "fisher_path": "/f.safetensors", "lambda": 1e4}},
+    ]}
+    cfg = pipeline_config_from_dict(data, tmp_path, ["name=q", "stages.task.optim.max_steps=3", "stages.task.ewc.lambda=1e5"])
+    assert cfg.name == "q" and cfg.base_dir == str(tmp_path.resolve())
+    assert "set" not in data["stages"][0] and data["stages"][0]["ewc"]["lambda"] == 1e4
+    stage = cfg.stage("task")
+    assert stage.ewc.anchor_reference == "/models/shared-domain" and stage.ewc.lambda_ == 1e5
+    run = build_stage_config(cfg, stage, "/models/shared-domain", "/s", "r", ewc_anchor_model="/models/shared-domain")
+    assert run.optim.max_steps == 3 and run.data.train_paths == ["a.jsonl"]
+    assert run.ewc.anchor_model == "/models/shared-domain" and run.ewc.fisher_path == "/f.safetensors"
+    with pytest.raises(ConfigError, match="base.yaml"):  # resolved against base_dir, not the working directory
+        pipeline_config_from_dict(data, tmp_path / "elsewhere")
 
 
 def test_unknown_stage_in_override_is_an_error(tmp_path: Path) -> None:

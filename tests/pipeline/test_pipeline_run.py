@@ -103,6 +103,9 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
     parent = client.get_run(state.parent_run_id)
     assert parent.info.status == "FINISHED"
     assert parent.data.metrics["task/old_domain/mlm_loss_before"] == pytest.approx(row["mlm_loss_before"])
+    # per-stage wall-clock: the resumed attempt's training is part of the stage's time (which adds its evaluations)
+    assert 0 < state.stages["task"].train_seconds < state.stages["task"].seconds
+    assert parent.data.metrics["task/seconds"] == pytest.approx(state.stages["task"].seconds)
     assert {"cl/A", "cl/BWT", "cl/REM", "cl/BWT_plus", "cl/FWT"} <= set(parent.data.metrics)
     artifacts = {a.path for a in client.list_artifacts(state.parent_run_id)}
     assert {"forgetting.json", "forgetting.md", "task_matrix.json", "pipeline.json"} <= artifacts

@@ -57,11 +57,15 @@ class EvaluationConfig(Section):
 
 
 class StageEWC(Section):
-    """EWC against an earlier stage's model."""
+    """EWC against an earlier stage's model, or against a model trained outside this pipeline."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
-    anchor: str = Field(..., description="The earlier stage whose model is θ* (and where the Fisher is computed).")
+    anchor: Optional[str] = Field(None, description="The earlier stage whose model is θ* (and where the Fisher is computed).")
+    anchor_model: Optional[str] = Field(
+        None, description="Or θ* from outside this pipeline: a folder, models:/<name>@<alias> or 'default' "
+        "(e.g. a domain stage shared by several pipelines, run once).",
+    )
     data: Optional[DataConfig] = Field(None, description="Data for the Fisher diagonal (the anchor stage's data).")
     fisher_path: Optional[str] = Field(None, description="Or a saved Fisher diagonal (path or MLflow URI).")
     lambda_: float = Field(..., gt=0.0, alias="lambda")
@@ -72,7 +76,14 @@ class StageEWC(Section):
     def _one_source(self) -> "StageEWC":
         if (self.data is None) == (self.fisher_path is None):
             raise ValueError("set exactly one of ewc.data (compute the Fisher) or ewc.fisher_path (reuse one)")
+        if (self.anchor is None) == (self.anchor_model is None):
+            raise ValueError("set exactly one of ewc.anchor (an earlier stage) or ewc.anchor_model (a model outside the pipeline)")
         return self
+
+    @property
+    def anchor_reference(self) -> str:
+        """What θ* is, as an init_from-style reference: stage:<name>, a folder or models:/..."""
+        return STAGE_PREFIX + self.anchor if self.anchor else str(self.anchor_model)
 
 
 class StageConfig(Section):
@@ -113,7 +124,7 @@ class PipelineConfig(Section):
         for stage in self.stages:
             if stage.name in seen:
                 raise ValueError(f"stage name {stage.name!r} is used twice")
-            refs = [("init_from", stage.init_from), ("ewc.anchor", STAGE_PREFIX + stage.ewc.anchor if stage.ewc else None)]
+            refs = [("init_from", stage.init_from), ("ewc.anchor", stage.ewc.anchor_reference if stage.ewc else None)]
             refs += [("evaluations.mlm_head_from", e.mlm_head_from) for e in stage.evaluations]
             for what, ref in refs:
                 if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] not in seen:
@@ -175,7 +186,20 @@ def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Pip
     any other `stages.<stage>.<section>.<field>=v` is added to that stage's `set` list (its run config).
     """
     path = Path(path)
-    data = read_yaml(path)
+    return pipeline_config_from_dict(read_yaml(path), path.resolve().parent, overrides, source=str(path))
+
+
+def pipeline_config_from_dict(
+    data: dict[str, Any], base_dir: str | Path, overrides: Iterable[str] = (), source: str = "pipeline",
+) -> PipelineConfig:
+    """Validate a pipeline given as a dict (e.g. a preset edited in code), as `load_pipeline_config` does a file.
+
+    `base_dir` is where relative stage `config:` paths are resolved (a preset's folder);
+    a `base_dir` already in `data` wins. `data` itself is not modified.
+    """
+    import copy
+
+    data = copy.deepcopy(data)
     plain = []
     for item in overrides:
         match = re.match(r"^stages\.([A-Za-z0-9_-]+)\.(.+=.*)$", item.strip())
@@ -190,12 +214,12 @@ def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Pip
         else:
             stages[0].setdefault("set", []).append(match.group(2))
     data = apply_overrides(data, plain)
-    data.setdefault("base_dir", str(path.resolve().parent))
-    pipeline = parse_config(data, PipelineConfig, source=str(path))
+    data.setdefault("base_dir", str(Path(base_dir).resolve()))
+    pipeline = parse_config(data, PipelineConfig, source=source)
     for stage in pipeline.stages:
         # Placeholders for what is only known at run time (earlier stages' models).
         try:
             build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
         except ConfigError as exc:
-            raise ConfigError(f"{path}: stage {stage.name!r}: {exc}") from None
+            raise ConfigError(f"{source}: stage {stage.name!r}: {exc}") from None
     return pipeline

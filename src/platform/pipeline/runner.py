@@ -110,7 +110,7 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
 
     record = state.stage(stage.name)
     init = _resolve_model(stage.init_from, state)
-    anchor = _resolve_model(STAGE_PREFIX + stage.ewc.anchor, state) if stage.ewc else None
+    anchor = _resolve_model(stage.ewc.anchor_reference, state) if stage.ewc else None
     run_cfg = build_stage_config(cfg, stage, init, str(folder), f"{state.run_name}.{stage.name}", anchor)
     record.init_model, record.status, record.error = init, RUNNING, None
     record.ewc_lambda = stage.ewc.lambda_ if stage.ewc else None
@@ -118,7 +118,8 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
     state.save(folder)
     label = f"stage {index + 1}/{len(cfg.stages)} {stage.name}"
     print(f"[lmp] {label}: {run_cfg.objective.name} from {init}"
-          + (f", EWC λ={stage.ewc.lambda_:g} against stage {stage.ewc.anchor}" if stage.ewc else ""), flush=True)
+          + (f", EWC λ={stage.ewc.lambda_:g} against {stage.ewc.anchor_reference}" if stage.ewc else ""), flush=True)
+    stage_start = time.perf_counter()
     try:
         for evaluation in stage.evaluations:
             if evaluation.key not in record.before:
@@ -130,8 +131,10 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
         # Recorded before training starts, so a stage killed at any point can be continued.
         record.train_run = resume or new_run_name(run_cfg)
         state.save(folder)
+        train_start = time.perf_counter()
         result = run_training(run_cfg, resume=resume, run_name=record.train_run, parent_run_id=state.parent_run_id,
                               extra_tags={PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name})
+        record.train_seconds = round(time.perf_counter() - train_start, 2)
         record.train_run, record.mlflow_run_id = result.run_name, result.mlflow_run_id
         record.model_dir, record.model_artifact_uri = str(result.model_dir), result.model_artifact_uri
         record.registered_model, record.model_version = result.registered_model, result.model_version
@@ -144,8 +147,9 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
         state.save(folder)
         raise
     record.status = FINISHED
+    record.seconds = round(time.perf_counter() - stage_start, 2)
     state.save(folder)
-    metrics = {}
+    metrics = {f"{stage.name}/train_seconds": record.train_seconds, f"{stage.name}/seconds": record.seconds}
     for key, after in record.after.items():
         for name in ("mlm_loss", "mlm_accuracy"):
             if name in after:

@@ -31,6 +31,9 @@ class StageState:
     after: dict[str, dict[str, float]] = field(default_factory=dict)
     task_scores: dict[str, float] = field(default_factory=dict)
     error: Optional[str] = None
+    # Wall-clock seconds of the last attempt: the training run, and the stage with its evaluations.
+    train_seconds: Optional[float] = None
+    seconds: Optional[float] = None
 
 
 @dataclass
