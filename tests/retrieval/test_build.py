@@ -30,9 +30,9 @@ def test_ray_encoding_round_trips_ids_and_matches_in_process_encode(ray_session,
     by_id = dict(zip((r["id"] for r in rows), expected))
     assert np.allclose(vectors, np.stack([by_id[i] for i in ids]), atol=1e-4)
 
-    index = build_index_from_shards(tmp_path / "shards", tmp_path / "index")
+    built = build_index_from_shards(tmp_path / "shards", tmp_path / "index")
     loaded = VectorIndex.load(tmp_path / "index")
-    assert len(loaded) == 90
+    assert len(loaded) == len(built) == 90
     top = loaded.search(by_id["d7"], k=1)[0][0]
     assert top[0] == "d7" and top[1] == pytest.approx(1.0, abs=1e-4)
     with pytest.raises(FileExistsError, match="already holds parquet shards"):

@@ -23,7 +23,6 @@ from lmplatform.graph.knn import (
     choose_k,
     encode_words,
     linear_probe,
-    pair_vector,
     probe_set,
     score_extraction,
     split_validation,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 import torch
 import torch.nn.functional as F
