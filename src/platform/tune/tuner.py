@@ -58,9 +58,12 @@ def train_trial(config: dict[str, Any], *, base_config: str, overrides: list[str
 
     trial_id = tune.get_context().get_trial_id()
     cfg = load_run_config(base_config, [*overrides, *param_overrides(config), "tracking.register_model=false"])
+    run_name, resume = trial_run(cfg.checkpoint.storage_path, study, trial_id)
+    if resume:
+        print(f"[lmp] trial {trial_id}: continuing its training run {run_name} from its last checkpoint", flush=True)
     result = run_training(
-        cfg, parent_run_id=parent_run_id, extra_tags={STUDY_TAG: study, TRIAL_TAG: trial_id},
-        callbacks=[TuneReportCallback()],
+        cfg, resume=resume, run_name=run_name, parent_run_id=parent_run_id,
+        extra_tags={STUDY_TAG: study, TRIAL_TAG: trial_id}, callbacks=[TuneReportCallback()],
     )
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
@@ -70,6 +73,20 @@ def train_trial(config: dict[str, Any], *, base_config: str, overrides: list[str
     # last result, with the MLflow run id so the study can find the trial's model.
     data_metrics = {k: v for k, v in child.client.get_run(child.run_id).data.metrics.items() if k.startswith("data/")}
     tune.report({**result.metrics, **data_metrics, RUN_ID_KEY: result.mlflow_run_id})
+
+
+def trial_run(storage_path: str, study: str, trial_id: str) -> tuple[str, Optional[str]]:
+    """(Ray Train run name, the same name when that run exists and must be continued, else None).
+
+    The name is fixed per trial, so a trial that a restored study (`--resume`) runs again picks
+    up its training run at the last checkpoint instead of starting over.
+    """
+    from lmplatform.train.run import resolve_storage_path
+
+    name = f"{study}.{trial_id}"
+    storage = resolve_storage_path(storage_path)
+    exists = "://" not in storage and (Path(storage) / name).is_dir()
+    return name, name if exists else None
 
 
 def _as_iterator(out: Any) -> Iterator[dict[str, Any]]:
