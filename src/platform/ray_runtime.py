@@ -41,6 +41,11 @@ def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) ->
         dashboard_host="127.0.0.1",
         logging_level=logging.WARNING,
         runtime_env=embedded_runtime_env(),
+        # Ray renices its workers to 15, which protects a shared cluster's daemons but, on a
+        # machine that runs one job, lets every other process (even Ray's own polling daemons)
+        # preempt training: a worker's OpenMP threads then stall at each barrier. An embedded
+        # Ray runs its workers like a plain script would.
+        _system_config={"worker_niceness": 0},
     )
 
 
