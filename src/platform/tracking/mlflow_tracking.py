@@ -25,7 +25,12 @@ def default_tracking_uri() -> str:
 
 
 def resolve_tracking_uri(configured: Optional[str] = None) -> str:
-    return configured or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    """The tracking URI every process of a run uses; a relative sqlite path is made absolute here,
+    because Ray workers run in their own working directories and would open another database."""
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = f"sqlite:///{Path(uri[len('sqlite:///'):]).resolve()}"
+    return uri
 
 
 def _artifact_root(tracking_uri: str) -> Optional[str]:
