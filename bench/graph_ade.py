@@ -76,7 +76,7 @@ def main() -> None:
     from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
     from lmplatform.ray_runtime import ensure_ray
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-graph-ade-"))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-graph-ade-")).resolve()
     tracking_uri = args.tracking_uri or f"sqlite:///{workdir / 'mlruns.db'}"
     ensure_ray()
     started = time.perf_counter()
