@@ -19,7 +19,7 @@ def _write_space(folder: Path, tiny_bert: Path, corpus: Path, mlflow_uri: str, n
         data: {{train_paths: [{corpus}], validation_fraction: 0.2}}
         objective: {{name: mlm, pseudo_perplexity_sentences: 0}}
         optim: {{batch_size: 8, max_steps: 4, warmup_ratio: 0.0}}
-        scaling: {{num_workers: 1, cpus_per_worker: 0.5}}
+        scaling: {{num_workers: 1, cpus_per_worker: 1}}
         checkpoint: {{every_n_steps: 100, storage_path: {folder / 'runs'}}}
         tracking: {{tracking_uri: '{mlflow_uri}', experiment: tune-tests, registered_model: tiny-tuned,
                    log_every_n_steps: 2, eval_every_n_steps: 2}}
@@ -36,6 +36,7 @@ def _write_space(folder: Path, tiny_bert: Path, corpus: Path, mlflow_uri: str, n
         mode: min
         num_samples: {samples}
         max_concurrent: 2
+        resources: {{cpu: 0}}   # two trials of 1 CPU fill the session's 2 CPUs: drivers must take none
         scheduler: {{name: asha, grace_period: 2, reduction_factor: 2, max_t: 10}}
         storage_path: {folder / 'tune'}
         """))

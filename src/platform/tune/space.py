@@ -99,7 +99,8 @@ class SchedulerSpec(_Strict):
 class TrialResources(_Strict):
     """What one trial's driver (train trials) or the whole trial (function trials) reserves."""
 
-    cpu: float = Field(0.01, gt=0.0)
+    cpu: float = Field(0.01, ge=0.0, description="Train trials: 0 (the driver only waits; its Ray Train workers "
+                       "reserve scaling.cpus_per_worker each). Function trials do the work: give them CPUs.")
     gpu: float = Field(0.0, ge=0.0)
 
 

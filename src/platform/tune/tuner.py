@@ -165,6 +165,10 @@ def _trainable(loaded: LoadedSpace, parent_run_id: str, study: str, tracking_uri
 
     space = loaded.space
     resources = {"CPU": space.resources.cpu, **({"GPU": space.resources.gpu} if space.resources.gpu else {})}
+    if not any(resources.values()):
+        # A trial needs some reservation; a token byte of memory lets a train trial's driver take no CPU,
+        # so workers that want every CPU of a node (2 of 2 here) still fit beside it.
+        resources = {"CPU": 0, "memory": 1}
     if space.trial == "train":
         fn: Callable[..., Any] = tune.with_parameters(
             train_trial, base_config=str(loaded.base_config_path), overrides=trial_base_overrides(loaded),
