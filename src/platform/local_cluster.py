@@ -218,6 +218,36 @@ class LocalCluster:
         query = f"filter_keys=class_name&filter_predicates=%3D&filter_values={class_name}" if class_name else ""
         return self._state_api("actors", query)
 
+    def resources_in_use(self, names: tuple[str, ...] = ("CPU", "GPU")) -> dict[str, dict[str, float]]:
+        """Node name -> the `names` resources that tasks, actors or placement groups hold now.
+
+        Read from the GCS's live resource view (what `ray status` shows), so no driver joins.
+        Nodes holding nothing are left out: an idle cluster gives {}.
+        """
+        from ray.autoscaler.v2.sdk import get_cluster_status
+
+        status = get_cluster_status(self.address)
+        held: dict[str, dict[str, float]] = {}
+        for node in [*status.active_nodes, *status.idle_nodes]:
+            usage = {u.resource_name: u.used for u in (node.resource_usage.usage if node.resource_usage else [])
+                     if u.resource_name in names and u.used > 0}
+            if usage:
+                try:
+                    held[self.node_by_id(str(node.node_id)).name] = usage
+                except KeyError:
+                    held[str(node.node_id)] = usage
+        return held
+
+    def wait_until_idle(self, timeout_s: float = 120.0) -> None:
+        """Until no node has a CPU or GPU held (released resources reach the GCS within a second or so)."""
+        deadline = time.time() + timeout_s
+        held = self.resources_in_use()
+        while held and time.time() < deadline:
+            time.sleep(0.5)
+            held = self.resources_in_use()
+        if held:
+            raise TimeoutError(f"the cluster is still busy after {timeout_s:.0f} s: {held}")
+
     def wait_for_nodes(self, count: int) -> None:
         """Wait until the State API lists `count` ALIVE nodes, including every node started here."""
         deadline = time.time() + self.start_timeout_s

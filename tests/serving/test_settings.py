@@ -62,3 +62,20 @@ def test_plan_launch_applies_overrides_token_and_pins_a_path_model(tiny_bert: Pa
         plan_launch(DEFAULT_CONFIG, args={"model": str(tiny_bert), "index": str(tmp_path)})
     with pytest.raises(ServeConfigError, match="no application named"):
         plan_launch(DEFAULT_CONFIG, name="other", args={"model": str(tiny_bert), "index": str(served_index)})
+
+
+def test_plan_launch_takes_the_proxy_location_of_the_config(tiny_bert: Path, served_index: Path, tmp_path: Path) -> None:
+    args = {"model": str(tiny_bert), "index": str(served_index)}
+    # The shipped config keeps one proxy on the head: lmp serve run must not fall back to
+    # Serve's EveryNode, whose per-node proxies on a loopback host are unreachable.
+    assert plan_launch(DEFAULT_CONFIG, args=args).proxy_location == "HeadOnly"
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw.pop("proxy_location")
+    unset = tmp_path / "unset.yaml"
+    unset.write_text(yaml.safe_dump(raw))
+    assert plan_launch(unset, args=args).proxy_location is None
+    raw["proxy_location"] = "Everywhere"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ServeConfigError, match="proxy_location 'Everywhere' is not one of HeadOnly, EveryNode, Disabled"):
+        plan_launch(bad, args=args)

@@ -61,11 +61,14 @@ def application_config(settings: ServeSettings | dict[str, Any], name: str = DEF
     return app
 
 
-def start(host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Start Serve's controller and HTTP proxy on host:port (a no-op if Serve already runs there)."""
+def start(host: str = "127.0.0.1", port: int = 8000, proxy_location: Optional[str] = None) -> None:
+    """Start Serve's controller and HTTP proxy on host:port (a no-op if Serve already runs there).
+
+    proxy_location: "HeadOnly", "EveryNode" or "Disabled"; None leaves Serve's default (EveryNode).
+    """
     from ray import serve
 
-    serve.start(http_options={"host": host, "port": port})
+    serve.start(http_options={"host": host, "port": port}, proxy_location=proxy_location)
 
 
 def _client() -> Any:

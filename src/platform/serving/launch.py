@@ -17,6 +17,7 @@ from lmplatform.serving.control import DEFAULT_APP, IMPORT_PATH, application_con
 from lmplatform.serving.release import Release, check_release, resolve_release
 from lmplatform.serving.settings import DEFAULT_TOKEN_ENV, ServeConfigError, ServeSettings, parse_settings, token_sha256
 
+PROXY_LOCATIONS = ("HeadOnly", "EveryNode", "Disabled")  # Ray Serve's ProxyLocation values
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "serve" / "config.yaml"
 
 
@@ -28,6 +29,10 @@ class LaunchPlan:
     settings: ServeSettings
     release: Release
     app: dict[str, Any]
+    # Where Serve runs its HTTP proxies. On a cluster, EveryNode (Serve's own default) starts a
+    # proxy on each node with a replica, all binding host:port: with a loopback host they are
+    # unreachable from outside their node, and nodes sharing one machine fight over the port.
+    proxy_location: Optional[str] = None
 
     @property
     def url(self) -> str:
@@ -75,13 +80,16 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
     deployments = [d for d in chosen.get("deployments") or []
                    if d.get("name") != "RerankerDeployment" or settings.reranker]
     http = raw.get("http_options") or {}
+    proxy_location = raw.get("proxy_location")
+    if proxy_location is not None and proxy_location not in PROXY_LOCATIONS:
+        raise ServeConfigError(f"{path}: proxy_location {proxy_location!r} is not one of {', '.join(PROXY_LOCATIONS)}")
     app = application_config(settings, chosen.get("name") or DEFAULT_APP, chosen.get("route_prefix", "/"), deployments,
                              chosen.get("logging_config"))
     return LaunchPlan(app["name"], host or http.get("host", "127.0.0.1"), int(port or http.get("port", 8000)),
-                      settings, release, app)
+                      settings, release, app, proxy_location)
 
 
 def launch(plan: LaunchPlan, timeout_s: float = 600.0, progress: Optional[Callable[[str], None]] = None) -> None:
     """Start Serve on the plan's host:port (on the Ray already joined) and deploy the application."""
-    start(plan.host, plan.port)
+    start(plan.host, plan.port, plan.proxy_location)
     deploy(plan.app, timeout_s, progress)
