@@ -230,7 +230,10 @@ def run_spec(spec: dict[str, Any], out: Path, args: argparse.Namespace) -> Any:
             "base_dir": str(PRESETS)}
     (out / "pipeline_configs").mkdir(parents=True, exist_ok=True)
     (out / "pipeline_configs" / f"{spec['name']}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
-    return run_pipeline(pipeline_config_from_dict(spec, PRESETS, source=spec["name"]))
+    # With --resume, a pipeline already run in this folder continues (its finished stages are skipped).
+    earlier = sorted((out / "pipelines").glob(f"{spec['name']}-*/pipeline_state.json"))
+    resume = earlier[-1].parent.name if earlier else None
+    return run_pipeline(pipeline_config_from_dict(spec, PRESETS, source=spec["name"]), resume=resume)
 
 
 # -- evaluations of final models -----------------------------------------------
@@ -311,6 +314,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--toy", action="store_true", help=f"Tiny sizes to prove the wiring (overrides: {TOY}).")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench" / "trouble_reports"))
+    parser.add_argument("--resume", default=None, help="An output folder of an interrupted run: finished pipeline stages and the Fisher are reused.")
     parser.add_argument("--tracking-uri", default=None, help="Default: sqlite in --out.")
     parser.add_argument("--mlm-steps", type=int, default=50, help="Steps of each MLM stage (shared domain stage; strategy 1's).")
     parser.add_argument("--task-steps", type=int, default=25, help="Steps of each bi-encoder stage on OpenOffice train pairs.")
@@ -355,7 +359,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     from lmplatform.ray_runtime import ensure_ray
 
     torch.set_num_threads(args.cpus)
-    out = Path(args.out).resolve() / time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.resume).resolve() if args.resume else Path(args.out).resolve() / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     args.tracking_uri = args.tracking_uri or f"sqlite:///{out / 'mlruns.db'}"
     started = time.perf_counter()
@@ -392,8 +396,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     start = time.perf_counter()
     fisher = out / "fisher_domain_mlm.safetensors"
     data_cfg = DataConfig(train_paths=[str(domain)], text_field="text", dedup=True, validation_fraction=args.domain_validation_fraction)
-    meta = compute_fisher_file(domain_model, data_cfg, str(fisher), args.fisher_samples, args.fisher_batch_size,
-                               max_seq_length=args.max_seq_length, threads=args.cpus)
+    meta_file = out / "fisher_domain_mlm.json"
+    if fisher.is_file() and meta_file.is_file():  # --resume: computed by the interrupted run
+        meta = json.loads(meta_file.read_text())
+    else:
+        meta = compute_fisher_file(domain_model, data_cfg, str(fisher), args.fisher_samples, args.fisher_batch_size,
+                                   max_seq_length=args.max_seq_length, threads=args.cpus)
+        meta_file.write_text(json.dumps(meta, default=str))
     stages.append({"pipeline": "ms_ewc", "stage": "Fisher (MLM loss, domain corpus)", "objective": "fisher",
                    "from": "domain", "steps": int(meta["gradients"]), "train_seconds": round(time.perf_counter() - start, 2),
                    "seconds": round(time.perf_counter() - start, 2)})
