@@ -71,21 +71,6 @@ def test_two_workers_train_log_and_register(ray_session, tiny_bert, corpus_file,
         del os.environ["MLFLOW_TRACKING_URI"]
 
 
-def test_resume_on_request_continues_the_step_counter(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
-    storage = tmp_path / "runs"
-    cfg = _config(tiny_bert, corpus_file, mlflow_uri, storage, "optim.max_steps=3", "checkpoint.every_n_steps=2",
-                  "tracking.register_model=false", "tracking.log_every_n_steps=1")
-    first = run_training(cfg)
-    longer = cfg.model_copy(update={"optim": cfg.optim.model_copy(update={"max_steps": 6})})
-    resumed = run_training(longer, resume=first.run_name)
-    assert resumed.run_name == first.run_name
-    assert resumed.mlflow_run_id == first.mlflow_run_id  # the same MLflow run continues
-    assert resumed.metrics["step"] == 6
-    assert _history(mlflow_uri, first.mlflow_run_id, "resumed_from_step") == [(3, 3.0)]
-    steps = [s for s, _ in _history(mlflow_uri, first.mlflow_run_id, "loss")]
-    assert steps == [1, 2, 3, 4, 5, 6]  # 4..6 continue the counter; nothing restarted at 1
-
-
 def test_resume_of_unknown_run_is_a_clear_error(tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     (tmp_path / "runs").mkdir()
     cfg = _config(tiny_bert, corpus_file, mlflow_uri, tmp_path / "runs", "optim.max_steps=2")
