@@ -23,6 +23,7 @@ DEMO_PIPELINE = Path("configs/pipelines/demo.yaml")
 DEMO_SPACE = Path("tune_spaces/demo_temperature.yaml")
 DEMO_REPORTS = Path("data/demo/reports.jsonl")
 DEMO_DUPLICATES = Path("data/demo/duplicates.jsonl")
+DEMO_PAIRS = Path("data/demo/pairs.jsonl")
 DEMO_PAIRS_CONFIG = Path("configs/biencoder.yaml")
 RETRIEVAL_METRICS = ("mrr@5", "recall@1", "recall@5", "recall@10")
 
@@ -35,25 +36,23 @@ class DemoSummary:
         self.rows.append((step, result, f"{time.perf_counter() - started:.0f}"))
 
 
-def heldout_relations(out: Path) -> tuple[Path, int]:
+def heldout_relations(out: Path) -> Path:
     """The duplicates with the bi-encoder's own validation split marked, so retrieval is scored on unseen pairs."""
     from lmplatform.config.loader import load_run_config
-    from lmplatform.data.corpus import VALIDATION, split_of, text_hash
+    from lmplatform.data.pairs import Pair, pair_from_row, pair_split
+    from lmplatform.data.readers import Record, read_rows
 
     data = load_run_config(project_root() / DEMO_PAIRS_CONFIG).data
-    queries = {}
-    for line in (project_root() / "data/demo/pairs.jsonl").open(encoding="utf-8"):
-        row = json.loads(line)
-        queries[row["id"]] = row["query"]
-    rows, heldout = [], 0
-    for line in (project_root() / DEMO_DUPLICATES).open(encoding="utf-8"):
-        row = json.loads(line)
-        split = split_of(text_hash(queries[row["query_id"]]), data.seed, data.validation_fraction)
-        heldout += split == VALIDATION
-        rows.append({**row, "split": "validation" if split == VALIDATION else "train"})
+    split_by_id = {}
+    for row in read_rows(str(project_root() / DEMO_PAIRS), "jsonl"):
+        pair = pair_from_row(row, data)
+        if isinstance(row, Record) and isinstance(pair, Pair):
+            split_by_id[row.fields["id"]] = pair_split(pair, data)  # the rule read_pairs splits training data by
+    rows = [json.loads(line) for line in (project_root() / DEMO_DUPLICATES).open(encoding="utf-8")]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return out, heldout
+    out.write_text("".join(json.dumps({**r, "split": split_by_id.get(r["query_id"], "train")}, ensure_ascii=False) + "\n"
+                           for r in rows), encoding="utf-8")
+    return out
 
 
 def evaluate_retrieval(models: dict[str, str], out: Path) -> list[dict[str, Any]]:
@@ -61,7 +60,7 @@ def evaluate_retrieval(models: dict[str, str], out: Path) -> list[dict[str, Any]
     from lmplatform.evaluation.config import RetrievalTask
     from lmplatform.evaluation.retrieval_eval import run_retrieval_task
 
-    relations, _ = heldout_relations(out / "duplicates_split.jsonl")
+    relations = heldout_relations(out / "duplicates_split.jsonl")
     retrievers = [{"name": "bm25", "kind": "bm25"}, {"name": "base MiniLM", "kind": "dense", "model": "default"}]
     retrievers += [{"name": name, "kind": "dense", "model": model} for name, model in models.items()]
     task = RetrievalTask.model_validate({

@@ -94,6 +94,12 @@ def pair_from_row(row: Record | BadRow, cfg: DataConfig) -> Pair | BadRow:
     return Pair(query, document, negatives, f"{row.path}:{row.line}")
 
 
+def pair_split(pair: Pair, cfg: DataConfig) -> str:
+    """TRAIN or VALIDATION for a pair of `cfg.train_paths`: a salted hash of its (cleaned) query, so a
+    pair lands in the same split in every run, and evaluations can find the pairs training never saw."""
+    return split_of(text_hash(pair.query), cfg.seed, cfg.validation_fraction)
+
+
 def read_pairs(cfg: DataConfig) -> PairSet:
     """Read, validate and split every pair file. Raises DataError on unusable input."""
     fixed = TRAIN if cfg.validation_paths else None
@@ -127,7 +133,7 @@ def read_pairs(cfg: DataConfig) -> PairSet:
                     report.truncated += 1
                     continue
                 budget -= 1
-            split = fixed_split or split_of(text_hash(pair.query), cfg.seed, cfg.validation_fraction)
+            split = fixed_split or pair_split(pair, cfg)
             (train if split == TRAIN else validation).append(pair)
     report.train_documents, report.validation_documents = len(train), len(validation)
     report.fingerprint = fingerprint.hexdigest()[:16]
