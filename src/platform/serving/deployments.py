@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 from ray import serve
@@ -110,6 +110,15 @@ def _by_release(items: list[tuple[Any, ...]]) -> dict[str, list[int]]:
     return groups
 
 
+def _per_member(rows: Sequence[T], items: list[tuple[Any, ...]], members: list[int]) -> Iterator[tuple[int, Sequence[T]]]:
+    """Split rows computed for the members' texts, concatenated in order, back into each member's share."""
+    start = 0
+    for n in members:
+        count = len(items[n][1])
+        yield n, rows[start:start + count]
+        start += count
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
 class RetrieverDeployment:
     """The bi-encoder next to its FAISS index and document store: a search is one call, one replica.
@@ -154,10 +163,8 @@ class RetrieverDeployment:
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
             vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
-            start = 0
-            for n in members:
-                out[n] = vectors[start:start + len(items[n][1])]
-                start += len(items[n][1])
+            for n, share in _per_member(vectors, items, members):
+                out[n] = share
         return out
 
     async def search(self, release_id: str, texts: list[str], k: int, text_chars: int = -1) -> list[list[dict[str, Any]]]:
@@ -175,11 +182,8 @@ class RetrieverDeployment:
             text_chars = -1 if any(items[n][3] < 0 for n in members) else max(items[n][3] for n in members)
             vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
             rows = self._search(release_id, vectors, k, text_chars)
-            start = 0
-            for n in members:
-                count = len(items[n][1])
-                out[n] = [hits[: items[n][2]] for hits in rows[start:start + count]]
-                start += count
+            for n, share in _per_member(rows, items, members):
+                out[n] = [hits[: items[n][2]] for hits in share]
         return out
 
     def _search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int) -> list[list[dict[str, Any]]]:
@@ -249,11 +253,7 @@ class RerankerDeployment:
         queries = [q for q, documents in items for _ in documents]
         documents = [d for _, docs in items for d in docs]
         scores = self.model.score(queries, documents, batch_size=self.max_batch_size).tolist()
-        out, start = [], 0
-        for _, docs in items:
-            out.append(scores[start:start + len(docs)])
-            start += len(docs)
-        return out
+        return [share for _, share in _per_member(scores, items, list(range(len(items))))]
 
     def describe(self) -> str:
         return self.name
