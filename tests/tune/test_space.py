@@ -140,6 +140,14 @@ def test_function_spaces_check_the_import_and_declared_reports(tmp_path: Path) -
 def test_shipped_spaces_that_run_in_this_branch_validate() -> None:
     assert load_space(REPO / "tune_spaces/mlm_lr.yaml").space.metric == "val_mlm_loss"
     assert load_space(REPO / "tune_spaces/knn_k.yaml").space.trial == "function"
+    demo = load_space(REPO / "tune_spaces/demo_temperature.yaml", ["model.name_or_path=default"])
+    assert demo.space.resources.cpu == 0 and demo.base.objective.learnable_temperature is False
+
+
+def test_a_negative_trial_cpu_reservation_is_rejected(tmp_path: Path, corpus_file: Path) -> None:
+    with pytest.raises(SpaceError) as err:
+        load_space(_space(tmp_path, corpus_file, GOOD + "resources: {cpu: -1}\n"))
+    assert "resources.cpu" in str(err.value)
 
 
 @pytest.mark.parametrize("name, objective", [
