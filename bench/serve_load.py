@@ -166,7 +166,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8,32")
     parser.add_argument("--model", default="default", help="Model folder or 'default' (the packaged MiniLM).")
     parser.add_argument("--max-batch-size", type=int, default=32)
-    parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument("--batch-wait-ms", type=float, default=0.0)
     parser.add_argument("--retriever-cpus", type=float, default=1.0)
     parser.add_argument("--ingress", default="proxy,direct",
                         help="proxy: Serve's HTTP proxy; direct: RAY_SERVE_THROUGHPUT_OPTIMIZED=1, clients call the ingress replica.")

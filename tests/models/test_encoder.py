@@ -2,6 +2,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from lmplatform.models.encoder import Encoder
 from lmplatform.models.resolve import ModelNotFoundError, packaged_model_path, resolve_model_path
@@ -59,7 +60,10 @@ def test_int8_encoder_is_close_to_fp32_and_keeps_order(tiny_bert: Path) -> None:
     fp32 = Encoder.from_pretrained(tiny_bert, max_seq_length=32).encode(texts, batch_size=3)
     quantized = Encoder.from_pretrained(tiny_bert, max_seq_length=32, quantize="int8")
     assert quantized.quantized
-    assert any("quantized.dynamic" in type(m).__module__ for m in quantized.backbone.modules())
+    modules = dict(quantized.backbone.named_modules())
+    assert any("quantized.dynamic" in type(m).__module__ for m in modules.values())
+    assert type(modules["encoder.layer.0.output.dense"]) is torch.nn.Linear  # kept fp32: see KEEP_FP32_LINEARS
+    assert "quantized.dynamic" in type(modules["encoder.layer.1.output.dense"]).__module__
     int8 = quantized.encode(texts, batch_size=3, num_threads=1)
     cosines = (fp32 * int8).sum(axis=1)
     assert cosines.min() > 0.95

@@ -25,6 +25,18 @@ def test_flat_finds_itself_and_keeps_string_ids_across_adds() -> None:
     assert len(index.search(vectors[0], k=500)[0]) == 50
 
 
+def test_a_batch_of_queries_finds_what_each_query_finds_alone() -> None:
+    # Batches of BLAS_MIN_QUERIES or more take faiss's matrix-product path: same hits as one by one.
+    vectors = unit_vectors(2000, dim=48)
+    index = VectorIndex(48)
+    index.add([str(i) for i in range(2000)], vectors)
+    queries = unit_vectors(40, dim=48, seed=3)
+    batched = index.search(queries, k=5)
+    alone = [index.search(q, k=5)[0] for q in queries]
+    assert [[d for d, _ in hits] for hits in batched] == [[d for d, _ in hits] for hits in alone]
+    assert np.allclose([[s for _, s in hits] for hits in batched], [[s for _, s in hits] for hits in alone], atol=1e-5)
+
+
 def test_save_load_round_trip(tmp_path: Path) -> None:
     vectors = unit_vectors(300)
     ids = [f"doc-{i}" for i in range(300)]

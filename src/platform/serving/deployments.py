@@ -139,7 +139,7 @@ class RetrieverDeployment:
         self.max_batch_size = int(batching.get("max_batch_size", 32))
         for method in (self._embed_batched, self._search_batched):
             method.set_max_batch_size(self.max_batch_size)
-            method.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.005)))
+            method.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.0)))
         self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(lambda r: _LoadedRetriever(r, cache_dir), "retriever")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -158,7 +158,7 @@ class RetrieverDeployment:
             return self._encode(release_id, texts)
         return await self._embed_batched((release_id, texts))
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005, batch_size_fn=_texts_in)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
     async def _embed_batched(self, items: list[tuple[str, list[str]]]) -> list[np.ndarray]:
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
@@ -174,7 +174,7 @@ class RetrieverDeployment:
             return self._search(release_id, self._encode(release_id, texts), k, text_chars)
         return await self._search_batched((release_id, texts, k, text_chars))
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005, batch_size_fn=_texts_in)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
     async def _search_batched(self, items: list[tuple[str, list[str], int, int]]) -> list[list[list[dict[str, Any]]]]:
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
@@ -248,7 +248,7 @@ class RerankerDeployment:
     async def score(self, query: str, documents: list[str]) -> list[float]:
         return await self._score_batched((query, documents))
 
-    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.005, batch_size_fn=_pairs_in)
+    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.0, batch_size_fn=_pairs_in)
     async def _score_batched(self, items: list[tuple[str, list[str]]]) -> list[list[float]]:
         queries = [q for q, documents in items for _ in documents]
         documents = [d for _, docs in items for d in docs]
