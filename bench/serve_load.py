@@ -10,12 +10,14 @@ The app is deployed twice from the same index: with @serve.batch, then without
 (each request encoded alone). Every level sends --requests POST /v1/search (k=10)
 after a warm-up; queries are report titles and STS sentences. The in-process
 baseline is the same model and index in this process: encode one query + search,
-with the same torch thread count as the embedder replica.
+with the same torch thread count as the embedder replica. The same queries are also
+run in-process as batches of --max-batch-size: single / batched cost per query is the
+most any batching can gain on this hardware (`batching_ceiling`).
 
 Targets: p50 at concurrency 1 <= 1.5x in-process encode+search;
 batched requests/s >= 2x unbatched at concurrency 32.
 
-    python bench/serve_load.py                                # 100k docs, MiniLM (the lead's full run)
+    python bench/serve_load.py                                # 100k docs, MiniLM (the full run)
     python bench/serve_load.py --docs 2000 --requests 50      # a quick check that it works
 """
 from __future__ import annotations
@@ -114,7 +116,7 @@ def percentiles(latencies_ms: list[float]) -> dict[str, float]:
     return {f"p{q}_ms": round(float(np.percentile(values, q)), 2) for q in (50, 95, 99)}
 
 
-def in_process(model: str, index_dir: Path, queries: list[str], threads: int) -> dict[str, float]:
+def in_process(model: str, index_dir: Path, queries: list[str], threads: int, batch: int) -> dict[str, float]:
     import torch
 
     from lmplatform.models.encoder import Encoder
@@ -129,7 +131,15 @@ def in_process(model: str, index_dir: Path, queries: list[str], threads: int) ->
         start = time.perf_counter()
         index.search(encoder.encode([query]), 10)
         latencies.append((time.perf_counter() - start) * 1000)
-    return percentiles(latencies) | {"queries": len(queries), "torch_threads": threads}
+    # The most batching can save: the same queries as batches of `batch`, per query.
+    start = time.perf_counter()
+    for first in range(0, len(queries), batch):
+        index.search(encoder.encode(queries[first:first + batch], batch_size=batch), 10)
+    batched_ms = (time.perf_counter() - start) * 1000 / len(queries)
+    single_ms = float(np.mean(latencies))
+    return percentiles(latencies) | {
+        "mean_ms": round(single_ms, 2), f"batch{batch}_ms_per_query": round(batched_ms, 2),
+        "batching_ceiling": round(single_ms / batched_ms, 2), "queries": len(queries), "torch_threads": threads}
 
 
 async def drive(url: str, queries: list[str], concurrency: int, total: int) -> dict[str, Any]:
@@ -186,7 +196,7 @@ def main() -> None:
     _, queries = distinct_texts(Path(args.data))
     queries = queries[:max(args.requests, 200)]
     threads = max(1, int(args.retriever_cpus))
-    baseline = in_process(model, index_dir, queries[:100], threads)
+    baseline = in_process(model, index_dir, queries[:128], threads, args.max_batch_size)
     print(f"in-process encode+search: {baseline}", flush=True)
 
     levels = [int(c) for c in args.concurrency.split(",")]

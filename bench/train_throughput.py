@@ -1,7 +1,8 @@
 """MLM training throughput on MiniLM (seq 128, global batch 16), all at 2 threads in total.
 
 Measured in one run:
-  1. a plain single-process PyTorch loop, masked-only vocabulary projection (before and after the Ray runs);
+  1. a plain single-process PyTorch loop, masked-only vocabulary projection (before and after the Ray runs,
+     and once beside an idle Ray cluster as a control);
   2. the same loop with the full-sequence projection;
   3. Ray Train, 1 worker x 2 CPUs (our real training loop);
   4. Ray Train, 2 workers x 1 CPU (batch 8 each).
@@ -118,6 +119,10 @@ def main() -> None:
         from lmplatform.ray_runtime import ensure_ray
 
         ensure_ray(num_cpus=2)
+        # A control: the plain loop again, in this process, beside an idle Ray cluster. It separates
+        # what the cluster's daemons cost the machine from what Ray Train's own loop adds.
+        results["plain_beside_idle_ray"] = plain_loop(texts, "masked", args.steps, args.warmup)
+        print(f"plain loop beside an idle Ray: {results['plain_beside_idle_ray']:.0f} tokens/s")
         # Each worker measures only its own steps, so every mode is timed
         # over the same steady-state window.
         results["ray_train_1x2"] = ray_train(corpus, 1, args.steps, args.warmup, work)
@@ -139,7 +144,11 @@ def main() -> None:
         "ray_1_worker_vs_plain": check("Ray Train 1 worker / plain loop", results["ray_train_1x2"] / results["plain_masked_projection"], 0.95),
         "masked_vs_full_projection": check("masked / full projection", results["plain_masked_projection"] / results["plain_full_projection"], 1.5),
         "ray_2_workers_vs_1": {"value": round(results["ray_train_2x1"] / results["ray_train_1x2"], 4)},
+        "plain_beside_idle_ray_vs_plain": {"value": round(results["plain_beside_idle_ray"] / results["plain_masked_projection"], 4)},
+        "ray_1_worker_vs_plain_beside_idle_ray": {"value": round(results["ray_train_1x2"] / results["plain_beside_idle_ray"], 4)},
     }
+    print(f"info plain beside idle Ray / plain: {ratios['plain_beside_idle_ray_vs_plain']['value']:.3f}; "
+          f"Ray Train 1 worker / plain beside idle Ray: {ratios['ray_1_worker_vs_plain_beside_idle_ray']['value']:.3f}")
     print(f"info Ray Train 2x1 / 1x2: {ratios['ray_2_workers_vs_1']['value']:.3f}")
     write_result("train_throughput", {
         "setup": {"model": "all-MiniLM-L6-v2", "seq_len": SEQ, "global_batch": BATCH, "steps": args.steps,

@@ -37,6 +37,12 @@ def test_bad_task_config_names_the_field(task: dict, message: str) -> None:
         load_evaluation_config(None, base=config(task))
 
 
+def test_two_tasks_of_one_kind_are_refused_since_the_second_would_overwrite_the_first() -> None:
+    sts = {"task": "sts", "datasets": [{"name": "d", "path": "p"}], "encoders": ENCODERS}
+    with pytest.raises(ConfigError, match=r"more than one 'sts' task; list all its datasets .* in one task"):
+        load_evaluation_config(None, base={"tracking": {"enabled": False}, "tasks": [sts, sts]})
+
+
 def test_missing_file_of_a_later_task_fails_before_any_task_runs(tmp_path: Path) -> None:
     sts_file = tmp_path / "pairs.jsonl"
     sts_file.write_text('{"sentence1": "a", "sentence2": "b", "score": 1}\n')

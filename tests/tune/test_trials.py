@@ -1,10 +1,11 @@
-"""Function trainables: the KNN classifier score and the smoke function."""
+"""Function trainables: the KNN classifier and KNN relation-extraction scores, and the smoke function."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from lmplatform.tune.trials import knn_classification, quadratic
+from lmplatform.tune.trials import knn_classification, knn_relations, quadratic
+from tests.graph.synthetic import write_synthetic_ade
 
 
 def test_knn_classification_scores_and_caches_embeddings(tiny_bert: Path, tmp_path: Path) -> None:
@@ -24,3 +25,18 @@ def test_quadratic_reports_a_learning_curve_towards_its_known_optimum() -> None:
     assert [r["final_score"] for r in reports] == [0.0, 0.0, 0.0]
     far = [r["score"] for r in quadratic(x=0.0, y=0.0, steps=3)]
     assert far == sorted(far, reverse=True) and far[-1] > 5.0
+
+
+def test_knn_relations_scores_a_validation_split_of_the_fold_and_caches_word_vectors(tiny_bert: Path, tmp_path: Path) -> None:
+    data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=80)
+    cache = tmp_path / "cache"
+    args = dict(data=str(data), folds_file=str(folds), fold=0, model=str(tiny_bert), max_seq_length=32, cache_dir=str(cache))
+    first = knn_relations(k_ner=1, k_re=3, **args)
+    train = len(json.loads(folds.read_text())["split_0"]["train"])
+    assert first["sentences"] == round(0.1 * train)  # a share of the fold's train part; its test part is never read
+    # Entity words recur across sentences, so even a random tiny encoder tags most of them right.
+    assert first["val_ner_macro_f1"] > 0.5
+    assert 0.0 <= first["val_re_macro_f1"] <= first["val_re_minus_macro_f1"] <= 1.0
+    assert len(list(cache.glob("words-*.npz"))) == 1
+    assert knn_relations(k_ner=1, k_re=3, **args) == first and len(list(cache.glob("words-*.npz"))) == 1
+    assert knn_relations(k_ner=25, k_re=3, **args)["val_ner_macro_f1"] != first["val_ner_macro_f1"]

@@ -238,6 +238,16 @@ class EvaluationConfig(Section):
     tasks: list[TaskConfig] = Field(..., min_length=1)
     tracking: EvaluationTracking = Field(default_factory=EvaluationTracking)
 
+    @model_validator(mode="after")
+    def _one_task_per_kind(self) -> "EvaluationConfig":
+        # Reports and metric names are keyed by task kind: a second task of a kind would overwrite the first.
+        kinds = [t.task for t in self.tasks]
+        repeated = sorted({k for k in kinds if kinds.count(k) > 1})
+        if repeated:
+            raise ValueError(f"tasks: more than one {repeated[0]!r} task; list all its datasets (and encoders or "
+                             f"retrievers) in one task instead")
+        return self
+
 
 def load_evaluation_config(path: str | Path | None, overrides: Iterable[str] = (), base: Optional[dict[str, Any]] = None) -> EvaluationConfig:
     """Read the YAML (or `base`), apply `--set a.b=c` overrides, validate; raises ConfigError naming the field."""

@@ -62,7 +62,7 @@ def _fold_path(template: Optional[str], fold: int) -> Optional[str]:
     return template.replace("{fold}", str(fold)) if template else template
 
 
-def _load_backbone(name_or_path: str) -> tuple[Any, Any]:
+def load_backbone(name_or_path: str) -> tuple[Any, Any]:
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -89,7 +89,7 @@ class _Encoders:
         key = (model, id(sentences))
         if key not in self.cache:
             if model not in self.models:
-                self.models[model] = _load_backbone(model)
+                self.models[model] = load_backbone(model)
             backbone, tokenizer = self.models[model]
             self.cache[key] = encode_words(backbone, tokenizer, sentences, self.cfg.word_pooling,
                                            self.cfg.max_seq_length, self.cfg.batch_size)
@@ -146,7 +146,7 @@ def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str, sent
     if head is None or head.variant != "clgs":
         return None
     encoder = Encoder.from_pretrained(folder, max_seq_length=cfg.max_seq_length).eval()
-    node_encoder, _ = _load_backbone(cfg.base_model)
+    node_encoder, _ = load_backbone(cfg.base_model)
     objective = GraphContrastiveObjective(node_encoder, head.eval(), sentence_pooling=encoder.pooling, in_batch_negatives=False)
     collate = GraphCollator(encoder.tokenizer, cfg.max_seq_length, cfg.negatives_per_sentence, cfg.entity_pooling,
                             cfg.word_pooling, seed=cfg.seed)

@@ -72,8 +72,9 @@ class KNNIndex:
     """Cosine nearest neighbours (exact, FAISS inner product over normalised vectors) with majority vote."""
 
     def __init__(self, vectors: np.ndarray, labels: Sequence[str]):
-        import faiss
+        from lmplatform.retrieval.faiss_import import import_faiss
 
+        faiss = import_faiss()
         self.labels = np.asarray(labels, dtype=object)
         self.index = faiss.IndexFlatIP(vectors.shape[1])
         self.index.add(_normalize(vectors))

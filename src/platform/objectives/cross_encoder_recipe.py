@@ -24,9 +24,10 @@ def _positives_by_query(pairs: Sequence[Pair]) -> dict[str, set[str]]:
 
 def mine_candidates(pairs: Sequence[Pair], documents: list[str], miner_model: str, top_k: int) -> list[list[int]]:
     """Per pair, the indices of the top_k + (its positives) documents under the bi-encoder, best first."""
-    import faiss
-
     from lmplatform.models.encoder import Encoder
+    from lmplatform.retrieval.faiss_import import import_faiss
+
+    faiss = import_faiss()
 
     encoder = Encoder.from_pretrained(miner_model)
     queries = sorted({p.query for p in pairs})

@@ -28,6 +28,7 @@ from typing import Any, Literal, Optional, Sequence
 import numpy as np
 
 from lmplatform.evaluation.retrieval import rank_by_score
+from lmplatform.retrieval.faiss_import import import_faiss
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +39,6 @@ AUTO_HNSW_MAX = 2_000_000
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.json"
 META_FILE = "index_meta.json"
-# From this many queries in one call, exact search is one BLAS matrix product. faiss 1.15's
-# default (128,000) keeps batches on its per-query SIMD scan, which made 32 queries against
-# 100k MiniLM vectors cost 199 ms on one core instead of 34 ms: batching saved no search work.
-BLAS_MIN_QUERIES = 8
 
 
 class VectorIndexError(ValueError):
@@ -104,8 +101,7 @@ class VectorIndex:
 
     # ------------------------------------------------------------------ build
     def _create(self, sample: np.ndarray) -> None:
-        import faiss
-
+        faiss = import_faiss()
         n = len(sample)
         if not self.kind:
             self.kind = auto_kind(n)
@@ -176,8 +172,7 @@ class VectorIndex:
 
     def memory_bytes(self) -> int:
         """Size of the serialized FAISS index (what it occupies in RAM, within a few %)."""
-        import faiss
-
+        faiss = import_faiss()
         if self._index is None:
             return 0
         if self.kind == "flat":  # skip copying gigabytes just to count them
@@ -190,8 +185,7 @@ class VectorIndex:
         Sampled rows of `vectors` are the queries; the exact top-k over `vectors`
         is the truth. `add` calls this on the first add, i.e. when the index is built.
         """
-        import faiss
-
+        faiss = import_faiss()
         if self._index is None or self._index.ntotal != len(vectors):
             raise VectorIndexError("measure_recall needs the exact set of vectors the index holds")
         rng = np.random.default_rng(0)
@@ -220,9 +214,6 @@ class VectorIndex:
         if self._index is None or not self.ids:
             raise VectorIndexError("the index is empty: add vectors before searching")
         matrix = self._as_matrix(queries, "queries")
-        import faiss
-
-        faiss.cvar.distance_compute_blas_threshold = BLAS_MIN_QUERIES  # a process-wide setting, set where it matters
         scores, positions = self._index.search(matrix, min(int(k), len(self.ids)))
         results = []
         for row_scores, row_positions in zip(scores, positions):
@@ -232,8 +223,7 @@ class VectorIndex:
 
     # ------------------------------------------------------------- save/load
     def save(self, folder: str | Path) -> Path:
-        import faiss
-
+        faiss = import_faiss()
         if self._index is None:
             raise VectorIndexError("cannot save an empty index")
         folder = Path(folder)
@@ -246,8 +236,7 @@ class VectorIndex:
 
     @classmethod
     def load(cls, folder: str | Path) -> "VectorIndex":
-        import faiss
-
+        faiss = import_faiss()
         folder = Path(folder)
         for name in (INDEX_FILE, IDS_FILE, META_FILE):
             if not (folder / name).is_file():

@@ -1,8 +1,9 @@
 """Function trainables: trials that need no training run.
 
 `knn_classification` scores a KNN classifier on frozen encoder embeddings
-(tuning k and the vote weighting); embeddings are cached on disk so every
-trial after the first costs milliseconds. `quadratic` is a known-optimum
+(tuning k and the vote weighting); `knn_relations` scores KNN NER and relation
+extraction on an ADE fold (tuning k for each). Embeddings are cached on disk, so
+every trial after the first skips the encoder. `quadratic` is a known-optimum
 function for smoke tests and for measuring Tune's per-trial overhead.
 """
 from __future__ import annotations
@@ -90,3 +91,53 @@ def knn_classification(k: int, data: str, weights: str = "uniform", model: str =
         "val_accuracy": float(accuracy_score(labels, predicted)),
         "documents": float(len(texts)),
     }
+
+
+def _cached_word_vectors(model: str, data: str, fold: int, sentences: list, max_seq_length: int,
+                         cache_dir: Optional[str]) -> list[np.ndarray]:
+    """Per-word vectors of a fold's training sentences, encoded once per (model, data, fold, length)."""
+    from lmplatform.graph.evaluation import load_backbone
+    from lmplatform.graph.knn import encode_words
+    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.runtime import project_root
+
+    folder = Path(cache_dir) if cache_dir else project_root() / "outputs" / "embedding-cache"
+    folder.mkdir(parents=True, exist_ok=True)
+    resolved = str(resolve_model_path(model))
+    ids = [s.id for s in sentences]
+    key = hashlib.sha256(json.dumps([resolved, str(Path(data).resolve()), fold, max_seq_length, ids]).encode()).hexdigest()[:20]
+    path = folder / f"words-{key}.npz"
+    if path.is_file():
+        with np.load(path) as stored:
+            return [stored[f"s{i}"] for i in range(len(sentences))]
+    backbone, tokenizer = load_backbone(model)
+    vectors = encode_words(backbone, tokenizer, sentences, "first", max_seq_length)
+    tmp = folder / f"words-{key}.{time.time_ns()}.tmp.npz"
+    np.savez(tmp, **{f"s{i}": v for i, v in enumerate(vectors)})
+    tmp.replace(path)
+    return vectors
+
+
+def knn_relations(k_ner: int, k_re: int, data: str, folds_file: str, fold: int = 0, model: str = "default",
+                  validation_fraction: float = 0.1, entity_pooling: str = "last", max_seq_length: int = 128,
+                  limit: Optional[int] = None, seed: int = 13, cache_dir: Optional[str] = None) -> dict[str, float]:
+    """Strict NER and RE macro-F1 of the KNN extractor on a validation split of one ADE fold's training
+    sentences (the fold's test sentences stay unseen: they are for the final evaluation)."""
+    from lmplatform.graph.data import read_ade, read_folds, split_fold
+    from lmplatform.graph.knn import KNNExtractor, score_extraction, split_validation
+    from lmplatform.tune.space import resolve_project_path
+
+    data_path, folds_path = resolve_project_path(data), resolve_project_path(folds_file)
+    sentences, _ = read_ade(str(data_path), limit=limit)
+    train, _ = split_fold(sentences, read_folds(folds_path), fold)
+    if len(train) < 2:
+        raise ValueError(f"fold {fold} of {folds_path}: {len(train)} training sentences, need at least 2")
+    vectors = dict(zip((s.id for s in train), _cached_word_vectors(model, str(data_path), fold, train, max_seq_length, cache_dir)))
+    fit_part, val_part = split_validation(train, validation_fraction, seed)
+    fit_vectors, val_vectors = [vectors[s.id] for s in fit_part], [vectors[s.id] for s in val_part]
+    extractor = KNNExtractor.fit(fit_part, fit_vectors, fit_vectors, entity_pooling)  # type: ignore[arg-type]
+    entities = extractor.predict_entities(val_part, val_vectors, int(k_ner), int(k_ner))
+    relations = extractor.predict_relations(val_part, val_vectors, entities, int(k_re), int(k_re))
+    scores = score_extraction(val_part, entities, relations)
+    return {"val_ner_macro_f1": scores["ner_macro_f1"], "val_re_macro_f1": scores["re_macro_f1"],
+            "val_re_minus_macro_f1": scores["re_minus_macro_f1"], "sentences": float(len(val_part))}
