@@ -7,6 +7,11 @@ query's true top 10 are barely closer than the rest, so HNSW and IVF recall here
 below what the same settings give on real embeddings (see docs/evaluation_retrieval.md).
 
     python bench/index_search.py [--sizes 100000,1000000] [--queries 200] [--kinds flat,hnsw,ivf,ivfpq]
+    python bench/index_search.py --real-index runs/bench/serve_load/index-100000-<key>   # real MiniLM vectors
+
+With --real-index (a saved flat VectorIndex, e.g. the one bench/serve_load.py builds), the
+distinct vectors of that index are the data: --queries of them are held out as queries and
+the rest are indexed, so recall is measured on real embeddings instead.
 """
 from __future__ import annotations
 
@@ -32,21 +37,35 @@ def unit(n: int, seed: int) -> np.ndarray:
     return out
 
 
+def real_vectors(folder: str, queries: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct vectors of a saved flat index, shuffled: (corpus, held-out queries)."""
+    from lmplatform.retrieval.index import VectorIndex
+
+    index = VectorIndex.load(folder)
+    stored = index._index.reconstruct_n(0, len(index))  # a flat index keeps the vectors themselves
+    distinct = np.unique(stored, axis=0)
+    distinct = distinct[np.random.default_rng(0).permutation(len(distinct))]
+    return distinct[queries:], distinct[:queries]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--kinds", default="flat,hnsw,ivf,ivfpq")
+    parser.add_argument("--real-index", default=None, help="A saved flat VectorIndex whose distinct vectors are the data.")
     args = parser.parse_args()
 
     from lmplatform.retrieval.index import VectorIndex
 
     results = []
     checks = {}
-    for size in [int(s) for s in args.sizes.split(",")]:
-        vectors = unit(size, seed=0)
+    # A generator: one size's vectors in memory at a time (1e6 x 384 floats is 1.5 GB).
+    datasets = (iter([real_vectors(args.real_index, args.queries)]) if args.real_index else
+                ((unit(int(size), seed=0), unit(args.queries, seed=1)) for size in args.sizes.split(",")))
+    for vectors, queries in datasets:
+        size = len(vectors)
         ids = [str(i) for i in range(size)]
-        queries = unit(args.queries, seed=1)
         truth = None
         for kind in args.kinds.split(","):
             params = {"recall_sample": 100} if kind != "flat" else {}
@@ -75,7 +94,9 @@ def main() -> None:
                 checks[f"{kind}_{size}"] = {"recall_at_10": round(recall, 4), "speedup_p50_vs_flat": round(flat_p50 / row["p50_ms"], 1)}
                 print(f"info {kind} at {size}: recall@10 {recall:.3f}, p50 {flat_p50 / row['p50_ms']:.1f}x faster than flat")
             del index
-    write_result("index_search", {"dim": DIM, "queries": args.queries, "results": results, "checks": checks})
+    write_result("index_search_real" if args.real_index else "index_search",
+                 {"dim": DIM, "queries": args.queries, "data": args.real_index or "random unit vectors",
+                  "results": results, "checks": checks})
 
 
 if __name__ == "__main__":

@@ -171,3 +171,16 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.mlflow.parentRunId = '{resumed.parent_run_id}' and attributes.status = 'FINISHED'")
     assert len(children) == 6
+
+
+def test_the_live_trial_table_shows_every_searched_parameter_and_the_metric(monkeypatch) -> None:  # noqa: ANN001
+    from lmplatform.tune.space import load_space
+    from lmplatform.tune.tuner import _reporter
+
+    monkeypatch.delenv("RAY_AIR_NEW_OUTPUT", raising=False)
+    loaded = load_space(Path(__file__).resolve().parents[2] / "tune_spaces/knn_k.yaml")
+    reporter = _reporter(loaded)["progress_reporter"]
+    assert list(reporter._parameter_columns) == ["k", "weights"]
+    assert "val_macro_f1" in reporter._metric_columns
+    monkeypatch.setenv("RAY_AIR_NEW_OUTPUT", "1")  # the user's choice of Ray's own table is kept
+    assert _reporter(loaded) == {}

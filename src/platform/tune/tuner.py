@@ -202,13 +202,17 @@ def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
 
 
 def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
-    """Tune's live trial table. Ray's new output engine (the default) draws its own table of status,
-    params and metrics and ignores a reporter; with RAY_AIR_NEW_OUTPUT=0 this CLIReporter is used."""
+    """Tune's live trial table: status, every searched parameter and the study's metrics, best first.
+
+    Ray's new output engine (its default) takes its parameter columns from search-space objects
+    in `param_space`; our Optuna define-by-run spaces leave that empty, so its table shows no
+    parameters at all. Unless the user chose an engine (RAY_AIR_NEW_OUTPUT), this CLIReporter is used.
+    """
     import os
 
     from ray.tune import CLIReporter
 
-    if os.environ.get("RAY_AIR_NEW_OUTPUT", "1") != "0":
+    if os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0") != "0":
         return {}
     space = loaded.space
     return {"progress_reporter": CLIReporter(
