@@ -9,6 +9,7 @@ use the same model, even while replicas are half-way through a reload.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -127,7 +128,10 @@ class RetrieverDeployment:
     vectors per search; the price is one copy of the index per replica (4 bytes x dim
     per document for a flat index: 1.5 GB for 1M MiniLM vectors). With batching on,
     concurrent requests share one forward pass and one FAISS call (`@serve.batch`),
-    so a flat index scores all queries of a batch in one matrix product.
+    so a flat index scores all queries of a batch in one matrix product. A batch computes in a
+    worker thread: the replica's event loop keeps taking requests meanwhile, so the next batch
+    is full when this one ends, even with no batch wait and with user code on the request loop
+    (direct ingress).
     """
 
     def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None):
@@ -160,6 +164,9 @@ class RetrieverDeployment:
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
     async def _embed_batched(self, items: list[tuple[str, list[str]]]) -> list[np.ndarray]:
+        return await asyncio.to_thread(self._embed_items, items)
+
+    def _embed_items(self, items: list[tuple[str, list[str]]]) -> list[np.ndarray]:
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
             vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
@@ -176,6 +183,9 @@ class RetrieverDeployment:
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
     async def _search_batched(self, items: list[tuple[str, list[str], int, int]]) -> list[list[list[dict[str, Any]]]]:
+        return await asyncio.to_thread(self._search_items, items)
+
+    def _search_items(self, items: list[tuple[str, list[str], int, int]]) -> list[list[list[dict[str, Any]]]]:
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
             k = max(items[n][2] for n in members)
@@ -250,6 +260,9 @@ class RerankerDeployment:
 
     @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.0, batch_size_fn=_pairs_in)
     async def _score_batched(self, items: list[tuple[str, list[str]]]) -> list[list[float]]:
+        return await asyncio.to_thread(self._score_items, items)
+
+    def _score_items(self, items: list[tuple[str, list[str]]]) -> list[list[float]]:
         queries = [q for q, documents in items for _ in documents]
         documents = [d for _, docs in items for d in docs]
         scores = self.model.score(queries, documents, batch_size=self.max_batch_size).tolist()
