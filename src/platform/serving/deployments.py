@@ -129,9 +129,8 @@ class RetrieverDeployment:
     per document for a flat index: 1.5 GB for 1M MiniLM vectors). With batching on,
     concurrent requests share one forward pass and one FAISS call (`@serve.batch`),
     so a flat index scores all queries of a batch in one matrix product. A batch computes in a
-    worker thread: the replica's event loop keeps taking requests meanwhile, so the next batch
-    is full when this one ends, even with no batch wait and with user code on the request loop
-    (direct ingress).
+    worker thread: the replica's event loop keeps taking requests meanwhile and queues them for
+    the next batch, also when user code shares the request loop (direct ingress).
     """
 
     def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None):

@@ -49,24 +49,31 @@ def _read_labelled(path: Path, text_field: str, label_field: str, limit: Optiona
     return texts, labels
 
 
-def cached_embeddings(model: str, texts: list[str], max_seq_length: int, cache_dir: Optional[str] = None) -> np.ndarray:
-    """Encode once per (model, texts, length); later trials read the .npy file."""
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.models.resolve import resolve_model_path
+def _cache_file(cache_dir: Optional[str], name: str, key: list) -> tuple[Path, Path]:
+    """(the cache file for `key`, a unique temporary name beside it): write the temporary, then
+    rename it, so concurrent trials never read half a file."""
     from lmplatform.runtime import project_root
 
     folder = Path(cache_dir) if cache_dir else project_root() / "outputs" / "embedding-cache"
     folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:20]
+    stem, suffix = name.rsplit(".", 1)
+    return folder / f"{stem}{digest}.{suffix}", folder / f"{stem}{digest}.{time.time_ns()}.tmp.{suffix}"
+
+
+def cached_embeddings(model: str, texts: list[str], max_seq_length: int, cache_dir: Optional[str] = None) -> np.ndarray:
+    """Encode once per (model, texts, length); later trials read the .npy file."""
+    from lmplatform.models.encoder import Encoder
+    from lmplatform.models.resolve import resolve_model_path
+
     resolved = str(resolve_model_path(model))
-    key = hashlib.sha256(json.dumps([resolved, max_seq_length, texts]).encode()).hexdigest()[:20]
-    path = folder / f"{key}.npy"
+    path, tmp = _cache_file(cache_dir, ".npy", [resolved, max_seq_length, texts])
     if path.is_file():
         return np.load(path)
     encoder = Encoder.from_pretrained(resolved, max_seq_length=max_seq_length)
     vectors = encoder.encode(texts, batch_size=32, normalize=True)
-    tmp = folder / f"{key}.{time.time_ns()}.tmp.npy"
     np.save(tmp, vectors)
-    tmp.replace(path)  # atomic: concurrent trials never read half a file
+    tmp.replace(path)
     return vectors
 
 
@@ -99,20 +106,14 @@ def _cached_word_vectors(model: str, data: str, fold: int, sentences: list, max_
     from lmplatform.graph.evaluation import load_backbone
     from lmplatform.graph.knn import encode_words
     from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.runtime import project_root
 
-    folder = Path(cache_dir) if cache_dir else project_root() / "outputs" / "embedding-cache"
-    folder.mkdir(parents=True, exist_ok=True)
-    resolved = str(resolve_model_path(model))
-    ids = [s.id for s in sentences]
-    key = hashlib.sha256(json.dumps([resolved, str(Path(data).resolve()), fold, max_seq_length, ids]).encode()).hexdigest()[:20]
-    path = folder / f"words-{key}.npz"
+    key = [str(resolve_model_path(model)), str(Path(data).resolve()), fold, max_seq_length, [s.id for s in sentences]]
+    path, tmp = _cache_file(cache_dir, "words-.npz", key)
     if path.is_file():
         with np.load(path) as stored:
             return [stored[f"s{i}"] for i in range(len(sentences))]
     backbone, tokenizer = load_backbone(model)
     vectors = encode_words(backbone, tokenizer, sentences, "first", max_seq_length)
-    tmp = folder / f"words-{key}.{time.time_ns()}.tmp.npz"
     np.savez(tmp, **{f"s{i}": v for i, v in enumerate(vectors)})
     tmp.replace(path)
     return vectors

@@ -219,9 +219,7 @@ def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
         metric_columns=[*(t.metric for t in space.targets), "training_iteration"],
         parameter_columns=list(space.parameters),
         max_progress_rows=50,
-        sort_by_metric=True,
-        metric=space.metric,
-        mode=space.mode,
+        sort_by_metric=True,  # by TuneConfig's metric and mode, which Tune hands the reporter (it refuses both set twice)
     )}
 
 
