@@ -141,6 +141,7 @@ def test_shipped_spaces_that_run_in_this_branch_validate() -> None:
     assert load_space(REPO / "tune_spaces/mlm_lr.yaml").space.metric == "val_mlm_loss"
     assert load_space(REPO / "tune_spaces/knn_k.yaml").space.trial == "function"
     assert load_space(REPO / "tune_spaces/knn_k_ade.yaml").space.metric == "val_re_macro_f1"
+    assert list(load_space(REPO / "tune_spaces/rerank_depth.yaml").space.parameters) == ["candidates"]
     demo = load_space(REPO / "tune_spaces/demo_temperature.yaml", ["model.name_or_path=default"])
     assert demo.space.resources.cpu == 0 and demo.base.objective.learnable_temperature is False
 

@@ -1,10 +1,10 @@
-"""Function trainables: the KNN classifier and KNN relation-extraction scores, and the smoke function."""
+"""Function trainables: the KNN classifier, KNN relation-extraction and re-rank depth scores, and the smoke function."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from lmplatform.tune.trials import knn_classification, knn_relations, quadratic
+from lmplatform.tune.trials import knn_classification, knn_relations, quadratic, rerank_depth
 from tests.graph.synthetic import write_synthetic_ade
 
 
@@ -40,3 +40,16 @@ def test_knn_relations_scores_a_validation_split_of_the_fold_and_caches_word_vec
     assert len(list(cache.glob("words-*.npz"))) == 1
     assert knn_relations(k_ner=1, k_re=3, **args) == first and len(list(cache.glob("words-*.npz"))) == 1
     assert knn_relations(k_ner=25, k_re=3, **args)["val_ner_macro_f1"] != first["val_ner_macro_f1"]
+
+
+def test_rerank_depth_reorders_only_inside_its_candidates(tiny_bert: Path, tmp_path: Path) -> None:
+    # The shipped demo duplicates, a random tiny bi-encoder and a random tiny cross-encoder.
+    args = dict(evaluation="configs/eval/demo_retrieval.yaml", reranker=str(tiny_bert), model=str(tiny_bert),
+                output_dir=str(tmp_path))
+    one, twenty = rerank_depth(candidates=1, **args), rerank_depth(candidates=20, **args)
+    assert {"mrr_at_5", "recall_at_10", "map", "p_at_1"} <= set(one)
+    assert all(0.0 <= v <= 1.0 for v in one.values())
+    # Re-ranking the top 20 reorders them but keeps the set: recall@20 cannot move, MRR does.
+    assert twenty["recall_at_20"] == one["recall_at_20"]
+    assert twenty["mrr_at_5"] != one["mrr_at_5"]
+    assert list(tmp_path.iterdir()) == []  # reports went to a temporary folder, removed after the trial

@@ -3,7 +3,8 @@
 `knn_classification` scores a KNN classifier on frozen encoder embeddings
 (tuning k and the vote weighting); `knn_relations` scores KNN NER and relation
 extraction on an ADE fold (tuning k for each). Embeddings are cached on disk, so
-every trial after the first skips the encoder. `quadratic` is a known-optimum
+every trial after the first skips the encoder. `rerank_depth` scores two-stage
+retrieval (bi-encoder, then a cross-encoder over the top N) for a re-rank depth N. `quadratic` is a known-optimum
 function for smoke tests and for measuring Tune's per-trial overhead.
 """
 from __future__ import annotations
@@ -142,3 +143,26 @@ def knn_relations(k_ner: int, k_re: int, data: str, folds_file: str, fold: int =
     scores = score_extraction(val_part, entities, relations)
     return {"val_ner_macro_f1": scores["ner_macro_f1"], "val_re_macro_f1": scores["re_macro_f1"],
             "val_re_minus_macro_f1": scores["re_minus_macro_f1"], "sentences": float(len(val_part))}
+
+
+def rerank_depth(candidates: int, evaluation: str, reranker: str, model: str = "default",
+                 first_stage: str = "dense", output_dir: Optional[str] = None) -> dict[str, float]:
+    """Retrieval metrics, averaged over the datasets and scenarios of `evaluation`'s retrieval task, of
+    two-stage retrieval that re-ranks the first stage's top `candidates` with the cross-encoder `reranker`."""
+    import tempfile
+
+    from lmplatform.evaluation.config import RetrieverSpec, load_evaluation_config
+    from lmplatform.evaluation.retrieval_eval import run_retrieval_task
+    from lmplatform.tune.space import resolve_project_path
+
+    cfg = load_evaluation_config(resolve_project_path(evaluation))
+    tasks = [t for t in cfg.tasks if t.task == "retrieval"]
+    if not tasks:
+        raise ValueError(f"{evaluation}: no retrieval task to re-rank")
+    spec = RetrieverSpec(name="rerank", kind="two_stage", model=model, first_stage=first_stage,
+                         reranker=reranker, candidates=int(candidates))
+    task = tasks[0].model_copy(update={"retrievers": [spec]})
+    with tempfile.TemporaryDirectory(dir=output_dir) as folder:
+        rows = run_retrieval_task(task, Path(folder)).details["results"]
+    names = rows[0]["metrics"]
+    return {name.replace("@", "_at_"): float(np.mean([r["metrics"][name] for r in rows])) for name in names}
