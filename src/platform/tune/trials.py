@@ -4,8 +4,9 @@
 (tuning k and the vote weighting); `knn_relations` scores KNN NER and relation
 extraction on an ADE fold (tuning k for each). Embeddings are cached on disk, so
 every trial after the first skips the encoder. `rerank_depth` scores two-stage
-retrieval (bi-encoder, then a cross-encoder over the top N) for a re-rank depth N. `quadratic` is a known-optimum
-function for smoke tests and for measuring Tune's per-trial overhead.
+retrieval (bi-encoder, then a cross-encoder over the top N) for a re-rank depth N.
+`quadratic` is a known-optimum function for smoke tests and for measuring Tune's
+per-trial overhead.
 """
 from __future__ import annotations
 
