@@ -26,7 +26,7 @@ def test_flat_finds_itself_and_keeps_string_ids_across_adds() -> None:
 
 
 def test_a_batch_of_queries_finds_what_each_query_finds_alone() -> None:
-    # Batches of 3 or more queries take faiss's matrix-product path (import_faiss): same hits as one by one.
+    # Batches of 4 or more queries take faiss's matrix-product path (import_faiss): same hits as one by one.
     vectors = unit_vectors(2000, dim=48)
     index = VectorIndex(48)
     index.add([str(i) for i in range(2000)], vectors)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lmplatform.tune.trials import knn_classification, knn_relations, quadratic, rerank_depth
 from tests.graph.synthetic import write_synthetic_ade
 
@@ -53,3 +55,11 @@ def test_rerank_depth_reorders_only_inside_its_candidates(tiny_bert: Path, tmp_p
     assert twenty["recall_at_20"] == one["recall_at_20"]
     assert twenty["mrr_at_5"] != one["mrr_at_5"]
     assert list(tmp_path.iterdir()) == []  # reports went to a temporary folder, removed after the trial
+
+
+def test_relation_and_rerank_trials_refuse_data_they_cannot_score(tiny_bert: Path, tmp_path: Path) -> None:
+    data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=80)
+    with pytest.raises(ValueError, match=r"fold 0 of .*folds.json: 0 training sentences, need at least 2"):
+        knn_relations(k_ner=1, k_re=1, data=str(data), folds_file=str(folds), fold=0, model=str(tiny_bert), limit=1)
+    with pytest.raises(ValueError, match=r"sts_benchmarks.yaml: no retrieval task to re-rank"):
+        rerank_depth(candidates=5, evaluation="configs/eval/sts_benchmarks.yaml", reranker=str(tiny_bert))
