@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-# Every process of a run needs these (see src/platform/runtime.py for why).
+# Every process of a run needs these (see src/platform/lmplatform/runtime.py for why).
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
@@ -18,7 +18,7 @@ install: $(STAMP)
 
 # torch is installed first and alone so that no other package's looser torch
 # requirement pulls the multi-GB CUDA build on a CPU machine.
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install -q "torch==2.13.0"

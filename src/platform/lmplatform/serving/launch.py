@@ -18,7 +18,7 @@ from lmplatform.serving.release import Release, check_release, resolve_release
 from lmplatform.serving.settings import DEFAULT_TOKEN_ENV, ServeConfigError, ServeSettings, parse_settings, token_sha256
 
 PROXY_LOCATIONS = ("HeadOnly", "EveryNode", "Disabled")  # Ray Serve's ProxyLocation values
-DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "serve" / "config.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[4] / "serve" / "config.yaml"
 
 
 @dataclass

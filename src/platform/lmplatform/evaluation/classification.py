@@ -18,7 +18,7 @@ import numpy as np
 from lmplatform.data.readers import BadRow, DataError, read_rows
 
 SHARED_DATA = Path("/work/shared/data")
-DEMO_REPORTS = Path(__file__).resolve().parents[3] / "data" / "demo" / "reports.jsonl"
+DEMO_REPORTS = Path(__file__).resolve().parents[4] / "data" / "demo" / "reports.jsonl"
 
 
 def classification_metrics(y_true: Sequence[str], proba: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
