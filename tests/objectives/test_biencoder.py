@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lmplatform.models.encoder import Encoder
-from lmplatform.objectives.biencoder import BiencoderObjective, PairCollator, RetrievalEvaluator, count_pair_tokens
+from lmplatform.objectives.biencoder import BiencoderObjective, InBatchRetrievalEvaluator, PairCollator, count_pair_tokens
 from lmplatform.objectives.infonce import Temperature, info_nce
 from tests.objectives.fitting import fit_one_batch
 
@@ -38,7 +38,7 @@ def test_collator_and_loss_use_hard_negatives(tiny_bert: Path) -> None:
         q, d, n = (model(batch[f"{p}_input_ids"], batch[f"{p}_attention_mask"]) for p in ("query", "document", "negative"))
     expected = info_nce(q, d, 0.05, hard_negatives=n).loss
     assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
-    assert metrics["temperature"] == pytest.approx(0.05) and 0 <= metrics["ranking_accuracy"] <= 1
+    assert metrics["temperature"] == pytest.approx(0.05) and 0 <= metrics["inbatch_accuracy"] <= 1
 
 
 def test_training_raises_in_batch_retrieval(tiny_bert: Path) -> None:
@@ -48,15 +48,15 @@ def test_training_raises_in_batch_retrieval(tiny_bert: Path) -> None:
     batch = collate(_batch())
     temperature = Temperature(0.1, learnable=True)
     objective = BiencoderObjective(temperature, symmetric=True)
-    evaluator = RetrievalEvaluator(temperature)
+    evaluator = InBatchRetrievalEvaluator(temperature)
     before = evaluator(model, [batch])
     metrics = fit_one_batch(objective, model, batch)
     after = evaluator(model, [batch])
     assert {k: w for k, (_, w) in after.items()} == {k: 6.0 for k in after}
-    assert after["retrieval_candidates"][0] / 6 == 6
+    assert after["inbatch_candidates"][0] / 6 == 6
     assert after["ranking_loss"][0] < before["ranking_loss"][0]
-    assert after["retrieval_mrr"][0] / 6 > before["retrieval_mrr"][0] / 6
-    assert after["retrieval_accuracy"][0] / 6 == pytest.approx(1.0)
+    assert after["inbatch_mrr"][0] / 6 > before["inbatch_mrr"][0] / 6
+    assert after["inbatch_accuracy"][0] / 6 == pytest.approx(1.0)
     assert "ranking_k2q_loss" in metrics and metrics["temperature"] != pytest.approx(0.1)
 
 
@@ -71,7 +71,8 @@ def test_retrieval_metrics_against_hand_ranks(tiny_bert: Path) -> None:
         "query_input_ids": torch.tensor([[1, 0], [0, 1], [1, 1]]), "query_attention_mask": torch.ones(3, 2),
         "document_input_ids": torch.tensor([[1, 0], [1, 1], [0, 1]]), "document_attention_mask": torch.ones(3, 2),
     }
-    # scores (cosine): q0 -> own d0 first (rank 1); q1 -> d2 beats own d1 (rank 2); q2 -> d1 (own, 1.0) rank... own is d2 (0.707) < d1 (1.0) -> rank 2
-    out = RetrievalEvaluator(Temperature(0.5, learnable=False))(Fixed(), [batch])
-    assert out["retrieval_accuracy"] == (1.0, 3.0)
-    assert out["retrieval_mrr"][0] == pytest.approx(1 + 0.5 + 0.5)
+    # scores (cosine): q0 -> own d0 first (rank 1); q1 -> d2 beats own d1 (rank 2); q2 -> own d2 (0.707)
+    # is behind d1 (1.0) and tied with d0 (0.707): ties count against the query, rank 3
+    out = InBatchRetrievalEvaluator(Temperature(0.5, learnable=False))(Fixed(), [batch])
+    assert out["inbatch_accuracy"] == (1.0, 3.0)
+    assert out["inbatch_mrr"][0] == pytest.approx(1 + 1 / 2 + 1 / 3)

@@ -50,10 +50,12 @@ def test_biencoder_on_two_workers_trains_logs_and_exports(ray_session, tiny_bert
     from lmplatform.models.encoder import Encoder
 
     pairs = _write_pairs(tmp_path / "pairs.jsonl")
+    distractors = write_corpus(tmp_path / "corpus.jsonl", n=50)
     cfg = load_run_config(None, _common(tiny_bert, pairs, mlflow_uri, tmp_path / "runs") + [
         "objective.name=biencoder", "data.query_field=q", "data.document_field=d", "data.hard_negative_field=neg",
         "objective.symmetric=true", "objective.temperature=0.1", "objective.learnable_temperature=true",
         "scaling.num_workers=2", "optim.batch_size=8", "optim.max_steps=8",
+        f"retrieval_validation.distractors.paths=[{distractors}]",
     ])
     result = run_training(cfg)
 
@@ -61,9 +63,16 @@ def test_biencoder_on_two_workers_trains_logs_and_exports(ray_session, tiny_bert
     assert metrics["step"] == 8
     assert metrics["val_ranking_loss"] < metrics["val_ranking_loss_initial"]
     # lexical overlap already ranks most pairs right at random init, so only sanity-check the ranks
-    assert 0 < metrics["val_retrieval_accuracy"] <= metrics["val_retrieval_mrr"] <= 1
-    assert metrics["val_retrieval_candidates"] > 1
+    assert 0 < metrics["val_inbatch_accuracy"] <= metrics["val_inbatch_mrr"] <= 1
+    assert metrics["val_inbatch_candidates"] > 1
+    # corpus-level: every validation query against the validation documents and 50 distractors,
+    # each of the 2 workers encoding half of the texts
+    assert metrics["val_ir_candidates"] > 50 and metrics["val_ir_queries"] > 10
+    for name in ("recall_at_1", "recall_at_10", "mrr_at_10", "ndcg_at_10", "map_at_100"):
+        assert 0 <= metrics[f"val_ir_{name}_initial"] <= 1 and 0 <= metrics[f"val_ir_{name}"] <= 1
+    assert metrics["val_ir_recall_at_1"] <= metrics["val_ir_mrr_at_10"] <= 1
     client = MlflowClient(mlflow_uri)
+    assert [m.step for m in client.get_metric_history(result.mlflow_run_id, "val_ir_ndcg_at_10")] == [0, 8]
     run = client.get_run(result.mlflow_run_id)
     assert run.data.tags["lmp.objective"] == "biencoder"
     assert run.data.metrics["data/bad_rows"] == 1 and run.data.metrics["data/train_pairs"] > 0
@@ -84,9 +93,13 @@ def test_declutr_reports_dropped_documents_and_trains(ray_session, tiny_bert, ml
     from lmplatform.data.corpus import TRAIN, local_documents, scan_corpus
 
     corpus = write_corpus(tmp_path / "corpus.jsonl", n=120)  # 6 to 24 words per document
+    pairs = _write_pairs(tmp_path / "pairs.jsonl", n=30)
     cfg = load_run_config(None, _common(tiny_bert, corpus, mlflow_uri, tmp_path / "runs") + [
         "objective.name=declutr", "objective.min_span=2", "objective.max_span=4", "objective.temperature=0.1",
         "optim.batch_size=8", "optim.max_steps=4",
+        # DeCLUTR trains on raw text; its retrieval validation names pairs of its own
+        f"retrieval_validation.pairs={{train_paths: [{pairs}], query_field: q, document_field: d, validation_fraction: 0}}",
+        "retrieval_validation.split=all",
     ])
     result = run_training(cfg)
 
@@ -99,8 +112,9 @@ def test_declutr_reports_dropped_documents_and_trains(ray_session, tiny_bert, ml
     assert run.data.metrics["data/declutr_dropped"] == dropped
     assert run.data.metrics["data/declutr_dropped_fraction"] == pytest.approx(dropped / len(lengths))
     assert result.metrics["step"] == 4
-    for key in ("val_contrastive_loss", "val_mlm_loss", "val_contrastive_accuracy", "val_perplexity"):
+    for key in ("val_contrastive_loss", "val_mlm_loss", "val_inbatch_accuracy", "val_perplexity", "val_ir_ndcg_at_10"):
         assert key in result.metrics
+    assert result.metrics["val_ir_queries"] == 30
     assert {"temperature", "contrastive_loss", "mlm_loss"} <= set(run.data.metrics)
 
 
@@ -129,8 +143,16 @@ def test_cross_encoder_data_and_recipe_on_ray_datasets(ray_session, tiny_bert, t
     assert torch.isfinite(loss) and 0 <= metrics["accuracy"] <= 1
     validation = [recipe.collate(b) for b in prepared.datasets["validation"].iter_batches(batch_size=4, batch_format="numpy")]
     sums = recipe.evaluate(recipe.model, validation, 0)
-    assert sums["pairwise_accuracy"][1] == 2 * sums["mrr"][1] == 2 * prepared.metrics["data/validation_pairs"]
+    assert sums["inbatch_pairwise_accuracy"][1] == 2 * sums["inbatch_mrr"][1] == 2 * prepared.metrics["data/validation_pairs"]
     recipe.export(recipe.model, tmp_path / "reranker")
     from lmplatform.models.cross_encoder import CrossEncoder
 
     assert CrossEncoder.from_pretrained(tmp_path / "reranker").rerank("printer jams", ["a", "b"]).shape == (2,)
+    # corpus-level validation re-ranks BM25's top 5 of every validation query
+    from lmplatform.evaluation.retrieval_validation import CorpusRetrievalValidator, prepare_retrieval_set
+
+    cfg = load_run_config(None, base=cfg.model_dump(mode="json") | {"retrieval_validation": {"candidates": 5}})
+    rset = prepare_retrieval_set(cfg)
+    assert all(len(row) <= 100 for row in rset.first_stage) and rset.counts["first_stage_queries_with_a_relevant"] > 0
+    ir = CorpusRetrievalValidator(rset, cfg.retrieval_validation, recipe.retrieval_view)(recipe.model)
+    assert ir["ir_queries"] == len(rset.query_texts) and 0 <= ir["ir_recall_at_1"] <= ir["ir_recall_at_20"] <= 1

@@ -63,7 +63,7 @@ def test_bce_training_separates_positives_and_metrics_are_weighted(tiny_bert: Pa
     objective = CrossEncoderObjective()
     metrics = fit_one_batch(objective, model, batch)
     after = evaluator(model, [batch])
-    assert after["bce_loss"][1] == 12 and after["pairwise_accuracy"][1] == 8 and after["mrr"][1] == 4
+    assert after["bce_loss"][1] == 12 and after["inbatch_pairwise_accuracy"][1] == 8 and after["inbatch_mrr"][1] == 4
     assert after["bce_loss"][0] < before["bce_loss"][0]
     assert set(metrics) == {"bce_loss", "accuracy"}
 
@@ -81,8 +81,8 @@ def test_rerank_metrics_against_hand_computation() -> None:
     }
     out = RerankEvaluator()(Fixed(), [batch])
     # group 0: positive 3 beats 1 and -2 (rank 1); group 1: positive 0 loses to 2 and 5 (rank 3)
-    assert out["pairwise_accuracy"] == (2.0, 4.0)
-    assert out["mrr"] == (pytest.approx(1 + 1 / 3), 2.0)
+    assert out["inbatch_pairwise_accuracy"] == (2.0, 4.0)
+    assert out["inbatch_mrr"] == (pytest.approx(1 + 1 / 3), 2.0)
     # logit > 0 means "relevant": right on 3, -2, and wrong on 1, 0, 2, 5
     assert out["accuracy"] == (2.0, 6.0)
     expected_bce = float(torch.nn.functional.binary_cross_entropy_with_logits(

@@ -120,7 +120,7 @@ def test_declutr_loss_is_finite_logs_its_parts_and_decreases(tiny_mlm) -> None: 
     for _ in range(12):
         loss, metrics = objective(model, batch)
         assert torch.isfinite(loss)
-        assert set(metrics) >= {"contrastive_loss", "mlm_loss", "temperature", "contrastive_accuracy"}
+        assert set(metrics) >= {"contrastive_loss", "mlm_loss", "temperature", "inbatch_accuracy"}
         assert float(loss.detach()) == pytest.approx(metrics["mlm_loss"] + 0.5 * metrics["contrastive_loss"], rel=1e-4)
         loss.backward()
         optimizer.step()

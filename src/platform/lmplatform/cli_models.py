@@ -1,4 +1,4 @@
-"""`lmp models list`: registered model versions, their recorded metrics and which one holds each alias."""
+"""`lmp models list` and `lmp models why`: registered versions, their metrics, which one holds each alias and why."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -69,3 +69,52 @@ def list_models(
             time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"] / 1000)),
         )
     Console(width=200).print(table)
+
+
+def champion_explanation(tracking_uri: str, name: str, version: Optional[str] = None, alias: str = "champion") -> list[str]:
+    """Why `version` (default: the newest) of `name` does or does not hold `alias`, from the gate's tags."""
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.tune.champion import DECISION_TAG, REASON_TAG
+    from lmplatform.tune.gate import GATE_TAG
+
+    client = MlflowClient(tracking_uri)
+    holder = client.get_registered_model(name).aliases.get(alias)
+    if version is None:
+        version = str(max(int(v.version) for v in client.search_model_versions(f"name = '{name}'")))
+    tags = client.get_model_version(name, version).tags
+    lines = [f"{name} version {version}: " + (f"holds {alias}" if str(holder) == str(version)
+                                               else f"not {alias} ({alias} is version {holder})" if holder else f"no {alias} yet")]
+    if DECISION_TAG not in tags:
+        lines.append("no gate decision recorded (registered outside a study, e.g. by a training run)")
+        return lines
+    lines.append(f"gate: {tags[DECISION_TAG]}: {tags.get(REASON_TAG, '')}")
+    lines += [f"  {key[len(GATE_TAG) + 1:]}: {value}" for key, value in sorted(tags.items())
+              if key.startswith(GATE_TAG + ".") and key not in (DECISION_TAG, REASON_TAG)]
+    if "lmp.tune_study" in tags:
+        lines.append(f"  selected in study {tags['lmp.tune_study']} (trial {tags.get('lmp.tune_trial')}) on "
+                     f"{tags.get('lmp.metric')} = {tags.get('lmp.metric_value')}")
+    return lines
+
+
+@models_app.command("why")
+def why(
+    name: str = typer.Argument(..., help="Registered model name."),
+    version: Optional[str] = typer.Option(None, "--version", "-v", help="Default: the newest version."),
+    alias: str = typer.Option("champion", help="The alias the gate decides on."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+) -> None:
+    """Why a version is, or is not, the champion: the gate's decision and the numbers behind it."""
+    from mlflow.exceptions import MlflowException
+
+    from lmplatform.cli_common import fail
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    try:
+        lines = champion_explanation(uri, name, version, alias)
+    except MlflowException as exc:
+        fail(f"cannot read {name}{f' version {version}' if version else ''} at {uri}: {exc.message}")
+        return
+    for line in lines:
+        typer.echo(line)

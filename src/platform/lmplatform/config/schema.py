@@ -170,6 +170,66 @@ class EWCConfig(Section):
         return self
 
 
+RETRIEVAL_VALIDATED_OBJECTIVES = ("biencoder", "cross_encoder", "declutr")
+
+
+class DistractorConfig(Section):
+    """Extra candidates for corpus-level validation: every text of these files (a sample of them when
+    `max_documents` is set) joins the pool each validation query is ranked against."""
+
+    paths: list[str] = Field(..., min_length=1, description="JSONL/CSV/Parquet/text files (or folders) of documents.")
+    fields: list[str] = Field(["text"], min_length=1, description="Fields joined with '. ' into one document text (jsonl/csv/parquet).")
+    max_documents: Optional[int] = Field(None, ge=1, description="A seeded random sample of this many documents.")
+    seed: int = Field(13, description="Seeds the sample.")
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _one_path_is_a_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+
+class RetrievalValidationConfig(Section):
+    """Corpus-level retrieval validation (docs/tuning.md#selection-metrics): each validation query is ranked
+    against the whole candidate pool (validation documents plus distractors) and scored with Recall@k,
+    MRR@k, nDCG@k and MAP@k. Ties count against the query. Logged as `val_ir_*`."""
+
+    pairs: Optional[DataConfig] = Field(
+        None, description="Where the validation pairs come from; the run's own `data` when empty (pair objectives). "
+        "DeCLUTR needs it. Its split rule (validation_paths, or validation_fraction and seed) picks the queries.")
+    split: Literal["validation", "all"] = Field(
+        "validation", description="'validation': the validation side of `pairs`; 'all': every pair (a file kept apart for this).")
+    relevance: Literal["group", "pair"] = Field(
+        "group", description="'group': every other text of the query's duplicate group (linked through any pair, "
+        "train or validation) is relevant; 'pair': only the query's own documents.")
+    distractors: Optional[DistractorConfig] = Field(None, description="Documents added to the candidate pool.")
+    max_queries: Optional[int] = Field(None, ge=1, description="A stable hash sample of this many queries.")
+    recall_ks: list[int] = Field([1, 10, 20], min_length=1, description="Cut-offs of val_ir_recall_at_<k>.")
+    mrr_k: int = Field(10, ge=1, description="Cut-off of val_ir_mrr_at_<k>.")
+    ndcg_k: int = Field(10, ge=1, description="Cut-off of val_ir_ndcg_at_<k>.")
+    map_k: int = Field(100, ge=1, description="Cut-off of val_ir_map_at_<k> (average precision over the top k).")
+    batch_size: int = Field(64, ge=1, description="Texts (or cross-encoder pairs) per forward pass.")
+    first_stage: str = Field(
+        "bm25", description="cross_encoder only: the retriever whose top `candidates` are re-ranked: 'bm25', or a "
+        "bi-encoder ('default', a folder, models:/name@alias).")
+    candidates: int = Field(20, ge=1, description="cross_encoder only: depth N of the first stage that is re-ranked.")
+
+    @field_validator("recall_ks")
+    @classmethod
+    def _positive_ks(cls, value: list[int]) -> list[int]:
+        if any(k < 1 for k in value):
+            raise ValueError(f"every k must be >= 1, got {value}")
+        return sorted(set(value))
+
+    def depth(self) -> int:
+        """How many candidates a ranking must hold for every metric."""
+        return max(*self.recall_ks, self.mrr_k, self.ndcg_k, self.map_k)
+
+    def metric_names(self) -> tuple[str, ...]:
+        """The `ir_*` metric names (without the `val_` prefix) this config produces."""
+        return (*(f"ir_recall_at_{k}" for k in self.recall_ks), f"ir_mrr_at_{self.mrr_k}",
+                f"ir_ndcg_at_{self.ndcg_k}", f"ir_map_at_{self.map_k}", "ir_queries", "ir_candidates")
+
+
 class RunConfig(Section):
     """One training run."""
 
@@ -181,6 +241,8 @@ class RunConfig(Section):
     checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
     tracking: TrackingSection = Field(default_factory=TrackingSection)
     ewc: Optional[EWCConfig] = Field(None, description="Add an EWC penalty to the objective's loss.")
+    retrieval_validation: Optional[RetrievalValidationConfig] = Field(
+        None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: biencoder, cross_encoder, declutr.")
 
     @model_validator(mode="before")
     @classmethod
@@ -188,6 +250,24 @@ class RunConfig(Section):
         if isinstance(data, dict) and isinstance(data.get("objective"), dict) and "name" not in data["objective"]:
             data = {**data, "objective": {"name": "mlm", **data["objective"]}}
         return data
+
+    @model_validator(mode="after")
+    def _retrieval_validation_fits(self) -> "RunConfig":
+        rv, name = self.retrieval_validation, self.objective.name
+        if rv is None:
+            return self
+        if name not in RETRIEVAL_VALIDATED_OBJECTIVES:
+            raise ValueError(f"retrieval_validation applies to objectives {', '.join(RETRIEVAL_VALIDATED_OBJECTIVES)}, "
+                             f"not {name!r}; remove the section")
+        if name == "declutr" and rv.pairs is None:
+            raise ValueError("retrieval_validation.pairs is required for declutr (its training data has no pairs): "
+                             "name a pair file, e.g. {train_paths: [data/demo/pairs.jsonl], validation_fraction: 0.2}")
+        # compared with the defaults, not `model_fields_set`: a config dumped and validated again (as workers
+        # receive it) has every field set
+        defaults = RetrievalValidationConfig.model_fields
+        if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
+            raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
+        return self
 
     def registered_model_name(self) -> str:
         return self.tracking.registered_model or f"lmplatform-{self.objective.name}"

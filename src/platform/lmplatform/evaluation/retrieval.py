@@ -15,6 +15,7 @@ Conventions (shared by every function here):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -69,6 +70,16 @@ def mrr_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int
         if doc in relevant:
             return 1.0 / position
     return 0.0
+
+
+def ndcg_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int) -> float:
+    """Binary-relevance nDCG@k: DCG = sum over relevant documents at ranks i <= k of 1/log2(i + 1),
+    divided by the DCG of the ideal ranking (min(|relevant|, k) relevant documents first)."""
+    _check(relevant, k)
+    gains = sum(1.0 / math.log2(position + 1)
+                for position, doc in enumerate(_dedupe(ranking)[:k], start=1) if doc in relevant)
+    ideal = sum(1.0 / math.log2(position + 1) for position in range(1, min(len(relevant), k) + 1))
+    return gains / ideal
 
 
 def average_precision(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int | None = None) -> float:

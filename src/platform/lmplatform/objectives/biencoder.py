@@ -81,11 +81,13 @@ class BiencoderObjective(nn.Module):
         return out.loss, metrics
 
 
-class RetrievalEvaluator:
-    """In-batch retrieval on validation pairs: each query ranks its batch's documents (and hard negatives).
+class InBatchRetrievalEvaluator:
+    """In-batch retrieval on validation pairs, a cheap diagnostic: each query ranks its batch's documents
+    (and hard negatives). Ties count against the query. The numbers depend on the batch size; choose
+    models on corpus-level metrics (`retrieval_validation`, val_ir_*) instead.
 
-    Returns weighted sums of the InfoNCE loss, accuracy@1 (the own document ranks first),
-    MRR and the mean number of candidates (the numbers depend on the batch size).
+    Returns weighted sums of the InfoNCE loss, accuracy@1 (the own document ranks first, alone),
+    MRR and the mean number of candidates.
     """
 
     def __init__(self, temperature: Temperature):
@@ -95,7 +97,7 @@ class RetrievalEvaluator:
     def __call__(self, model: Encoder, batches: Iterable[Batch], rank: int = 0) -> WeightedMetrics:
         was_training = model.training
         model.eval()
-        sums = {"ranking_loss": 0.0, "retrieval_accuracy": 0.0, "retrieval_mrr": 0.0, "retrieval_candidates": 0.0}
+        sums = {"ranking_loss": 0.0, "inbatch_accuracy": 0.0, "inbatch_mrr": 0.0, "inbatch_candidates": 0.0}
         n = 0.0
         for batch in batches:
             queries = F.normalize(embed(model, batch, "query").float(), dim=-1)
@@ -104,12 +106,12 @@ class RetrievalEvaluator:
             candidates = documents if negatives is None else torch.cat([documents, F.normalize(negatives.float(), dim=-1)])
             scores = queries @ candidates.T
             own = scores.diagonal()[:, None]
-            ranks = 1 + (scores > own).sum(1).float()  # ties count in the query's favour
-            labels = torch.arange(len(queries))
+            ranks = (scores >= own).sum(1).float()  # the own document and every tie ahead of it
+            labels = torch.arange(len(queries), device=scores.device)
             sums["ranking_loss"] += float(F.cross_entropy(scores / self.temperature(), labels, reduction="sum"))
-            sums["retrieval_accuracy"] += float((ranks == 1).sum())
-            sums["retrieval_mrr"] += float((1.0 / ranks).sum())
-            sums["retrieval_candidates"] += float(candidates.shape[0] * len(queries))
+            sums["inbatch_accuracy"] += float((ranks == 1).sum())
+            sums["inbatch_mrr"] += float((1.0 / ranks).sum())
+            sums["inbatch_candidates"] += float(candidates.shape[0] * len(queries))
             n += len(queries)
         model.train(was_training)
         return {name: (value, n) for name, value in sums.items()}

@@ -6,7 +6,7 @@ from pathlib import Path
 from lmplatform.config.schema import RunConfig
 from lmplatform.data.pairs import PairSet, pair_datasets, read_pairs
 from lmplatform.models.encoder import Encoder
-from lmplatform.objectives.biencoder import BiencoderObjective, PairCollator, RetrievalEvaluator, count_pair_tokens
+from lmplatform.objectives.biencoder import BiencoderObjective, PairCollator, InBatchRetrievalEvaluator, count_pair_tokens
 from lmplatform.objectives.infonce import Temperature
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
@@ -51,6 +51,7 @@ def build_biencoder_recipe(cfg: RunConfig) -> TrainingRecipe:
         ),
         collate=PairCollator(model.tokenizer, cfg.model.max_seq_length, objective_cfg.max_hard_negatives),
         export=export,
-        evaluate=RetrievalEvaluator(temperature),
+        evaluate=InBatchRetrievalEvaluator(temperature),
         count_tokens=count_pair_tokens,
+        retrieval_view=lambda trained: trained,
     )

@@ -53,7 +53,8 @@ class CrossEncoderObjective(nn.Module):
 
 
 class RerankEvaluator:
-    """BCE and accuracy per pair; per group the share of negatives the positive outscores and its reciprocal rank."""
+    """BCE and accuracy per pair; per group (the query's positive and its drawn negatives) the share of
+    negatives the positive outscores and its reciprocal rank, ties against it: in-batch diagnostics."""
 
     @torch.inference_mode()
     def __call__(self, model: CrossEncoder, batches: Iterable[Batch], rank: int = 0) -> WeightedMetrics:
@@ -79,6 +80,6 @@ class RerankEvaluator:
         return {
             "bce_loss": (bce, pairs),
             "accuracy": (correct, pairs),
-            "pairwise_accuracy": (wins, comparisons),
-            "mrr": (reciprocal, groups),
+            "inbatch_pairwise_accuracy": (wins, comparisons),
+            "inbatch_mrr": (reciprocal, groups),
         }

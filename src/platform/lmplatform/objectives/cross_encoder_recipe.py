@@ -107,4 +107,5 @@ def build_cross_encoder_recipe(cfg: RunConfig) -> TrainingRecipe:
         collate=GroupCollator(model),
         export=export,
         evaluate=RerankEvaluator(),
+        retrieval_view=lambda trained: trained,
     )

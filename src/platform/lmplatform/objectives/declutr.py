@@ -199,7 +199,7 @@ class DeclutrObjective(nn.Module):
         loss = self.contrastive_weight * nce.loss
         metrics = {
             "contrastive_loss": float(nce.loss.detach()),
-            "contrastive_accuracy": nce.accuracy,
+            "inbatch_accuracy": nce.accuracy,
             "temperature": float(self.temperature().detach()),
         }
         if self.mlm_weight > 0:
@@ -223,14 +223,14 @@ class DeclutrEvaluator:
         was_training = model.training
         model.eval()
         generator = torch.Generator().manual_seed(self.seed + rank)
-        sums = {"contrastive_loss": 0.0, "contrastive_accuracy": 0.0, "mlm_loss": 0.0, "mlm_accuracy": 0.0}
+        sums = {"contrastive_loss": 0.0, "inbatch_accuracy": 0.0, "mlm_loss": 0.0, "mlm_accuracy": 0.0}
         anchors = masked = 0.0
         with self.collator.fixed_spans(self.seed + rank):
             for batch in batches:
                 n = float(self.objective.split(batch))
                 nce = self.objective.contrastive(model, batch, gather=False)
                 sums["contrastive_loss"] += float(nce.loss) * n
-                sums["contrastive_accuracy"] += nce.accuracy * n
+                sums["inbatch_accuracy"] += nce.accuracy * n
                 anchors += n
                 out = self.objective.mlm(model, batch, generator)
                 k = float(out["n_masked"])
@@ -238,5 +238,5 @@ class DeclutrEvaluator:
                 sums["mlm_accuracy"] += float(out["correct"])
                 masked += k
         model.train(was_training)
-        weights = {"contrastive_loss": anchors, "contrastive_accuracy": anchors, "mlm_loss": masked, "mlm_accuracy": masked}
+        weights = {"contrastive_loss": anchors, "inbatch_accuracy": anchors, "mlm_loss": masked, "mlm_accuracy": masked}
         return {name: (value, weights[name]) for name, value in sums.items()}

@@ -11,7 +11,7 @@ from lmplatform.config.loader import ConfigError
 from lmplatform.config.schema import RunConfig
 from lmplatform.data.corpus import TRAIN, VALIDATION, CorpusPlan, corpus_datasets, local_documents, scan_corpus
 from lmplatform.data.readers import DataError
-from lmplatform.models.encoder import load_tokenizer
+from lmplatform.models.encoder import Encoder, load_tokenizer
 from lmplatform.models.resolve import resolve_model_path
 from lmplatform.objectives.declutr import (
     DeclutrCollator,
@@ -161,4 +161,6 @@ def build_declutr_recipe(cfg: RunConfig) -> TrainingRecipe:
         export=export,
         evaluate=DeclutrEvaluator(objective, collator),
         summarize=MLMEvaluator.summarize,
+        # The backbone as a text encoder (shared weights), pooled as the exported model will be.
+        retrieval_view=lambda trained: Encoder(trained.backbone, tokenizer, cfg.model.pooling, cfg.model.max_seq_length),
     )

@@ -73,15 +73,26 @@ def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     return gathered, sum(sizes[:rank])
 
 
+def inbatch_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Share of rows whose label column scores strictly above every other column; logits [b, n], labels [b].
+
+    A tie counts as a miss, so a collapsed encoder (all logits equal) scores 0, not 1/n or 1.
+    """
+    if not len(labels):
+        return 0.0
+    own = logits.gather(1, labels[:, None])
+    return float(((logits >= own).sum(1) == 1).float().mean())
+
+
 @dataclass
 class InfoNCEOutput:
     loss: torch.Tensor
     query_to_key_loss: torch.Tensor
     key_to_query_loss: Optional[torch.Tensor]
-    accuracy: float  # share of local queries whose own key scores highest
+    accuracy: float  # share of local queries whose own key alone scores highest (ties count against it)
 
     def metrics(self, prefix: str = "") -> dict[str, float]:
-        out = {f"{prefix}loss": float(self.loss.detach()), f"{prefix}accuracy": self.accuracy}
+        out = {f"{prefix}loss": float(self.loss.detach()), "inbatch_accuracy": self.accuracy}
         if self.key_to_query_loss is not None:
             out[f"{prefix}q2k_loss"] = float(self.query_to_key_loss.detach())
             out[f"{prefix}k2q_loss"] = float(self.key_to_query_loss.detach())
@@ -121,7 +132,7 @@ def info_nce(
     labels = torch.arange(queries.shape[0], device=queries.device) + offset
     logits = queries @ candidates.T / temperature
     forward_loss = F.cross_entropy(logits, labels)
-    accuracy = float((logits.detach().argmax(-1) == labels).float().mean()) if len(labels) else 0.0
+    accuracy = inbatch_accuracy(logits.detach(), labels)
     if not symmetric:
         return InfoNCEOutput(forward_loss, forward_loss, None, accuracy)
     all_queries, _ = collect(queries)

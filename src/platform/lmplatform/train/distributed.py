@@ -7,8 +7,9 @@ static-graph tricks. One flattened all-reduce per optimizer step costs the same.
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -83,3 +84,18 @@ def while_all_have_batches(batches: Iterable[T], device: torch.device) -> Iterat
         elif batch is None:
             return
         yield batch
+
+
+def map_sharded(fn: Callable[[list[T]], np.ndarray], items: Sequence[T]) -> np.ndarray:
+    """`fn(items)` computed in contiguous shards, one per worker, and gathered in order on every worker.
+
+    fn maps a list of items to an array with one row per item (e.g. texts -> vectors).
+    """
+    if not is_distributed():
+        return fn(list(items))
+    world, rank = dist.get_world_size(), dist.get_rank()
+    bounds = np.linspace(0, len(items), world + 1).astype(int)
+    mine = fn(list(items[bounds[rank] : bounds[rank + 1]]))
+    pieces: list[Optional[np.ndarray]] = [None] * world
+    dist.all_gather_object(pieces, mine)
+    return np.concatenate([p for p in pieces if p is not None])

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -62,8 +62,10 @@ class StepTimer:
 class Trainer:
     """One worker's view of a run."""
 
-    def __init__(self, cfg: RunConfig, recipe: TrainingRecipe, total_steps: int, device: torch.device, rank: int, tracker: Any = None):
+    def __init__(self, cfg: RunConfig, recipe: TrainingRecipe, total_steps: int, device: torch.device, rank: int,
+                 tracker: Any = None, corpus_validator: Optional[Callable[[torch.nn.Module], dict[str, float]]] = None):
         self.cfg = cfg
+        self.corpus_validator = corpus_validator
         self.recipe = recipe
         self.total_steps = total_steps
         self.device = device
@@ -110,11 +112,16 @@ class Trainer:
 
     # -- evaluation --------------------------------------------------------
     def evaluate(self, batches: Optional[Iterator[Batch]]) -> dict[str, float]:
-        if self.recipe.evaluate is None or batches is None:
+        """In-batch validation on the validation shards, then corpus-level retrieval validation if configured."""
+        metrics: dict[str, float] = {}
+        if self.recipe.evaluate is not None and batches is not None:
+            sums = self.recipe.evaluate(self.model, batches, self.rank)
+            metrics = self.recipe.summarize(D.reduce_weighted(sums, self.device))
+        if self.corpus_validator is not None:
+            metrics |= self.corpus_validator(self.model)
+        if not metrics:
             return {}
-        sums = self.recipe.evaluate(self.model, batches, self.rank)
-        reduced = D.reduce_weighted(sums, self.device)
-        self.latest_validation = {f"val_{k}": v for k, v in self.recipe.summarize(reduced).items()}
+        self.latest_validation = {f"val_{k}": v for k, v in metrics.items()}
         return dict(self.latest_validation)
 
     # -- training ----------------------------------------------------------

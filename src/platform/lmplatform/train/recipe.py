@@ -23,6 +23,8 @@ class TrainingRecipe:
     - `evaluate(model, batches, rank)` returns {metric: (sum, weight)} so workers can be reduced;
       `summarize` derives further metrics (e.g. perplexity) from the reduced means.
     - `regularizers` each return (loss, metrics) from the model alone (e.g. an EWC penalty).
+    - `retrieval_view(model)` is the model as an `Encoder` or a `CrossEncoder`, for corpus-level
+      retrieval validation (`retrieval_validation`); None where the objective has no such view.
     """
 
     model: nn.Module
@@ -33,6 +35,7 @@ class TrainingRecipe:
     summarize: Callable[[dict[str, float]], dict[str, float]] = field(default=lambda metrics: metrics)
     regularizers: list[nn.Module] = field(default_factory=list)
     count_tokens: Callable[[Batch], int] = field(default=lambda batch: int(batch["attention_mask"].sum()))
+    retrieval_view: Optional[Callable[[nn.Module], nn.Module]] = None
 
     def parameters(self) -> list[nn.Parameter]:
         """Every trainable parameter: the model's and the objective's own (e.g. a learnable temperature)."""
@@ -56,3 +59,4 @@ class PreparedData:
     summary: str
     fingerprint: str
     report: dict[str, Any] = field(default_factory=dict)
+    retrieval_set: Any = None  # a RetrievalSet for corpus-level validation, when the run configures one

@@ -76,6 +76,9 @@ def run_training(
     from ray.train import CheckpointConfig, FailureConfig, RunConfig as RayRunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    import ray
+
+    from lmplatform.evaluation.retrieval_validation import prepare_retrieval_set
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.objectives.registry import objective_spec
     from lmplatform.ray_runtime import ensure_ray
@@ -86,6 +89,7 @@ def run_training(
     from lmplatform.train.worker import train_loop_per_worker
 
     spec = objective_spec(cfg.objective.name)
+    RunConfig.model_validate(cfg.model_dump(mode="json"))  # what every worker will validate, checked here first
     resolve_model_path(cfg.model.name_or_path)  # a missing model fails here, not in a worker
     cfg = with_absolute_paths(cfg)  # workers run in their own working directories
     storage = resolve_storage_path(cfg.checkpoint.storage_path)
@@ -98,6 +102,10 @@ def run_training(
     ensure_ray()
     data = spec.prepare_data(cfg)
     print(f"[lmp] {data.summary}", flush=True)
+    data.retrieval_set = prepare_retrieval_set(cfg)
+    if data.retrieval_set is not None:
+        print(f"[lmp] {data.retrieval_set.summary()}", flush=True)
+        data.metrics |= {f"data/ir_{k}": float(v) for k, v in data.retrieval_set.counts.items()}
     total_steps = total_optimizer_steps(cfg.optim, data.train_examples, cfg.scaling.num_workers)
 
     tracking_uri = resolve_tracking_uri(cfg.tracking.tracking_uri)
@@ -112,6 +120,7 @@ def run_training(
             "lmp.objective": cfg.objective.name,
             "lmp.git_commit": git_commit(),
             "lmp.data_fingerprint": data.fingerprint,
+            **({"lmp.retrieval_validation_fingerprint": data.retrieval_set.fingerprint()} if data.retrieval_set else {}),
             "lmp.model_source": cfg.model.name_or_path,
             **(extra_tags or {}),
         }
@@ -137,6 +146,7 @@ def run_training(
             "tracking_uri": tracking_uri,
             "mlflow_run_id": tracker.run_id,
             "has_validation": "validation" in data.datasets,
+            "retrieval_set": ray.put(data.retrieval_set) if data.retrieval_set is not None else None,
         },
         scaling_config=ScalingConfig(
             num_workers=cfg.scaling.num_workers,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -11,11 +11,24 @@ from lmplatform.config.schema import RunConfig
 from lmplatform.objectives.ewc_setup import attach_ewc
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.train.loop import Trainer
-from lmplatform.train.recipe import Batch
+from lmplatform.train.recipe import Batch, TrainingRecipe
 
 
 def worker_threads(cfg: RunConfig) -> int:
     return cfg.scaling.torch_threads or max(1, math.ceil(cfg.scaling.cpus_per_worker))
+
+
+def corpus_validator(cfg: RunConfig, recipe: TrainingRecipe, retrieval_set: Any) -> Optional[Callable[[Any], dict[str, float]]]:
+    """The corpus-level retrieval validator of this run, when it configures one (the set is an object ref)."""
+    if cfg.retrieval_validation is None or retrieval_set is None:
+        return None
+    import ray
+
+    from lmplatform.evaluation.retrieval_validation import CorpusRetrievalValidator
+
+    if recipe.retrieval_view is None:
+        raise ValueError(f"objective {cfg.objective.name!r} cannot rank texts; remove retrieval_validation")
+    return CorpusRetrievalValidator(ray.get(retrieval_set), cfg.retrieval_validation, recipe.retrieval_view)
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -39,7 +52,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     if ewc_report is not None and rank == 0:
         print(f"[lmp] {ewc_report.summary()}", flush=True)
         tracker.log_metrics(ewc_report.metrics(), step=0)
-    trainer = Trainer(cfg, recipe, loop_config["total_steps"], device, rank, tracker)
+    trainer = Trainer(cfg, recipe, loop_config["total_steps"], device, rank, tracker,
+                      corpus_validator=corpus_validator(cfg, recipe, loop_config.get("retrieval_set")))
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:

@@ -5,15 +5,19 @@ The rule:
    its mode, every numeric validation metric, and an *evaluation fingerprint*:
    a hash of the data fingerprint (file contents) and of every setting that
    changes what the validation score means (split, cleaning, sequence length,
-   the objective's evaluation settings, the metric name).
+   the objective's evaluation settings, the retrieval validation set, the metric name).
 2. The alias moves only after the version is READY and its artifacts hold a
    complete Hugging Face folder (config.json plus weights), so a crash at any
    point leaves the previous champion in place.
-3. With no current champion, the candidate becomes champion.
-4. Otherwise the alias moves only if the current champion carries the same
-   metric and the same fingerprint, and the candidate is strictly better. A
-   champion measured on other data (or with no recorded metric) is never
-   compared: the alias stays and the decision says why.
+3. With a confirmation set (`champion.confirm`, required for retrieval studies) the
+   gate of `gate.py` decides: the candidate and the model it would replace (the
+   current champion, or the base model for a first champion) are scored on held-out
+   queries, and the alias moves only if the paired bootstrap interval of the gain
+   excludes 0 and no general-capability probe regresses beyond the tolerance.
+4. Without one (e.g. an MLM loss study) recorded values are compared: the alias
+   moves only if the current champion carries the same metric and fingerprint and
+   the candidate is strictly better; with no champion, the candidate becomes one.
+Every decision is written to the version's tags (`lmp models why` shows them).
 """
 from __future__ import annotations
 
@@ -21,19 +25,21 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from lmplatform.config.schema import RunConfig
 from lmplatform.tune.metrics import evaluation_config_keys
+
+if TYPE_CHECKING:
+    from lmplatform.tune.gate import GateVerdict
+    from lmplatform.tune.space import ChampionSpec
 
 METRIC_TAG = "lmp.metric"
 VALUE_TAG = "lmp.metric_value"
 MODE_TAG = "lmp.metric_mode"
 FINGERPRINT_TAG = "lmp.eval_fingerprint"
-_VALIDATION_KEYS = (
-    "data.format", "data.text_field", "data.validation_fraction",
-    "data.seed", "data.clean", "data.dedup", "data.min_chars", "data.max_documents", "model.max_seq_length",
-)
+DECISION_TAG = "lmp.gate.decision"
+REASON_TAG = "lmp.gate.reason"
 
 
 @dataclass
@@ -44,16 +50,28 @@ class ChampionDecision:
     moved: bool
     reason: str
     previous_version: Optional[str] = None
+    verdict: Optional["GateVerdict"] = None
 
 
-def evaluation_fingerprint(cfg: RunConfig, data_fingerprint: str, metric: str) -> str:
-    """Same fingerprint <=> the metric was measured the same way on the same validation documents."""
+@dataclass
+class GateInputs:
+    """What the gate needs besides the registry: its spec and metric, the objective, the trials' base model."""
+
+    spec: "ChampionSpec"
+    metric: str
+    objective: str
+    base_model: str
+
+
+def evaluation_fingerprint(cfg: RunConfig, data_fingerprint: str, metric: str, retrieval_fingerprint: str = "") -> str:
+    """Same fingerprint <=> the metric was measured the same way on the same validation data."""
     from lmplatform.tracking.mlflow_tracking import flatten
 
     flat = flatten(cfg.model_dump(mode="json"))
-    keys = [*_VALIDATION_KEYS, *(f"objective.{k}" for k in evaluation_config_keys(cfg.objective.name))]
-    payload = {"data": data_fingerprint, "metric": metric, "objective": cfg.objective.name}
-    payload.update({key: flat.get(key) for key in keys})
+    keys = evaluation_config_keys(cfg, metric)
+    payload: dict[str, Any] = {"metric": metric, "objective": cfg.objective.name}
+    payload["data"] = retrieval_fingerprint if metric.startswith("val_ir_") else data_fingerprint
+    payload.update({key: value for key, value in flat.items() if any(key == k or key.startswith(k + ".") for k in keys)})
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -94,8 +112,9 @@ def register_and_maybe_promote(
     metrics: dict[str, float],
     tags: Optional[dict[str, str]] = None,
     alias: str = "champion",
+    gate: Optional[GateInputs] = None,
 ) -> ChampionDecision:
-    """Register the run's model folder as a new version; move `alias` only if it beats the holder (see module doc)."""
+    """Register the run's model folder as a new version; move `alias` only if it wins (see module doc)."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -116,29 +135,70 @@ def register_and_maybe_promote(
         current = client.get_model_version_by_alias(registered_model, alias)
     except MlflowException:
         current = None
+    if gate is not None:
+        decision = _gated(client, tracking_uri, registered_model, version, source, alias, current, gate)
+    else:
+        decision = _by_recorded_value(client, registered_model, version, alias, current, metric, mode, value, fingerprint)
+    client.set_model_version_tag(registered_model, version, DECISION_TAG, "promoted" if decision.moved else "refused")
+    client.set_model_version_tag(registered_model, version, REASON_TAG, decision.reason[:5000])
+    return decision
+
+
+def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str, alias: str, current: Any,
+           gate: GateInputs) -> ChampionDecision:
+    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.tracking.registry import download_model
+    from lmplatform.tune.gate import decide, run_gate
+
+    previous = str(current.version) if current is not None else None
+    if current is not None and current.tags.get("objective", gate.objective) != gate.objective:
+        reason = (f"current {alias} (version {previous}) is a {current.tags.get('objective')!r} model, the candidate a "
+                  f"{gate.objective!r} one; not comparable, {alias} stays")
+        return ChampionDecision(name, version, alias, False, reason, previous)
+    if current is not None:
+        comparator: Optional[str] = str(download_model(f"models:/{name}/{previous}", tracking_uri))
+        compared_with = f"{alias} version {previous}"
+    elif gate.spec.baseline == "base_model":
+        comparator, compared_with = str(resolve_model_path(gate.base_model)), f"the base model {gate.base_model}"
+    else:
+        comparator, compared_with = None, f"no {alias} yet and baseline: none"
+    candidate = download_model(source, tracking_uri)
+    print(f"[lmp] champion gate: scoring version {version} and {compared_with} on the confirmation set", flush=True)
+    verdict = run_gate(gate.spec, gate.metric, gate.objective, candidate, comparator, compared_with) if comparator \
+        else decide(None, [], 0.0, compared_with)
+    for key, value in verdict.tags().items():
+        client.set_model_version_tag(name, version, key, value)
+    if verdict.promote:
+        client.set_registered_model_alias(name, alias, version)
+    reason = f"{verdict.reason}; {alias} {'moved' if verdict.promote else 'stays'}"
+    return ChampionDecision(name, version, alias, verdict.promote, reason, previous, verdict)
+
+
+def _by_recorded_value(client: Any, name: str, version: str, alias: str, current: Any, metric: str, mode: str,
+                       value: float, fingerprint: str) -> ChampionDecision:
     if current is None:
-        client.set_registered_model_alias(registered_model, alias, version)
-        return ChampionDecision(registered_model, version, alias, True, f"no {alias} yet; version {version} becomes {alias}")
+        client.set_registered_model_alias(name, alias, version)
+        return ChampionDecision(name, version, alias, True, f"no {alias} yet; version {version} becomes {alias}")
     held = current.tags
     previous = str(current.version)
     if held.get(METRIC_TAG) != metric or VALUE_TAG not in held:
         reason = (f"current {alias} (version {previous}) has no recorded {metric!r} "
                   f"(it records {held.get(METRIC_TAG)!r}); not comparable, {alias} stays")
-        return ChampionDecision(registered_model, version, alias, False, reason, previous)
+        return ChampionDecision(name, version, alias, False, reason, previous)
     if held.get(FINGERPRINT_TAG) != fingerprint:
         reason = (f"current {alias} (version {previous}) was evaluated on other validation data or settings "
                   f"(fingerprint {held.get(FINGERPRINT_TAG)} vs {fingerprint}); not comparable, {alias} stays")
-        return ChampionDecision(registered_model, version, alias, False, reason, previous)
+        return ChampionDecision(name, version, alias, False, reason, previous)
     held_value = float(held[VALUE_TAG])
     if _is_better(value, held_value, mode):
-        client.set_registered_model_alias(registered_model, alias, version)
+        client.set_registered_model_alias(name, alias, version)
         return ChampionDecision(
-            registered_model, version, alias, True,
+            name, version, alias, True,
             f"{metric} {value:.6g} beats {alias} version {previous} ({held_value:.6g}, mode {mode}); {alias} moved",
             previous,
         )
     return ChampionDecision(
-        registered_model, version, alias, False,
+        name, version, alias, False,
         f"{metric} {value:.6g} does not beat {alias} version {previous} ({held_value:.6g}, mode {mode}); {alias} stays",
         previous,
     )

@@ -16,9 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lmplatform.config.loader import ConfigError, apply_overrides, load_run_config
-from lmplatform.config.schema import RunConfig
+from lmplatform.config.schema import RetrievalValidationConfig, RunConfig
 from lmplatform.runtime import project_root
-from lmplatform.tune.metrics import reported_metrics
+from lmplatform.tune.metrics import is_corpus_metric, reported_metrics
 
 
 class SpaceError(ConfigError):
@@ -104,10 +104,60 @@ class TrialResources(_Strict):
     gpu: float = Field(0.0, ge=0.0)
 
 
+class ScoredPairsSpec(_Strict):
+    """A file of scored sentence pairs (STS-B, SICK), for the general-capability probes."""
+
+    path: str
+    where: dict[str, Any] = Field(default_factory=dict, description="Only rows whose fields equal these, e.g. {split: dev}.")
+    sentence1_field: str = "sentence1"
+    sentence2_field: str = "sentence2"
+    score_field: str = "score"
+    scale: tuple[float, float] = Field((0.0, 5.0), description="Gold score range.")
+    limit: Optional[int] = Field(None, ge=1, description="Read at most this many pairs.")
+
+
+class GeneralPackSpec(_Strict):
+    """What the champion must not forget: probes scored for the candidate and the model it would replace.
+
+    Each probe present is run; the candidate is refused if any probe drops by more than `tolerance`.
+    """
+
+    sts: Optional[ScoredPairsSpec] = Field(None, description="Spearman of cosine similarity against gold (e.g. STS-B dev).")
+    paraphrase: list[ScoredPairsSpec] = Field(
+        default_factory=list, description="Paraphrase retrieval (MRR@10): pairs scored in the top `paraphrase_min_share` "
+        "of their scale are query and answer, ranked against every second sentence of the files.")
+    paraphrase_min_share: float = Field(0.8, gt=0.0, le=1.0)
+    old_domain: Optional[str] = Field(
+        None, description="Old-domain text (a file of the earlier stage): masked-LM loss, only where both models "
+        "carry a trained MLM head.")
+    old_domain_texts: int = Field(128, ge=1)
+    tolerance: float = Field(0.01, ge=0.0, description="Largest allowed drop of any probe (loss: largest rise).")
+
+    @model_validator(mode="after")
+    def _has_a_probe(self) -> "GeneralPackSpec":
+        if self.sts is None and not self.paraphrase and self.old_domain is None:
+            raise ValueError("a general pack needs at least one probe: sts, paraphrase or old_domain")
+        return self
+
+
 class ChampionSpec(_Strict):
+    """How the study's best trial is registered and when it takes the alias (docs/tuning.md#the-champion-gate)."""
+
     registered_model: Optional[str] = Field(None, description="Default: the base config's registered model name.")
     alias: str = Field("champion", min_length=1)
     register_best: bool = Field(True, description="Register the best train trial's model and consider it for the alias.")
+    confirm: Optional[RetrievalValidationConfig] = Field(
+        None, description="A held-out retrieval set no trial saw (pairs, split, distractors): the candidate and the model "
+        "it would replace are both scored on it, query by query. Required when the study targets a val_ir_* metric.")
+    confirm_metric: Optional[str] = Field(
+        None, description="The per-query metric of `confirm` that decides, e.g. ir_ndcg_at_10. Default: the study's "
+        "metric without its val_ prefix.")
+    level: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the paired bootstrap interval of the gain.")
+    resamples: int = Field(2000, ge=100, description="Bootstrap resamples.")
+    seed: int = Field(0, description="Seeds the bootstrap.")
+    baseline: Literal["base_model", "none"] = Field(
+        "base_model", description="What a first champion must beat: the model its trials started from, or nothing.")
+    general: Optional[GeneralPackSpec] = Field(None, description="Forgetting check: probes the candidate must not regress on.")
 
 
 class SearchSpace(_Strict):
@@ -337,15 +387,48 @@ def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
                 ) from None
         _check_conditions(loaded, lines, name, param)
     objective = loaded.base.objective.name
-    allowed = reported_metrics(objective)
+    allowed = reported_metrics(loaded.base)
     for index, target in enumerate(space.targets):
         key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
         if target.metric not in allowed:
             raise SpaceError(
                 f"{_where(source, lines, key)}: metric {target.metric!r} is never reported by a "
                 f"{objective!r} trial; it reports: {', '.join(sorted(allowed))}"
+                + (" (val_ir_* metrics need a retrieval_validation section in the base config)"
+                   if is_corpus_metric(target.metric) else "")
             )
+    _check_champion(loaded, lines)
 
+
+def _check_champion(loaded: LoadedSpace, lines: _Lines) -> None:
+    """A retrieval study's winner must be confirmed on data no trial saw, with a metric that set reports."""
+    space, source = loaded.space, loaded.path
+    champion = space.champion
+    if not champion.register_best:
+        return
+    if is_corpus_metric(space.metric) and champion.confirm is None:
+        raise SpaceError(
+            f"{_where(source, lines, ('champion',))}: a study that targets {space.metric!r} must confirm its winner on a "
+            "held-out retrieval set no trial saw: set champion.confirm (pairs, split, distractors), or "
+            "champion.register_best: false"
+        )
+    if champion.confirm is not None:
+        metric = gate_metric(space)
+        known = {f"val_{m}" for m in champion.confirm.metric_names()}
+        if f"val_{metric}" not in known:
+            raise SpaceError(
+                f"{_where(source, lines, ('champion', 'confirm_metric'))}: the gate's metric {metric!r} is not one the "
+                f"confirmation set reports; choose one of {', '.join(sorted(m[4:] for m in known))}"
+            )
+        pairs = champion.confirm.pairs
+        if pairs is None:
+            raise SpaceError(f"{_where(source, lines, ('champion', 'confirm'))}: champion.confirm.pairs is required "
+                             "(the held-out pairs, e.g. a file kept apart with split: all)")
+
+
+def gate_metric(space: SearchSpace) -> str:
+    """The per-query metric the champion gate decides on (`ir_*` naming)."""
+    return space.champion.confirm_metric or space.metric.removeprefix("val_")
 
 def _check_conditions(loaded: LoadedSpace, lines: _Lines, name: str, param: Parameter) -> None:
     from lmplatform.tracking.mlflow_tracking import flatten

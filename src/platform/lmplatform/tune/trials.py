@@ -14,7 +14,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -146,24 +146,20 @@ def knn_relations(k_ner: int, k_re: int, data: str, folds_file: str, fold: int =
             "val_re_minus_macro_f1": scores["re_minus_macro_f1"], "sentences": float(len(val_part))}
 
 
-def rerank_depth(candidates: int, evaluation: str, reranker: str, model: str = "default",
-                 first_stage: str = "dense", output_dir: Optional[str] = None) -> dict[str, float]:
-    """Retrieval metrics, averaged over the datasets and scenarios of `evaluation`'s retrieval task, of
-    two-stage retrieval that re-ranks the first stage's top `candidates` with the cross-encoder `reranker`."""
-    import tempfile
+def rerank_depth(candidates: int, retrieval: dict[str, Any], reranker: str) -> dict[str, float]:
+    """Corpus-level metrics (`ir_*`) of two-stage retrieval: the first stage's top `candidates` re-ranked
+    by the cross-encoder `reranker`, then the rest of the first stage's ranking.
 
-    from lmplatform.evaluation.config import RetrieverSpec, load_evaluation_config
-    from lmplatform.evaluation.retrieval_eval import run_retrieval_task
-    from lmplatform.tune.space import resolve_project_path
+    `retrieval` is a `retrieval_validation` section: the pairs (their validation side, or a file kept for
+    validation with split: all; never the test split), distractors, and the first stage ('bm25' or a
+    bi-encoder).
+    """
+    from lmplatform.config.schema import RetrievalValidationConfig
+    from lmplatform.evaluation.retrieval_validation import attach_first_stage, build_retrieval_set, evaluate_model, summarize
+    from lmplatform.models.cross_encoder import CrossEncoder
 
-    cfg = load_evaluation_config(resolve_project_path(evaluation))
-    tasks = [t for t in cfg.tasks if t.task == "retrieval"]
-    if not tasks:
-        raise ValueError(f"{evaluation}: no retrieval task to re-rank")
-    spec = RetrieverSpec(name="rerank", kind="two_stage", model=model, first_stage=first_stage,
-                         reranker=reranker, candidates=int(candidates))
-    task = tasks[0].model_copy(update={"retrievers": [spec]})
-    with tempfile.TemporaryDirectory(dir=output_dir) as folder:
-        rows = run_retrieval_task(task, Path(folder)).details["results"]
-    names = rows[0]["metrics"]
-    return {name.replace("@", "_at_"): float(np.mean([r["metrics"][name] for r in rows])) for name in names}
+    cfg = RetrievalValidationConfig.model_validate({**retrieval, "candidates": int(candidates)})
+    if cfg.pairs is None:
+        raise ValueError("rerank_depth: retrieval.pairs is required (the validation pairs to rank)")
+    rset = attach_first_stage(build_retrieval_set(cfg), cfg)
+    return summarize(evaluate_model(CrossEncoder.from_pretrained(reranker), rset, cfg), rset)

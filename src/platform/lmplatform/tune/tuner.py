@@ -198,6 +198,16 @@ def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
     local_model = resolve_project_path(cfg.model.name_or_path)
     if "://" not in cfg.model.name_or_path and local_model.exists():
         absolute.append(f"model.name_or_path={local_model}")
+    rv = cfg.retrieval_validation
+    if rv is not None and rv.pairs is not None:
+        for key in ("train_paths", "validation_paths"):
+            paths = [str(resolve_project_path(p)) for p in getattr(rv.pairs, key)]
+            absolute.append(f"retrieval_validation.pairs.{key}={json.dumps(paths)}")
+    if rv is not None and rv.distractors is not None:
+        paths = [str(resolve_project_path(p)) for p in rv.distractors.paths]
+        absolute.append(f"retrieval_validation.distractors.paths={json.dumps(paths)}")
+    if rv is not None and "://" not in rv.first_stage and rv.first_stage != "bm25" and resolve_project_path(rv.first_stage).exists():
+        absolute.append(f"retrieval_validation.first_stage={resolve_project_path(rv.first_stage)}")
     return [*loaded.base_overrides, *absolute]
 
 
@@ -410,8 +420,9 @@ def summarize_study(
         parent.log_artifacts(plot_dir, "plots")
     if best and space.trial == "train" and space.champion.register_best and best["mlflow_run_id"]:
         out.champion = _champion(loaded, best, tracking_uri, study_name)
-        parent.set_tags({"lmp.champion_moved": out.champion.moved, "lmp.champion_reason": out.champion.reason,
-                         "lmp.registered_version": out.champion.version})
+        parent.set_tags({"lmp.champion_moved": out.champion.moved, "lmp.champion_reason": out.champion.reason[:5000],
+                         "lmp.registered_version": out.champion.version,
+                         **(out.champion.verdict.tags() if out.champion.verdict else {})})
     print_summary(out, space)
     return out
 
@@ -419,20 +430,25 @@ def summarize_study(
 def _champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, study_name: str) -> ChampionDecision:
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tune.champion import evaluation_fingerprint, register_and_maybe_promote
+    from lmplatform.tune.champion import GateInputs, evaluation_fingerprint, register_and_maybe_promote
+    from lmplatform.tune.space import gate_metric
 
     space = loaded.space
     run = MlflowClient(tracking_uri).get_run(best["mlflow_run_id"])
     cfg = loaded.trial_config(best["params"])
-    fingerprint = evaluation_fingerprint(cfg, run.data.tags.get("lmp.data_fingerprint", ""), space.metric)
+    fingerprint = evaluation_fingerprint(cfg, run.data.tags.get("lmp.data_fingerprint", ""), space.metric,
+                                         run.data.tags.get("lmp.retrieval_validation_fingerprint", ""))
     name = space.champion.registered_model or cfg.registered_model_name()
     val_metrics = {k: v for k, v in best["metrics"].items() if k.startswith("val_")}
+    gate = None
+    if space.champion.confirm is not None:
+        gate = GateInputs(space.champion, gate_metric(space), cfg.objective.name, cfg.model.name_or_path)
     return register_and_maybe_promote(
         tracking_uri, name, best["mlflow_run_id"], "model", space.metric, space.mode,
         best["metrics"][space.metric], fingerprint, val_metrics,
         tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": cfg.objective.name,
               **{f"param.{k}": str(v) for k, v in best["params"].items()}},
-        alias=space.champion.alias,
+        alias=space.champion.alias, gate=gate,
     )
 
 

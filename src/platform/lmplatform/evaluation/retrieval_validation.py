@@ -1,0 +1,319 @@
+"""Corpus-level retrieval validation: a fixed set of queries, a candidate pool and relevance, scored per query.
+
+The driver builds a `RetrievalSet` once from pairs (and distractor documents); whoever holds a model
+turns it into rankings (`dense_rankings`, `reranked_rankings`) and `score_rankings` turns those into
+per-query metrics. Two rules make the numbers trustworthy for choosing between models:
+
+- Ties count against the query (`rank_against_query`): a collapsed encoder, whose vectors are all
+  equal, ranks every relevant document last and scores near 0, not 1.
+- Every query is ranked against the whole pool, not against its batch, so the score does not
+  depend on the batch size.
+
+Candidates are distinct texts: a distractor identical to a validation document is one candidate,
+and the candidate identical to a query's own text is never ranked for that query.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Hashable, Optional, Sequence, TypeVar
+
+import numpy as np
+
+from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig
+from lmplatform.data.cleaning import clean_text
+from lmplatform.data.pairs import Pair, read_pairs
+from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
+from lmplatform.evaluation.retrieval import average_precision, mrr_at_k, ndcg_at_k, recall_at_k
+
+T = TypeVar("T", bound=Hashable)
+
+
+@dataclass
+class RetrievalSet:
+    """Queries, a candidate pool and, per query, the relevant and the excluded candidate indices."""
+
+    query_texts: list[str]
+    candidate_texts: list[str]
+    relevant: list[frozenset[int]]
+    excluded: list[frozenset[int]]
+    counts: dict[str, int] = field(default_factory=dict)
+    first_stage: Optional[list[list[int]]] = None  # cross-encoder validation: the candidates it re-ranks, per query
+
+    def __post_init__(self) -> None:
+        if not self.query_texts:
+            raise DataError("retrieval validation has no query with a relevant candidate "
+                            f"(counts: {self.counts}); check retrieval_validation.pairs and split")
+
+    def fingerprint(self) -> str:
+        """Same fingerprint <=> same queries, pool, relevance and exclusions (in the same order)."""
+        digest = hashlib.sha256()
+        for text in (*self.query_texts, "\x00", *self.candidate_texts):
+            digest.update(text.encode("utf-8", "surrogatepass") + b"\x1f")
+        for group in (*self.relevant, *self.excluded):
+            digest.update(repr(sorted(group)).encode())
+        return digest.hexdigest()[:16]
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"retrieval validation: {c['queries']} queries ranked against {c['candidates']} candidates "
+                f"({c['distractors']} distractors)"
+                + (f"; {c['queries_without_relevant']} queries without a relevant candidate skipped" if c.get("queries_without_relevant") else "")
+                + (f"; first stage finds a relevant candidate for {c['first_stage_queries_with_a_relevant']}"
+                   if "first_stage_queries_with_a_relevant" in c else ""))
+
+
+def rank_against_query(ids: Sequence[T], scores: Sequence[float], relevant: Collection[T], complete: bool) -> list[T]:
+    """The ids best first, with ties broken against the query: at equal scores non-relevant ids come first.
+
+    ids, scores: [n] what a search returned (excluded ids already removed), in any order.
+    complete: the ids are the whole pool. Otherwise some candidate that was not returned may share the
+    lowest score returned, so a relevant id at that score is dropped, as if ranked below the cut.
+    """
+    order = sorted(range(len(ids)), key=lambda i: (-float(scores[i]), ids[i] in relevant))
+    floor = min((float(s) for s in scores), default=0.0)
+    return [ids[i] for i in order if complete or not (ids[i] in relevant and float(scores[i]) == floor)]
+
+
+def metric_names(cfg: RetrievalValidationConfig) -> tuple[str, ...]:
+    """The per-query metrics `score_rankings` returns, in the `ir_*` naming of `val_ir_*` metrics."""
+    return tuple(name for name in cfg.metric_names() if name not in ("ir_queries", "ir_candidates"))
+
+
+def score_rankings(rankings: Sequence[Sequence[int]], rset: RetrievalSet, cfg: RetrievalValidationConfig) -> dict[str, np.ndarray]:
+    """Per-query metrics [queries] for each name of `metric_names(cfg)`."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for ranking, relevant in zip(rankings, rset.relevant):
+        for k in cfg.recall_ks:
+            out[f"ir_recall_at_{k}"].append(recall_at_k(ranking, relevant, k))
+        out[f"ir_mrr_at_{cfg.mrr_k}"].append(mrr_at_k(ranking, relevant, cfg.mrr_k))
+        out[f"ir_ndcg_at_{cfg.ndcg_k}"].append(ndcg_at_k(ranking, relevant, cfg.ndcg_k))
+        out[f"ir_map_at_{cfg.map_k}"].append(average_precision(ranking, relevant, cfg.map_k))
+    return {name: np.asarray(values, dtype=np.float64) for name, values in out.items()}
+
+
+def summarize(per_query: dict[str, np.ndarray], rset: RetrievalSet) -> dict[str, float]:
+    """Means over queries, plus the set's size."""
+    means = {name: float(values.mean()) for name, values in per_query.items()}
+    return means | {"ir_queries": float(len(rset.query_texts)), "ir_candidates": float(len(rset.candidate_texts))}
+
+
+# -- rankings from a model's outputs ------------------------------------------------------------------
+def dense_rankings(query_vectors: np.ndarray, candidate_vectors: np.ndarray, rset: RetrievalSet, depth: int) -> list[list[int]]:
+    """Exact inner-product search (FAISS flat), then tie-aware ranking; vectors [q, d] and [n, d], normalised."""
+    from lmplatform.retrieval.faiss_import import import_faiss
+
+    faiss = import_faiss()
+    index = faiss.IndexFlatIP(candidate_vectors.shape[1])
+    index.add(np.ascontiguousarray(candidate_vectors, dtype=np.float32))
+    pool = len(rset.candidate_texts)
+    # One beyond the deepest cut-off shows whether the last kept score is shared further down.
+    width = min(pool, depth + 1 + max((len(e) for e in rset.excluded), default=0))
+    scores, found = index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), width)
+    rankings = []
+    for row, (row_scores, row_ids) in enumerate(zip(scores, found)):
+        keep = [(int(i), float(s)) for i, s in zip(row_ids, row_scores) if i >= 0 and int(i) not in rset.excluded[row]]
+        ranked = rank_against_query([i for i, _ in keep], [s for _, s in keep], rset.relevant[row], complete=width == pool)
+        rankings.append(ranked[:depth])
+    return rankings
+
+
+def reranked_rankings(pair_scores: np.ndarray, rset: RetrievalSet, depth: int, rerank: int) -> list[list[int]]:
+    """Two-stage rankings: each query's first `rerank` first-stage candidates ordered by the re-ranker's
+    scores (flat, in `rerank_pairs` order), then the rest of the first stage's list as it was.
+
+    A relevant document the first stage did not return is never ranked: two-stage retrieval misses it.
+    """
+    assert rset.first_stage is not None
+    rankings, start = [], 0
+    for row, candidates in enumerate(rset.first_stage):
+        top, rest = candidates[:rerank], candidates[rerank:]
+        scores = pair_scores[start : start + len(top)]
+        start += len(top)
+        rankings.append((rank_against_query(top, scores, rset.relevant[row], complete=True) + rest)[:depth])
+    return rankings
+
+
+def rerank_pairs(rset: RetrievalSet, rerank: int) -> tuple[list[str], list[str]]:
+    """(query, candidate) texts of each query's first `rerank` first-stage candidates, query by query."""
+    assert rset.first_stage is not None
+    queries, documents = [], []
+    for row, candidates in enumerate(rset.first_stage):
+        queries += [rset.query_texts[row]] * len(candidates[:rerank])
+        documents += [rset.candidate_texts[i] for i in candidates[:rerank]]
+    return queries, documents
+
+
+def evaluate_model(model: object, rset: RetrievalSet, cfg: RetrievalValidationConfig,
+                   encode: Optional[Callable[[Sequence[str]], np.ndarray]] = None,
+                   score: Optional[Callable[[Sequence[str], Sequence[str]], np.ndarray]] = None) -> dict[str, np.ndarray]:
+    """Per-query metrics of a bi-encoder (`encode`: texts -> normalised vectors) or a re-ranker (`score`).
+
+    `model` is an `Encoder` or a `CrossEncoder`; `encode`/`score` replace its own methods (e.g. by a
+    version that shards the texts over training workers).
+    """
+    from lmplatform.models.cross_encoder import CrossEncoder
+
+    if isinstance(model, CrossEncoder):
+        score = score or (lambda q, d: model.score(q, d, batch_size=cfg.batch_size))
+        pair_scores = np.asarray(score(*rerank_pairs(rset, cfg.candidates)))
+        return score_rankings(reranked_rankings(pair_scores, rset, cfg.depth(), cfg.candidates), rset, cfg)
+    encode = encode or (lambda texts: model.encode(texts, batch_size=cfg.batch_size))  # type: ignore[attr-defined]
+    vectors = encode([*rset.query_texts, *rset.candidate_texts])
+    queries, candidates = vectors[: len(rset.query_texts)], vectors[len(rset.query_texts) :]
+    return score_rankings(dense_rankings(queries, candidates, rset, cfg.depth()), rset, cfg)
+
+
+# -- building the set --------------------------------------------------------------------------------
+class _Groups:
+    """Union-find over texts: texts linked through any pair are one duplicate group."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def link(self, a: str, b: str) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def read_distractors(cfg: DistractorConfig, clean: bool) -> tuple[list[str], int]:
+    """(distinct document texts, rows skipped as unusable) from the distractor files."""
+    texts: dict[str, None] = {}
+    skipped = 0
+    for path in expand_paths(cfg.paths):
+        fmt = detect_format(path)
+        names = ["text"] if fmt == "text" else cfg.fields
+        for row in read_rows(path, fmt):
+            if isinstance(row, BadRow):
+                skipped += 1
+                continue
+            parts = [str(row.fields[n]).strip() for n in names if row.fields.get(n) not in (None, "")]
+            text = ". ".join(p for p in parts if p)
+            text = clean_text(text) if clean else text
+            if text.strip():
+                texts[text] = None
+            else:
+                skipped += 1
+    documents = list(texts)
+    if cfg.max_documents is not None and len(documents) > cfg.max_documents:
+        documents = random.Random(cfg.seed).sample(documents, cfg.max_documents)
+    return documents, skipped
+
+
+def _stable_order(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def retrieval_set_from_pairs(
+    all_pairs: Sequence[Pair], query_pairs: Sequence[Pair], distractors: Sequence[str], cfg: RetrievalValidationConfig,
+) -> RetrievalSet:
+    """Queries of `query_pairs` ranked against their documents plus `distractors`.
+
+    Relevance 'group': the other texts of the query's group, linked through any of `all_pairs`.
+    """
+    groups = _Groups()
+    for pair in all_pairs:
+        groups.link(pair.query, pair.document)
+    candidates: dict[str, int] = {}
+    for text in [p.document for p in query_pairs] + list(distractors):
+        candidates.setdefault(text, len(candidates))
+    members: dict[str, list[int]] = defaultdict(list)
+    for text, index in candidates.items():
+        if text in groups.parent:
+            members[groups.find(text)].append(index)
+    own: dict[str, set[int]] = defaultdict(set)
+    for pair in query_pairs:
+        own[pair.query].add(candidates[pair.document])
+    queries = sorted(own, key=_stable_order)
+    if cfg.max_queries is not None:
+        queries = queries[: cfg.max_queries]
+    query_texts, relevant, excluded = [], [], []
+    self_matches = 0
+    for query in queries:
+        itself = {candidates[query]} if query in candidates else set()
+        related = set(members[groups.find(query)]) if cfg.relevance == "group" else set(own[query])
+        related -= itself
+        if not related:  # e.g. the query's only document is its own text
+            continue
+        self_matches += bool(itself)
+        query_texts.append(query)
+        relevant.append(frozenset(related))
+        excluded.append(frozenset(itself))
+    counts = {
+        "queries": len(query_texts), "queries_without_relevant": len(queries) - len(query_texts),
+        "candidates": len(candidates), "distractors": len(distractors), "queries_in_pool": self_matches,
+    }
+    return RetrievalSet(query_texts, list(candidates), relevant, excluded, counts)
+
+
+def build_retrieval_set(cfg: RetrievalValidationConfig, run_data: Optional[DataConfig] = None) -> RetrievalSet:
+    """Read the pairs (the run's own data unless `cfg.pairs` names others) and distractors into a set."""
+    data = cfg.pairs or run_data
+    if data is None:
+        raise DataError("retrieval_validation needs pairs: set retrieval_validation.pairs")
+    pairs = read_pairs(data)
+    queries = pairs.validation if cfg.split == "validation" else pairs.train + pairs.validation
+    if not queries:
+        raise DataError(
+            f"retrieval_validation: no {cfg.split} pairs in {', '.join(data.train_paths + data.validation_paths)} "
+            "(set validation_paths or a validation_fraction above 0, or split: all)"
+        )
+    distractors, skipped = read_distractors(cfg.distractors, data.clean) if cfg.distractors else ([], 0)
+    rset = retrieval_set_from_pairs(pairs.train + pairs.validation, queries, distractors, cfg)
+    rset.counts["distractor_rows_skipped"] = skipped
+    return rset
+
+
+def prepare_retrieval_set(cfg: RunConfig) -> Optional[RetrievalSet]:
+    """The run's corpus-level validation set (driver side), or None when it configures none."""
+    rv = cfg.retrieval_validation
+    if rv is None:
+        return None
+    rset = build_retrieval_set(rv, cfg.data)
+    return attach_first_stage(rset, rv) if cfg.objective.name == "cross_encoder" else rset
+
+
+def attach_first_stage(rset: RetrievalSet, cfg: RetrievalValidationConfig) -> RetrievalSet:
+    """Give each query the first-stage retriever's ranking, deep enough for every cut-off and for the
+    `cfg.candidates` a re-ranker re-orders (cross-encoder validation)."""
+    from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever
+
+    retriever = BM25Retriever() if cfg.first_stage == "bm25" else DenseRetriever.from_pretrained(cfg.first_stage, batch_size=cfg.batch_size)
+    ids = [str(i) for i in range(len(rset.candidate_texts))]
+    retriever.index(ids, rset.candidate_texts)
+    exclude = [{str(i) for i in e} for e in rset.excluded]
+    hits = retriever.search(rset.query_texts, min(max(cfg.candidates, cfg.depth()), len(ids)), exclude=exclude)
+    rset.first_stage = [[int(doc) for doc, _ in row] for row in hits]
+    found = sum(bool(set(row[: cfg.candidates]) & rel) for row, rel in zip(rset.first_stage, rset.relevant))
+    rset.counts["first_stage_queries_with_a_relevant"] = found
+    return rset
+
+
+class CorpusRetrievalValidator:
+    """`validator(model) -> {ir_*: mean}` inside training: every worker encodes (or scores) a shard of
+    the texts, gathers the rest, and ranks every query against the whole pool. Call it on every worker."""
+
+    def __init__(self, rset: RetrievalSet, cfg: RetrievalValidationConfig, view: Callable[[object], object]):
+        self.rset, self.cfg, self.view = rset, cfg, view
+
+    def __call__(self, model: object) -> dict[str, float]:
+        from lmplatform.train.distributed import map_sharded
+
+        ranker = self.view(model)
+        size = self.cfg.batch_size
+        per_query = evaluate_model(
+            ranker, self.rset, self.cfg,
+            encode=lambda texts: map_sharded(lambda part: ranker.encode(part, batch_size=size), texts),  # type: ignore[attr-defined]
+            score=lambda q, d: map_sharded(
+                lambda part: ranker.score([a for a, _ in part], [b for _, b in part], batch_size=size),  # type: ignore[attr-defined]
+                list(zip(q, d))),
+        )
+        return summarize(per_query, self.rset)

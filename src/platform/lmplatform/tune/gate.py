@@ -1,0 +1,246 @@
+"""The champion gate: a candidate takes the alias only on evidence, never on noise or by forgetting.
+
+1. Confirmation on held-out data. The candidate (a study's best trial, chosen on validation) and the
+   model it would replace (the current champion, or for a first champion the model the trials started
+   from) are both scored, query by query, on a retrieval set no trial saw. Choosing the best of N
+   trials on the data that also judges it would promote the luckiest trial (winner's curse).
+2. A gain that beats noise. The per-query differences are resampled (paired bootstrap); the candidate
+   wins only if the whole confidence interval of the mean gain lies above 0.
+3. No forgetting. On a small general-capability pack (STS Spearman, paraphrase retrieval, old-domain
+   MLM loss where both models carry a trained head) the candidate may not fall behind by more than
+   the tolerance.
+
+`decide` is the rule as a pure function; `run_gate` loads the models and measures.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
+
+GATE_TAG = "lmp.gate"
+
+
+@dataclass
+class PairedComparison:
+    """Mean per-query scores of two models on the same queries and the bootstrap interval of the gain."""
+
+    metric: str
+    candidate: float
+    comparator: float
+    gain: float
+    low: float
+    high: float
+    level: float
+    queries: int
+
+    def describe(self) -> str:
+        return (f"{self.metric} {self.candidate:.4f} vs {self.comparator:.4f}: gain {self.gain:+.4f}, "
+                f"{self.level:.0%} CI [{self.low:+.4f}, {self.high:+.4f}] over {self.queries} queries")
+
+
+@dataclass
+class ProbeResult:
+    """One general-capability probe for both models; `drop` > 0 means the candidate is worse."""
+
+    name: str
+    candidate: Optional[float]
+    comparator: Optional[float]
+    drop: Optional[float]
+    higher_is_better: bool = True
+    note: str = ""
+
+    def describe(self) -> str:
+        if self.drop is None:
+            return f"{self.name}: skipped ({self.note})"
+        return f"{self.name} {self.candidate:.4f} vs {self.comparator:.4f} (drop {self.drop:+.4f})"
+
+
+@dataclass
+class GateVerdict:
+    promote: bool
+    reason: str
+    compared_with: str
+    comparison: Optional[PairedComparison] = None
+    probes: list[ProbeResult] = field(default_factory=list)
+
+    def tags(self) -> dict[str, str]:
+        """The numbers behind the decision, for the registered version (`lmp models why` reads them)."""
+        tags = {f"{GATE_TAG}.compared_with": self.compared_with}
+        c = self.comparison
+        if c is not None:
+            tags |= {f"{GATE_TAG}.metric": c.metric, f"{GATE_TAG}.candidate": f"{c.candidate:.6f}",
+                     f"{GATE_TAG}.comparator": f"{c.comparator:.6f}", f"{GATE_TAG}.gain": f"{c.gain:.6f}",
+                     f"{GATE_TAG}.ci_low": f"{c.low:.6f}", f"{GATE_TAG}.ci_high": f"{c.high:.6f}",
+                     f"{GATE_TAG}.level": str(c.level), f"{GATE_TAG}.queries": str(c.queries)}
+        for probe in self.probes:
+            tags[f"{GATE_TAG}.probe.{probe.name}"] = probe.describe()
+        return tags
+
+
+def paired_bootstrap(candidate: np.ndarray, comparator: np.ndarray, level: float = 0.95,
+                     resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """(mean gain, CI low, CI high) of candidate − comparator over the same queries [q], percentile bootstrap.
+
+    Resampling whole queries keeps each query's pair together, so the interval reflects how much the
+    gain depends on which queries happened to be in the set.
+    """
+    candidate, comparator = np.asarray(candidate, dtype=np.float64), np.asarray(comparator, dtype=np.float64)
+    if candidate.shape != comparator.shape or candidate.ndim != 1 or not len(candidate):
+        raise ValueError(f"need two equal-length, non-empty score vectors, got {candidate.shape} and {comparator.shape}")
+    gains = candidate - comparator
+    mean = float(gains.mean())
+    if np.all(gains == gains[0]):  # no spread to resample (e.g. the same model twice)
+        return mean, mean, mean
+    from scipy.stats import bootstrap
+
+    result = bootstrap((gains,), np.mean, confidence_level=level, n_resamples=resamples, method="percentile",
+                       random_state=np.random.default_rng(seed))
+    return mean, float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def compare(metric: str, candidate: np.ndarray, comparator: np.ndarray, spec: ChampionSpec) -> PairedComparison:
+    gain, low, high = paired_bootstrap(candidate, comparator, spec.level, spec.resamples, spec.seed)
+    return PairedComparison(metric, float(np.mean(candidate)), float(np.mean(comparator)), gain, low, high,
+                            spec.level, len(candidate))
+
+
+def decide(comparison: Optional[PairedComparison], probes: Sequence[ProbeResult], tolerance: float,
+           compared_with: str) -> GateVerdict:
+    """The rule: the gain's interval lies above 0, and no probe drops by more than `tolerance`."""
+    probes = list(probes)
+    if comparison is None:
+        return GateVerdict(True, f"nothing to compare with ({compared_with})", compared_with, None, probes)
+    if comparison.low <= 0:
+        why = ("no gain" if comparison.gain <= 0 else "the gain is within noise: its interval includes 0")
+        return GateVerdict(False, f"{why}; {comparison.describe()} against {compared_with}", compared_with, comparison, probes)
+    regressed = [p for p in probes if p.drop is not None and p.drop > tolerance]
+    if regressed:
+        return GateVerdict(
+            False, f"forgets: {'; '.join(p.describe() for p in regressed)} exceeds the tolerance {tolerance:g} "
+            f"(while {comparison.describe()})", compared_with, comparison, probes)
+    return GateVerdict(True, f"beats {compared_with}: {comparison.describe()}"
+                       + (f"; no probe dropped more than {tolerance:g}" if probes else ""), compared_with, comparison, probes)
+
+
+# -- measuring ---------------------------------------------------------------------------------------
+def load_ranker(model_dir: str | Path, objective: str) -> object:
+    """The model as the gate scores it: a CrossEncoder for re-rankers, an Encoder otherwise."""
+    if objective == "cross_encoder":
+        from lmplatform.models.cross_encoder import CrossEncoder
+
+        return CrossEncoder.from_pretrained(model_dir)
+    from lmplatform.models.encoder import Encoder
+
+    return Encoder.from_pretrained(model_dir)
+
+
+def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]:
+    from scipy.stats import spearmanr
+
+    from lmplatform.evaluation.sts import read_pairs_jsonl
+
+    pairs = read_pairs_jsonl(spec.path, "sts", spec.scale, spec.score_field, spec.sentence1_field,
+                             spec.sentence2_field, where=spec.where or None, limit=spec.limit)
+    out = []
+    for encoder in encoders:
+        a = encoder.encode(pairs.sentence1)  # type: ignore[attr-defined]
+        b = encoder.encode(pairs.sentence2)  # type: ignore[attr-defined]
+        out.append(float(spearmanr((a * b).sum(1), pairs.scores).statistic))
+    return out
+
+
+def _paraphrase_probe(specs: Sequence[ScoredPairsSpec], min_share: float, encoders: Sequence[object]) -> list[float]:
+    from lmplatform.config.schema import RetrievalValidationConfig
+    from lmplatform.data.pairs import Pair
+    from lmplatform.evaluation.retrieval_validation import evaluate_model, retrieval_set_from_pairs
+    from lmplatform.evaluation.sts import read_pairs_jsonl
+
+    paraphrases: list[Pair] = []
+    others: list[str] = []
+    for spec in specs:
+        pairs = read_pairs_jsonl(spec.path, "paraphrase", spec.scale, spec.score_field, spec.sentence1_field,
+                                 spec.sentence2_field, where=spec.where or None, limit=spec.limit)
+        low, high = spec.scale
+        threshold = low + min_share * (high - low)
+        for s1, s2, score in zip(pairs.sentence1, pairs.sentence2, pairs.scores):
+            if score >= threshold and s1 != s2:
+                paraphrases.append(Pair(s1, s2))
+            else:
+                others.append(s2)
+    cfg = RetrievalValidationConfig(relevance="pair", recall_ks=[1], mrr_k=10)
+    rset = retrieval_set_from_pairs(paraphrases, paraphrases, others, cfg)
+    return [float(evaluate_model(e, rset, cfg)["ir_mrr_at_10"].mean()) for e in encoders]
+
+
+def has_trained_mlm_head(model_dir: str | Path) -> bool:
+    """Whether the folder's weights hold an MLM head's transform (the decoder alone is tied to the embeddings)."""
+    from safetensors import safe_open
+
+    for weights in Path(model_dir).glob("*.safetensors"):
+        with safe_open(str(weights), "pt") as handle:
+            if any(key.startswith("cls.predictions.transform") for key in handle.keys()):
+                return True
+    return False
+
+
+def general_probes(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_dir: str | Path,
+                   objective: str) -> list[ProbeResult]:
+    """Every probe of the pack for both models (candidate first)."""
+    probes: list[ProbeResult] = []
+    embedding = objective != "cross_encoder"
+    encoders = [load_ranker(candidate_dir, objective), load_ranker(comparator_dir, objective)] if embedding else []
+    if pack.sts is not None:
+        if embedding:
+            cand, comp = _sts_probe(pack.sts, encoders)
+            probes.append(ProbeResult("sts_spearman", cand, comp, comp - cand))
+        else:
+            probes.append(ProbeResult("sts_spearman", None, None, None, note="a re-ranker has no embeddings"))
+    if pack.paraphrase:
+        if embedding:
+            cand, comp = _paraphrase_probe(pack.paraphrase, pack.paraphrase_min_share, encoders)
+            probes.append(ProbeResult("paraphrase_mrr_at_10", cand, comp, comp - cand))
+        else:
+            probes.append(ProbeResult("paraphrase_mrr_at_10", None, None, None, note="a re-ranker has no embeddings"))
+    if pack.old_domain is not None:
+        probes.append(_old_domain_probe(pack, candidate_dir, comparator_dir))
+    return probes
+
+
+def _old_domain_probe(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_dir: str | Path) -> ProbeResult:
+    from lmplatform.config.schema import DataConfig
+    from lmplatform.data.sampling import sample_texts
+    from lmplatform.evaluation.forgetting import old_domain_mlm_loss
+
+    if not (has_trained_mlm_head(candidate_dir) and has_trained_mlm_head(comparator_dir)):
+        return ProbeResult("old_domain_mlm_loss", None, None, None, higher_is_better=False,
+                           note="a model has no trained MLM head, so its MLM loss would measure a random head")
+    texts = sample_texts(DataConfig(train_paths=[pack.old_domain], validation_fraction=0.0), pack.old_domain_texts,
+                         seed=1234, split="train")
+    cand = old_domain_mlm_loss(str(candidate_dir), texts)["mlm_loss"]
+    comp = old_domain_mlm_loss(str(comparator_dir), texts)["mlm_loss"]
+    return ProbeResult("old_domain_mlm_loss", cand, comp, cand - comp, higher_is_better=False)
+
+
+def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str | Path,
+             comparator_dir: Optional[str | Path], compared_with: str) -> GateVerdict:
+    """Score both models on the confirmation set and the general pack, then `decide`."""
+    from lmplatform.evaluation.retrieval_validation import attach_first_stage, build_retrieval_set, evaluate_model
+
+    if comparator_dir is None:
+        return decide(None, [], 0.0, compared_with)
+    assert spec.confirm is not None
+    rset = build_retrieval_set(spec.confirm)
+    if objective == "cross_encoder":
+        attach_first_stage(rset, spec.confirm)
+    scores = [evaluate_model(load_ranker(folder, objective), rset, spec.confirm)[metric]
+              for folder in (candidate_dir, comparator_dir)]
+    comparison = compare(metric, scores[0], scores[1], spec)
+    # The probes cost encodes; a candidate that does not win is refused without them.
+    wins = comparison.low > 0
+    probes = general_probes(spec.general, candidate_dir, comparator_dir, objective) if spec.general and wins else []
+    return decide(comparison, probes, spec.general.tolerance if spec.general else 0.0, compared_with)

@@ -1,0 +1,139 @@
+"""Corpus-level retrieval validation: tie-aware ranking, group relevance, and a collapsed encoder scoring 0."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig
+from lmplatform.data.pairs import Pair
+from lmplatform.data.readers import DataError
+from lmplatform.evaluation.retrieval import ndcg_at_k
+from lmplatform.evaluation.retrieval_validation import (
+    build_retrieval_set,
+    dense_rankings,
+    evaluate_model,
+    rank_against_query,
+    retrieval_set_from_pairs,
+    score_rankings,
+    summarize,
+)
+
+CFG = RetrievalValidationConfig(recall_ks=[1, 3], mrr_k=3, ndcg_k=3, map_k=5)
+
+
+def test_ties_count_against_the_query() -> None:
+    # 7 ties with 3: the non-relevant tie goes first
+    assert rank_against_query([3, 7, 1], [0.5, 0.5, 0.9], relevant={3}, complete=True) == [1, 7, 3]
+    # not the whole pool: a relevant id at the lowest returned score may have unseen equals below the cut
+    assert rank_against_query([3, 7, 1], [0.5, 0.5, 0.9], relevant={3}, complete=False) == [1, 7]
+    assert rank_against_query([3, 7, 1], [0.6, 0.5, 0.9], relevant={3}, complete=False) == [1, 3, 7]
+
+
+def test_ndcg_is_one_for_an_ideal_ranking_and_discounts_by_log_rank() -> None:
+    assert ndcg_at_k(["a", "b", "c"], {"a", "b"}, 3) == pytest.approx(1.0)
+    assert ndcg_at_k(["x", "a"], {"a"}, 3) == pytest.approx(1 / np.log2(3))
+    assert ndcg_at_k(["x", "y", "z", "a"], {"a"}, 3) == 0.0
+
+
+def test_group_relevance_and_the_query_never_ranks_itself() -> None:
+    # q1 and q2 are duplicates of d; q2's text is also in the pool (a distractor corpus holding every report)
+    pairs = [Pair("q1", "d"), Pair("q2", "d"), Pair("q3", "e")]
+    rset = retrieval_set_from_pairs(pairs, pairs[:2], ["q2", "x", "y"], CFG)
+    index = {text: i for i, text in enumerate(rset.candidate_texts)}
+    by_query = dict(zip(rset.query_texts, zip(rset.relevant, rset.excluded)))
+    assert by_query["q1"] == ({index["d"], index["q2"]}, frozenset())
+    assert by_query["q2"] == ({index["d"]}, {index["q2"]})
+    pair_only = retrieval_set_from_pairs(pairs, pairs[:2], ["q2", "x"], CFG.model_copy(update={"relevance": "pair"}))
+    assert all(rel == {pair_only.candidate_texts.index("d")} for rel in pair_only.relevant)
+
+
+def test_planted_vectors_give_exact_metrics() -> None:
+    pairs = [Pair("qa", "a"), Pair("qb", "b")]
+    rset = retrieval_set_from_pairs(pairs, pairs, ["c", "d", "e"], CFG)
+    candidates = {"a": [1, 0, 0], "b": [0, 1, 0], "c": [0.9, 0.1, 0], "d": [0, 0, 1], "e": [0, 0.5, 0.5]}
+    queries = {"qa": [1, 0, 0], "qb": [0, 0.6, 0.8]}  # qa finds a first; qb ranks d, e above b
+    vectors = lambda texts, table: np.array([table[t] for t in texts], dtype=np.float32)  # noqa: E731
+    q = vectors(rset.query_texts, queries)
+    c = vectors(rset.candidate_texts, candidates)
+    c /= np.linalg.norm(c, axis=1, keepdims=True)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    per_query = score_rankings(dense_rankings(q, c, rset, CFG.depth()), rset, CFG)
+    order = {text: i for i, text in enumerate(rset.query_texts)}
+    assert per_query["ir_mrr_at_3"][order["qa"]] == 1.0
+    assert per_query["ir_mrr_at_3"][order["qb"]] == pytest.approx(1 / 3)
+    assert per_query["ir_recall_at_1"].tolist() == [1.0 if t == "qa" else 0.0 for t in rset.query_texts]
+    means = summarize(per_query, rset)
+    assert means["ir_queries"] == 2 and means["ir_candidates"] == 5
+
+
+def _collapsed(encoder):  # noqa: ANN001,ANN202 - every text gets the same vector
+    import torch
+
+    with torch.no_grad():
+        for param in encoder.backbone.parameters():
+            param.zero_()
+    return encoder
+
+
+def test_a_collapsed_encoder_scores_zero_not_one(tiny_bert: Path) -> None:
+    from lmplatform.models.encoder import Encoder
+    from lmplatform.objectives.biencoder import InBatchRetrievalEvaluator, PairCollator
+    from lmplatform.objectives.infonce import Temperature
+
+    words = "printer database login timeout crash server disk memory network error".split()
+    pairs = [Pair(f"{a} {b} report", f"{a} {b} ticket") for a in words[:5] for b in words[5:]]
+    rset = retrieval_set_from_pairs(pairs, pairs, [f"{w} notes" for w in words], CFG)
+    encoder = _collapsed(Encoder.from_pretrained(tiny_bert))
+    vectors = encoder.encode(["printer", "a much longer text about the network"])
+    assert np.allclose(vectors[0], vectors[1])  # collapsed indeed
+    means = summarize(evaluate_model(encoder, rset, CFG), rset)
+    chance = 1 / len(rset.candidate_texts)
+    assert means["ir_mrr_at_3"] <= chance and means["ir_recall_at_3"] <= chance
+    # the in-batch diagnostic no longer rewards ties either (it used to score 1.0 here)
+    collate = PairCollator(encoder.tokenizer, 32)
+    batch = collate({"query": np.array([p.query for p in pairs[:8]]), "document": np.array([p.document for p in pairs[:8]])})
+    sums = InBatchRetrievalEvaluator(Temperature(0.05, learnable=False))(encoder, [batch])
+    assert sums["inbatch_accuracy"][0] == 0.0 and sums["inbatch_mrr"][0] / sums["inbatch_mrr"][1] == pytest.approx(1 / 8)
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_build_from_files_with_a_distractor_sample(tmp_path: Path) -> None:
+    pairs = _jsonl(tmp_path / "pairs.jsonl", [{"query": f"query {i}", "document": f"document {i}"} for i in range(40)])
+    corpus = _jsonl(tmp_path / "corpus.jsonl", [{"title": f"report {i}", "body": "text"} for i in range(50)]
+                    + [{"title": "document 3"}])  # a report identical to a pair's document is one candidate
+    cfg = RetrievalValidationConfig(
+        pairs=DataConfig(train_paths=[str(pairs)], validation_fraction=0.5),
+        distractors=DistractorConfig(paths=[str(corpus)], fields=["title", "body"]),
+    )
+    rset = build_retrieval_set(cfg)
+    assert 0 < len(rset.query_texts) < 40
+    assert len(rset.candidate_texts) == len(set(rset.candidate_texts))
+    assert "report 7. text" in rset.candidate_texts
+    sampled = build_retrieval_set(cfg.model_copy(update={"distractors": cfg.distractors.model_copy(update={"max_documents": 10})}))
+    assert sampled.counts["distractors"] == 10
+    assert build_retrieval_set(cfg).fingerprint() == rset.fingerprint() != sampled.fingerprint()
+    with pytest.raises(DataError, match="no validation pairs"):
+        build_retrieval_set(cfg.model_copy(update={"pairs": DataConfig(train_paths=[str(pairs)], validation_fraction=0.0)}))
+
+
+def test_config_rules_name_the_field() -> None:
+    from lmplatform.config.loader import ConfigError, load_run_config
+
+    base = {"data": {"train_paths": ["x.jsonl"]}, "retrieval_validation": {}}
+    with pytest.raises(ConfigError, match="applies to objectives biencoder, cross_encoder, declutr, not 'mlm'"):
+        load_run_config(None, base=base)
+    with pytest.raises(ConfigError, match="retrieval_validation.pairs is required for declutr"):
+        load_run_config(None, base=base | {"objective": {"name": "declutr"}})
+    with pytest.raises(ConfigError, match="first_stage and .candidates apply to cross_encoder only"):
+        load_run_config(None, base=base | {"objective": {"name": "biencoder"}, "retrieval_validation": {"candidates": 5}})
+    cfg = load_run_config(None, base=base | {"objective": {"name": "biencoder"}})
+    assert cfg.retrieval_validation.metric_names()[:3] == ("ir_recall_at_1", "ir_recall_at_10", "ir_recall_at_20")
+    # workers validate the config again from its dump, with every field set
+    assert type(cfg).model_validate(cfg.model_dump(mode="json")) == cfg
