@@ -132,3 +132,18 @@ def test_refusal_paths_and_promotion_on_a_real_registry(tmp_path: Path, tiny_ber
     assert f"not champion (champion is version {first.version})" in out.output and "gate: refused: no gain" in out.output
     out = CliRunner().invoke(app, ["models", "why", "retriever", "--version", first.version, "--tracking-uri", mlflow_uri])
     assert "holds champion" in out.output and "ci_low" in out.output
+
+
+def test_a_confirmation_set_must_be_held_out_from_training_and_selection(gate_files: dict[str, Path], tmp_path: Path) -> None:
+    from lmplatform.config.loader import ConfigError, load_run_config
+    from lmplatform.tune.gate import check_held_out
+
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"query": t, "document": t + " !"}) + "\n" for t in _triples(GENERAL)[:10]))
+    spec = ChampionSpec(confirm=RetrievalValidationConfig(
+        pairs=DataConfig(train_paths=[str(gate_files["confirm"])], validation_fraction=0.0), split="all"))
+    base = {"objective": {"name": "biencoder"}, "data": {"train_paths": [str(other)]}}
+    check_held_out(spec, load_run_config(None, base=base))
+    with pytest.raises(ConfigError, match="champion.confirm shares 24 of its 24 queries"):
+        check_held_out(spec, load_run_config(None, base=base | {"data": {"train_paths": [str(other)],
+                                                                        "validation_paths": [str(gate_files["confirm"])]}}))

@@ -18,6 +18,10 @@ BLAS_MIN_QUERY_FLOATS = 2 * 384 + 1
 
 
 def import_faiss() -> ModuleType:
+    import logging
+
+    # faiss's loader logs at INFO each SIMD build it tried and could not load; Ray workers show INFO.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     import faiss
 
     faiss.cvar.distance_compute_blas_threshold = BLAS_MIN_QUERY_FLOATS

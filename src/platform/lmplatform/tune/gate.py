@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
 from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
+
+if TYPE_CHECKING:
+    from lmplatform.config.schema import RunConfig
 
 GATE_TAG = "lmp.gate"
 
@@ -244,3 +247,31 @@ def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str
     wins = comparison.low > 0
     probes = general_probes(spec.general, candidate_dir, comparator_dir, objective) if spec.general and wins else []
     return decide(comparison, probes, spec.general.tolerance if spec.general else 0.0, compared_with)
+
+
+def check_held_out(spec: ChampionSpec, base: "RunConfig") -> None:
+    """Refuse a confirmation set that shares queries with the pairs the trials train or select on.
+
+    Run before any trial starts: it also reads (and so checks) every file of the confirmation set.
+    """
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.data.pairs import read_pairs
+    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
+
+    if spec.confirm is None:
+        return
+    confirm = set(build_retrieval_set(spec.confirm).query_texts)
+    sources = [base.data] if base.objective.name in ("biencoder", "cross_encoder") else []
+    if base.retrieval_validation is not None and base.retrieval_validation.pairs is not None:
+        sources.append(base.retrieval_validation.pairs)
+    seen: set[str] = set()
+    for data in sources:
+        pairs = read_pairs(data)
+        seen |= {pair.query for pair in pairs.train + pairs.validation}
+    overlap = confirm & seen
+    if overlap:
+        raise ConfigError(
+            f"champion.confirm shares {len(overlap)} of its {len(confirm)} queries with the pairs the trials train or "
+            f"select on (e.g. {sorted(overlap)[0][:80]!r}): a confirmation set must be held out from both; "
+            "point champion.confirm.pairs at a split of its own"
+        )

@@ -260,6 +260,10 @@ def run_study(
 
     loaded = load_space(space_path, list(overrides))  # every check happens before Ray starts
     space = loaded.space
+    if loaded.base is not None and space.champion.register_best:
+        from lmplatform.tune.gate import check_held_out
+
+        check_held_out(space.champion, loaded.base)
     storage = Path(resolve_project_path(storage_path or space.storage_path))
     if resume:
         experiment_path = _find_study(storage, space.study, resume)
