@@ -57,3 +57,19 @@ def test_snippet_cuts_at_a_word_boundary() -> None:
     cut = snippet("alpha beta gamma delta epsilon", 14)
     assert cut == "alpha beta…" and len(cut) <= 15
     assert snippet("x" * 30, 10) == "x" * 10 + "…"
+
+
+def test_every_text_field_refuses_lone_surrogates_naming_the_field() -> None:
+    good = {"query": "vpn", "texts": ["vpn"], "a": "vpn", "b": "vpn"}
+    cases = [(SearchRequest, {"query": "vpn \ud800 down"}, ("query",)),
+             (TextsRequest, {"texts": ["fine", "\udfff"]}, ("texts", 1)),
+             (SimilarityRequest, {"a": "\udbff\udbff", "b": "vpn"}, ("a",)),
+             (SimilarityRequest, {"a": "vpn", "b": "x\udc00"}, ("b",))]
+    for model, body, loc in cases:
+        with pytest.raises(ValidationError) as caught:
+            model.model_validate(body)
+        (error,) = caught.value.errors()
+        assert error["loc"] == loc and "lone surrogate" in error["msg"], error
+        model.model_validate({k: good[k] for k in body})
+    # A JSON surrogate *pair* is one valid character; control and private-use characters are text.
+    assert SearchRequest.model_validate({"query": "vpn \U0001F600 \x00\x1b \ue000 \ufffe"}).query.startswith("vpn")

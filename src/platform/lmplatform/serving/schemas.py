@@ -1,15 +1,16 @@
 """HTTP request and response models, and the limits every request is checked against.
 
 Types are strict (a number where text is expected is an error, never coerced) and
-unknown fields are rejected, so a typo in a client surfaces at once. Size limits
+unknown fields are rejected, so a typo in a client surfaces at once. Every text field
+is `Text`: a string that is valid Unicode, so it can be encoded for the tokenizer. Size limits
 are configurable per deployment, so they are checked by `ServeLimits.check_*`
 after parsing rather than baked into the models; every violation names its field.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from lmplatform.config.base import Section
 
@@ -59,23 +60,43 @@ class ServeLimits(Section):
             raise RequestLimitError("k", f"must be between 1 and {self.max_k}, got {request.k}")
 
 
+def encodable(text: str) -> str:
+    """`text` unchanged if it is valid Unicode; else a ValueError saying where it is not.
+
+    JSON lets a client write any UTF-16 code unit as an escape, so `"vpn \\ud800 down"` parses to a
+    Python string holding a lone surrogate. Python keeps it, but the fast tokenizers (Rust strings)
+    refuse it with a TypeError, which inside a batch would fail every request batched with it.
+    Surrogates are the only code points a JSON string can hold that UTF-8 cannot encode.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"is not valid Unicode text: lone surrogate U+{ord(text[exc.start]):04X} at character "
+                         f"{exc.start} (a JSON \\uD800-\\uDBFF escape must be followed by a \\uDC00-\\uDFFF one)") from None
+    return text
+
+
+# Every text a request carries to a model: strict (no coercion) and encodable.
+Text = Annotated[StrictStr, AfterValidator(encodable)]
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class SearchRequest(_Request):
-    query: StrictStr = Field(..., description="Search text (non-empty, at most limits.max_query_chars).")
+    query: Text = Field(..., description="Search text (non-empty, at most limits.max_query_chars).")
     k: StrictInt = Field(10, description="Number of hits (1..limits.max_k).")
     rerank: StrictBool = Field(False, description="Re-score the top candidates with the cross-encoder (if one is deployed).")
 
 
 class TextsRequest(_Request):
-    texts: list[StrictStr] = Field(..., description="1..limits.max_texts non-empty texts.")
+    texts: list[Text] = Field(..., description="1..limits.max_texts non-empty texts.")
 
 
 class SimilarityRequest(_Request):
-    a: StrictStr
-    b: StrictStr
+    a: Text
+    b: Text
 
 
 class Hit(BaseModel):
