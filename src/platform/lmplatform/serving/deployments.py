@@ -19,6 +19,7 @@ from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 import numpy as np
 from ray import serve
 
+from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
 from lmplatform.serving.release import Release, ReleaseError, fetch, load_index_and_store
 
 logger = logging.getLogger("ray.serve")
@@ -144,6 +145,7 @@ class RetrieverDeployment:
             method.set_max_batch_size(self.max_batch_size)
             method.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.0)))
         self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(lambda r: _LoadedRetriever(r, cache_dir), "retriever")
+        self.isolate_embed, self.isolate_search = BatchIsolation("retriever embed"), BatchIsolation("retriever search")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.releases.reconfigure(user_config)
@@ -159,11 +161,11 @@ class RetrieverDeployment:
         self.releases.get(release_id)  # fail fast, before queueing in a batch
         if not self.batching:
             return self._encode(release_id, texts)
-        return await self._embed_batched((release_id, texts))
+        return unwrap(await self._embed_batched((release_id, texts)))
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
-    async def _embed_batched(self, items: list[tuple[str, list[str]]]) -> list[np.ndarray]:
-        return await asyncio.to_thread(self._embed_items, items)
+    async def _embed_batched(self, items: list[tuple[str, list[str]]]) -> list[Any]:
+        return await asyncio.to_thread(self.isolate_embed, self._embed_items, items)
 
     def _embed_items(self, items: list[tuple[str, list[str]]]) -> list[np.ndarray]:
         out: list[Any] = [None] * len(items)
@@ -178,11 +180,11 @@ class RetrieverDeployment:
         self.releases.get(release_id)
         if not self.batching:
             return self._search(release_id, self._encode(release_id, texts), k, text_chars)
-        return await self._search_batched((release_id, texts, k, text_chars))
+        return unwrap(await self._search_batched((release_id, texts, k, text_chars)))
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
-    async def _search_batched(self, items: list[tuple[str, list[str], int, int]]) -> list[list[list[dict[str, Any]]]]:
-        return await asyncio.to_thread(self._search_items, items)
+    async def _search_batched(self, items: list[tuple[str, list[str], int, int]]) -> list[Any]:
+        return await asyncio.to_thread(self.isolate_search, self._search_items, items)
 
     def _search_items(self, items: list[tuple[str, list[str], int, int]]) -> list[list[list[dict[str, Any]]]]:
         out: list[Any] = [None] * len(items)
@@ -253,13 +255,18 @@ class RerankerDeployment:
         self.max_batch_size = max_batch_size
         self._score_batched.set_max_batch_size(max_batch_size)
         self._score_batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
+        self.isolate = BatchIsolation("reranker")
 
     async def score(self, query: str, documents: list[str]) -> list[float]:
-        return await self._score_batched((query, documents))
+        if len(documents) > self.max_batch_size:
+            # A re-rank deeper than a batch (k above the batch size): Serve refuses an item larger
+            # than max_batch_size outright, so it is scored alone, still max_batch_size pairs per pass.
+            return (await asyncio.to_thread(self._score_items, [(query, documents)]))[0]
+        return unwrap(await self._score_batched((query, documents)))
 
     @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.0, batch_size_fn=_pairs_in)
-    async def _score_batched(self, items: list[tuple[str, list[str]]]) -> list[list[float]]:
-        return await asyncio.to_thread(self._score_items, items)
+    async def _score_batched(self, items: list[tuple[str, list[str]]]) -> list[Any]:
+        return await asyncio.to_thread(self.isolate, self._score_items, items)
 
     def _score_items(self, items: list[tuple[str, list[str]]]) -> list[list[float]]:
         queries = [q for q, documents in items for _ in documents]
