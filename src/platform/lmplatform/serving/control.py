@@ -6,7 +6,8 @@ replicas instead of replacing them, and requests keep flowing.
 
 Reload moves the application to the release the alias names now, in two steps:
 1. every model deployment is told to hold both the serving and the new release
-   (`{"releases": [old, new]}`) and we wait until all replicas have loaded it;
+   (`{"releases": [old, new]}`), we wait until Serve has applied it, and ask every
+   replica, by its id, whether it holds the new release (`replicas.lacking`);
 2. only then is the ingress switched to the new release (`{"active": new}`).
 Requests already in flight carry the old release id and finish on the old model;
 new ones use the new model; no request ever meets a replica that lacks its release.
@@ -199,18 +200,11 @@ def reload(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional
 
 
 def _replicas_lacking(name: str, release_id: str) -> list[str]:
-    """Ask the model deployments (through their handles, several calls per replica) whether they hold the release."""
-    from ray import serve
+    """Every running replica of the model deployments, asked by its id, that does not hold the release."""
+    from lmplatform.serving.replicas import lacking
 
     app = details()["applications"][name]
-    problems = []
-    for deployment in MODEL_DEPLOYMENTS:
-        replicas = max(1, len(app["deployments"][deployment].get("replicas", [])))
-        handle = serve.get_deployment_handle(deployment, app_name=name)
-        answers = [handle.holds.remote(release_id) for _ in range(4 * replicas)]
-        reasons = {r.result(timeout_s=60) for r in answers} - {None}
-        problems += [f"{deployment}: {reason}" for reason in sorted(reasons)]
-    return problems
+    return [problem for deployment in MODEL_DEPLOYMENTS for problem in lacking(app, deployment, release_id)]
 
 
 def _apply(config: dict[str, Any], timeout_s: float, progress: Optional[Callable[[str], None]]) -> None:

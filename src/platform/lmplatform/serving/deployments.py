@@ -6,6 +6,10 @@ of releases it must hold (`{"releases": [...]}`, at most the current and the nex
 so requests keep being answered while a new model loads. Each request names the
 release it belongs to, so the embedding and the index search of one request always
 use the same model, even while replicas are half-way through a reload.
+
+Each deployment answers `record_routing_stats` (Serve's per-replica hook) with what its
+replica holds; `replicas.ask_each` calls it on every replica by id, which is how a reload
+knows that every replica, not just the ones a handle happened to reach, has a release.
 """
 from __future__ import annotations
 
@@ -85,6 +89,10 @@ class ReleaseSlots(Generic[T]):
     def ids(self) -> list[str]:
         return list(self._loaded)
 
+    def status(self) -> dict[str, Any]:
+        """The releases held, and why the others listed since the start could not be loaded."""
+        return {"releases": self.ids(), "failures": dict(self.failures)}
+
 
 def _texts_in(items: list[tuple[Any, ...]]) -> int:
     return sum(len(item[1]) for item in items)
@@ -150,8 +158,10 @@ class RetrieverDeployment:
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.releases.reconfigure(user_config)
 
-    def holds(self, release_id: str) -> Optional[str]:
-        return self.releases.holds(release_id)
+    def record_routing_stats(self) -> dict[str, Any]:
+        """This replica's releases and batches split by a failure (see the module doc)."""
+        split = {"embed": self.isolate_embed.batches_split, "search": self.isolate_search.batches_split}
+        return {**self.releases.status(), "batches_split": split}
 
     def _encode(self, release_id: str, texts: list[str]) -> np.ndarray:
         return self.releases.get(release_id).encoder.encode(texts, batch_size=self.max_batch_size)
@@ -277,6 +287,10 @@ class RerankerDeployment:
     def describe(self) -> str:
         return self.name
 
+    def record_routing_stats(self) -> dict[str, Any]:
+        """Batches split by a failure on this replica (see the module doc)."""
+        return {"batches_split": {"score": self.isolate.batches_split}}
+
 
 def _load_head(release: Release, cache_dir: Optional[str]) -> Optional[Any]:
     from lmplatform.models.classifier import HEAD_FILE, LABELS_FILE, TextClassifier
@@ -298,8 +312,9 @@ class ClassifierDeployment:
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         self.heads.reconfigure(user_config)
 
-    def holds(self, release_id: str) -> Optional[str]:
-        return self.heads.holds(release_id)
+    def record_routing_stats(self) -> dict[str, Any]:
+        """This replica's releases (see the module doc)."""
+        return self.heads.status()
 
     def method(self, release_id: str) -> str:
         return "head" if self.heads.get(release_id) is not None else "knn"
