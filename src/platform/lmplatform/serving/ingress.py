@@ -1,13 +1,14 @@
 """The FastAPI ingress: versioned routes, bearer-token check, and JSON errors for every bad request.
 
 Error contract: every 4xx body is `{"error": message, "field": name, "details": [...]}`.
-Parsing errors (non-JSON, wrong types, unknown or missing fields) are 400/422,
-limits are 413/422, a missing or wrong token is 401. Nothing a client sends
-reaches a model unless it passed these checks, so bad input cannot take a replica down.
+Parsing errors (non-JSON, wrong types, unknown or missing fields, text that is not valid
+Unicode) are 400/422, limits are 413/422, a missing or wrong token is 401 (`http_guard`,
+with the body size). Nothing a client sends reaches a model unless it passed these checks,
+so bad input cannot take a replica down; and should a model call still fail, the batch is
+retried member by member (`batch_isolation`), so only the request that caused it fails.
 """
 # No `from __future__ import annotations`: FastAPI reads these annotations in the replica,
 # from a pickled copy of the app, where string annotations cannot be resolved.
-import hmac
 import logging
 import time
 from typing import Any, Optional
@@ -19,12 +20,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from ray import serve
 
+from lmplatform.serving.http_errors import error_response
+from lmplatform.serving.http_guard import RequestGuard
 from lmplatform.serving.release import Release
 from lmplatform.serving.schemas import (
     ClassifyResponse, EmbedResponse, ErrorResponse, Hit, ModelInfo, RequestLimitError, SearchRequest, SearchResponse,
     ServeLimits, SimilarityRequest, SimilarityResponse, TextsRequest, snippet,
 )
-from lmplatform.serving.settings import token_sha256
 
 logger = logging.getLogger("ray.serve")
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 422, 503)}
@@ -35,34 +37,8 @@ api = FastAPI(
     description="Search, classify, embed and compare texts with the champion encoder. Errors are JSON: "
                 "`{error, field, details}`. When a token is configured, /v1/* needs `Authorization: Bearer <token>`.",
 )
-# Per-replica settings the middleware needs before a route (and its `self`) is reached.
-_GUARD: dict[str, Any] = {"token_sha256": None, "max_body_bytes": 1_000_000}
-
-
-def configure_guard(token_hash: Optional[str], max_body_bytes: int) -> None:
-    _GUARD.update(token_sha256=token_hash, max_body_bytes=max_body_bytes)
-
-
-def error_response(status: int, message: str, field: Optional[str] = None, details: Optional[list] = None,
-                   headers: Optional[dict[str, str]] = None) -> JSONResponse:
-    body = ErrorResponse(error=message, field=field, details=details or []).model_dump()
-    return JSONResponse(status_code=status, content=body, headers=headers)
-
-
-@api.middleware("http")
-async def guard(request: Request, call_next: Any) -> Any:
-    """Refuse oversized bodies and unauthenticated /v1 calls before the body is parsed."""
-    length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > _GUARD["max_body_bytes"]):
-        return error_response(413, f"request body is larger than {_GUARD['max_body_bytes']} bytes", "body")
-    expected = _GUARD["token_sha256"]
-    if expected and request.url.path.startswith("/v1/"):
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return error_response(401, "missing bearer token", "authorization", headers={"WWW-Authenticate": "Bearer"})
-        if not hmac.compare_digest(token_sha256(token.strip()), expected):
-            return error_response(401, "invalid bearer token", "authorization", headers={"WWW-Authenticate": "Bearer"})
-    return await call_next(request)
+# Body size, bearer token and JSON bodies whatever their Content-Type, before FastAPI reads a byte.
+api.add_middleware(RequestGuard)
 
 
 @api.exception_handler(RequestValidationError)
@@ -72,17 +48,25 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
         loc = [str(p) for p in error.get("loc", ())]
         loc = loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc
         details.append({"field": ".".join(loc) or "body", "message": error.get("msg", ""), "type": error.get("type", "")})
-    if any(d["type"] == "json_invalid" for d in details):
-        return error_response(400, "the request body is not valid JSON", "body", details)
+    invalid = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+    if invalid:
+        reason = (invalid[0].get("ctx") or {}).get("error", "")
+        message = "the request body is not valid JSON" + (f": {reason}" if reason else "")
+        return error_response(400, message, "body", details)
     first = details[0] if details else {"field": "body", "message": "invalid request"}
     return error_response(422, f"{first['field']}: {first['message']}", first["field"], details)
 
 
 @api.exception_handler(HTTPException)
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    # FastAPI's own 400 for a body it cannot decode (e.g. not UTF-8), 404/405 for unknown routes.
-    field = "body" if exc.status_code == 400 else None
-    return error_response(exc.status_code, str(exc.detail), field, headers=getattr(exc, "headers", None))
+    # FastAPI's own 400 for a body its JSON parser raised on with something other than a syntax
+    # error (not UTF-8, nesting beyond Python's recursion limit, an integer of over 4300 digits);
+    # 404/405 for unknown routes.
+    if exc.status_code == 400:
+        cause = exc.__cause__
+        reason = f": {type(cause).__name__}: {str(cause)[:160]}" if cause is not None else ""
+        return error_response(400, f"the request body could not be parsed as JSON{reason}", "body")
+    return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
 
 @api.exception_handler(RequestLimitError)
@@ -131,8 +115,8 @@ class ServeIngress:
         self.retriever, self.classifier, self.reranker = retriever, classifier, reranker
         self.limits = ServeLimits.model_validate(limits or {})
         # Imported here, not referenced as a global: Serve pickles this class by value, which
-        # would give it a private copy of _GUARD that the middleware never sees.
-        from lmplatform.serving.ingress import configure_guard
+        # would give it a private copy of the guard's settings that the middleware never sees.
+        from lmplatform.serving.http_guard import configure_guard
 
         configure_guard(token_sha256, self.limits.max_body_bytes)
         self.active: Optional[Release] = None
