@@ -5,6 +5,8 @@ exactly as `lmp serve run` deploys it, on 127.0.0.1, and is shut down at the end
 """
 from __future__ import annotations
 
+import json
+import shlex
 import socket
 import tempfile
 from pathlib import Path
@@ -17,6 +19,16 @@ DEMO_QUERIES = (
     "search cluster unhealthy after a node reboot",
     "service memory keeps growing until the pod is killed",
 )
+
+
+def curl_command(base_url: str, path: str, body: dict[str, Any]) -> str:
+    """The shell command that sends `body` to `path`, as printed for the reader to paste.
+
+    Plain `curl -d`, which sends `Content-Type: application/x-www-form-urlencoded`: the
+    ingress reads a JSON body whatever the Content-Type (`http_guard`), so the shortest
+    command works. The body is shell-quoted, so a query with a quote in it still pastes.
+    """
+    return f"curl -s {base_url}{path} -d {shlex.quote(json.dumps(body))}"
 
 
 def build_demo_index(model: str, corpus: str | Path, out: Path, text_fields: Sequence[str] = ("title", "text"),
@@ -79,7 +91,7 @@ def serve_and_query(model: str, corpus: str | Path, queries: Sequence[str] = DEM
             for query in queries:
                 hits = client.post("/v1/search", json={"query": query, "k": k}).json()["hits"]
                 label = client.post("/v1/classify", json={"texts": [query]}).json()["predictions"][0]["label"]
-                say(f"\n$ curl -s 127.0.0.1:{port}/v1/search -d '{{\"query\": \"{query}\", \"k\": {k}}}'")
+                say(f"\n$ {curl_command(f'127.0.0.1:{port}', '/v1/search', {'query': query, 'k': k})}")
                 for hit in hits:
                     say(f"  {hit['score']:.3f}  {hit['id']}  {hit['title']}")
                 say(f"  classified as: {label}")
