@@ -7,7 +7,7 @@
 The index folder also gets documents.jsonl (id, title, text, label), the document
 store the serving app shows hits from; `--log-to-run auto` logs the folder as the
 `index` artifact of the --model version's MLflow run, where `lmp serve` finds it.
-    ray job submit --runtime-env ray_jobs/runtime_env.yaml --working-dir . -- python ray_jobs/build_index.py ...
+    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" ray_jobs/build_index.py ...
 """
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from _preflight import require_lmplatform
+
+require_lmplatform()  # before lmplatform: says what to do when it or its dependencies are missing
 
 
 def main(argv: list[str] | None = None) -> int:

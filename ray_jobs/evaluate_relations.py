@@ -1,11 +1,15 @@
 """KNN NER / relation extraction over 10 folds, one Ray task per fold (the `--task relation-extraction` job).
 
     python ray_jobs/evaluate_relations.py -c configs/eval/relations_ade.yaml [--set folds=[0]] [--local]
-    ray job submit --working-dir . -- python ray_jobs/evaluate_relations.py -c configs/eval/relations_ade.yaml
+    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" ray_jobs/evaluate_relations.py -c configs/eval/relations_ade.yaml
 """
 import sys
 
-from lmplatform.cli import main
+from _preflight import require_lmplatform
+
+require_lmplatform()  # before lmplatform: says what to do when it or its dependencies are missing
+
+from lmplatform.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     main(["graph", "evaluate", *sys.argv[1:]])

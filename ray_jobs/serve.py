@@ -1,13 +1,17 @@
 """Serve the champion with Ray Serve on a cluster (the same as `lmp serve run`).
 
     python ray_jobs/serve.py --config serve/config.yaml --model models:/lmplatform-biencoder@champion [--set limits.max_k=50]
-    ray job submit --runtime-env ray_jobs/runtime_env.yaml --working-dir . -- python ray_jobs/serve.py --detach
+    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" ray_jobs/serve.py --detach
 """
 from __future__ import annotations
 
 import sys
 
-from lmplatform.cli import app
+from _preflight import require_lmplatform
+
+require_lmplatform()  # before lmplatform: says what to do when it or its dependencies are missing
+
+from lmplatform.cli import app  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,10 @@
-"""deploy/rayjob.yaml is a well-formed KubeRay RayJob whose entrypoint runs a job of this repository."""
+"""deploy/rayjob.yaml is a well-formed KubeRay RayJob whose entrypoint runs a job of this repository,
+and which refuses to start from the template's image until a commit is set."""
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +12,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +54,53 @@ def test_rayjob_entrypoint_is_a_job_of_this_repository_with_a_valid_config(rayjo
     cfg = load_run_config(config, overrides)  # raises ConfigError naming the field if the manifest drifts
     assert cfg.scaling.use_gpu and cfg.scaling.num_workers == 2
     assert cfg.checkpoint.storage_path.startswith("s3://")  # shared storage, see docs/cluster.md
+
+
+def pod_specs(rayjob: dict[str, Any]) -> list[dict[str, Any]]:
+    cluster = rayjob["spec"]["rayClusterSpec"]
+    return [cluster["headGroupSpec"]["template"]["spec"],
+            *(group["template"]["spec"] for group in cluster["workerGroupSpecs"])]
+
+
+def run_commit_check(rayjob: dict[str, Any], image: str) -> subprocess.CompletedProcess:
+    """The head's `require-commit` init container, run as the kubelet would: its command and args,
+    with its env (LMP_IMAGE set to `image`), by a POSIX sh (busybox's in the pod, dash here)."""
+    check = pod_specs(rayjob)[0]["initContainers"][0]
+    return subprocess.run([*check["command"], *check["args"]], env={"PATH": os.environ["PATH"], "LMP_IMAGE": image},
+                          capture_output=True, text=True)
+
+
+def test_every_pod_checks_its_image_first_and_all_share_one_image(rayjob) -> None:  # noqa: ANN001
+    images = set()
+    for spec in pod_specs(rayjob):
+        first = spec["initContainers"][0]
+        assert first["name"] == "require-commit" and first["image"].startswith("busybox:")
+        assert {e["name"]: e["value"] for e in first["env"]}["LMP_IMAGE"] == spec["containers"][0]["image"]
+        images.add(spec["containers"][0]["image"])
+    assert len(images) == 1, f"the pods run different images: {images}"  # set once, at &image
+
+
+def test_the_template_image_stops_the_pods_with_a_message(rayjob) -> None:  # noqa: ANN001
+    template = pod_specs(rayjob)[0]["containers"][0]["image"]
+    assert template.endswith(":REPLACE_WITH_COMMIT_SHA")
+    done = run_commit_check(rayjob, template)
+    assert done.returncode == 1
+    assert "deploy/rayjob.yaml is still the template" in done.stderr and template in done.stderr
+    assert "tagged with the commit it was built from (git rev-parse HEAD)" in done.stderr
+
+
+@pytest.mark.parametrize("image", [f"ghcr.io/acme/lmplatform:{SHA}", f"registry.acme.io:5000/ml/lmplatform:{SHA[:12]}"])
+def test_an_image_tagged_with_a_commit_passes(rayjob, image: str) -> None:  # noqa: ANN001
+    done = run_commit_check(rayjob, image)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("image", [
+    "ghcr.io/acme/lmplatform:latest",  # moves
+    "ghcr.io/acme/lmplatform",  # no tag: latest
+    "registry.acme.io:5000/ml/lmplatform",  # a registry port is not a tag
+    f"ghcr.io/your-org/lmplatform:{SHA}",  # the template's registry
+])
+def test_an_image_not_pinned_to_a_commit_is_refused(rayjob, image: str) -> None:  # noqa: ANN001
+    done = run_commit_check(rayjob, image)
+    assert done.returncode == 1 and "is still the template" in done.stderr

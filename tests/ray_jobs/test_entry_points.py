@@ -1,0 +1,67 @@
+"""Every ray_jobs/ entry point says what to do when its Python lacks lmplatform or its dependencies.
+
+Run directly here (milliseconds each); tests/ray_jobs/test_train_job.py checks the same message
+through a real `ray job submit`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ENTRY_POINTS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "ray_jobs").glob("*.py")
+                      if not p.name.startswith("_"))
+
+
+def _run(python: Path, script: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_JOB_CONFIG_JSON_ENV_VAR")}
+    return subprocess.run([str(python), script, "--help"], cwd=REPO, env={**clean, **env},
+                          capture_output=True, text=True)
+
+
+def test_every_entry_point_is_covered() -> None:
+    assert {"ray_jobs/train.py", "ray_jobs/pipeline.py", "ray_jobs/tune.py", "ray_jobs/serve.py"} <= set(ENTRY_POINTS)
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS)
+def test_a_python_without_the_dependencies_is_told_which_interpreter_to_use(
+        script: str, python_without_dependencies: Path) -> None:
+    done = _run(python_without_dependencies / "python", script)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr  # a message, not a stack
+    assert f"{script} cannot run in " in done.stderr
+    assert "does not have lmplatform's dependencies (missing: ray, torch" in done.stderr
+    assert f".venv/bin/python {script} ..." in done.stderr
+
+
+def test_under_ray_job_submit_the_message_names_the_head_and_the_entrypoint_to_use(
+        python_without_dependencies: Path) -> None:
+    # The variable Ray's job supervisor sets in every entrypoint's environment.
+    done = _run(python_without_dependencies / "python", "ray_jobs/train.py", RAY_JOB_CONFIG_JSON_ENV_VAR="{}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "the first one on the PATH of the process that\nstarted the Ray head" in done.stderr
+    assert '-- "$PWD/.venv/bin/python" ray_jobs/train.py ...' in done.stderr
+    assert "source .venv/bin/activate" in done.stderr
+
+
+@pytest.mark.parametrize("under_job", [False, True], ids=["direct", "ray-job"])
+def test_a_python_with_the_dependencies_but_not_the_library_is_told_how_to_get_it(
+        python_without_lmplatform: Path, under_job: bool) -> None:
+    env = {"RAY_JOB_CONFIG_JSON_ENV_VAR": "{}"} if under_job else {}
+    done = _run(python_without_lmplatform, "ray_jobs/train.py", **env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "cannot import lmplatform" in done.stderr and "the dependencies are there, the library is not" in done.stderr
+    if under_job:
+        assert "--runtime-env ray_jobs/runtime_env.yaml" in done.stderr and "py_modules" in done.stderr
+    else:
+        assert "-m pip install -e ." in done.stderr
+
+
+def test_with_the_library_importable_the_entry_point_runs(python_without_lmplatform: Path) -> None:
+    # What py_modules does for a job: the library's folder first on PYTHONPATH.
+    done = _run(python_without_lmplatform, "ray_jobs/train.py", PYTHONPATH=str(REPO / "src" / "platform"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "--config" in done.stdout
