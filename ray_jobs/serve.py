@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from _preflight import require_lmplatform
 
@@ -13,9 +14,16 @@ require_lmplatform()  # before lmplatform: says what to do when it or its depend
 
 from lmplatform.cli import app  # noqa: E402
 
+# The project's Serve config, found beside this script: in the repository, or in a job's uploaded
+# working dir. lmplatform's own default is found relative to the library's files, which in a
+# submitted job are the py_modules copy (ray_jobs/runtime_env.yaml), outside the working dir.
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "serve" / "config.yaml"
+
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if not any(arg in ("--config", "-c") or arg.startswith("--config=") for arg in args):
+        args = ["--config", str(DEFAULT_CONFIG), *args]
     if "--detach" in args and "--address" not in args:
         args += ["--address", "auto"]  # inside `ray job submit` RAY_ADDRESS names the cluster
     try:

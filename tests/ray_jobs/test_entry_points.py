@@ -6,6 +6,7 @@ through a real `ray job submit`.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -65,3 +66,18 @@ def test_with_the_library_importable_the_entry_point_runs(python_without_lmplatf
     done = _run(python_without_lmplatform, "ray_jobs/train.py", PYTHONPATH=str(REPO / "src" / "platform"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "--config" in done.stdout
+
+
+def test_serve_finds_the_projects_config_when_the_library_is_a_copy_elsewhere(
+        python_without_lmplatform: Path, tmp_path: Path) -> None:
+    """In a submitted job lmplatform is Ray's py_modules copy, outside the working dir, so a default
+    found relative to the library's files misses serve/config.yaml; ray_jobs/serve.py names it."""
+    copy = tmp_path / "py_modules_files" / "_ray_pkg_0"
+    shutil.copytree(REPO / "src" / "platform" / "lmplatform", copy / "lmplatform",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([str(python_without_lmplatform), "ray_jobs/serve.py", "--set", "limits.max_k=0"], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    assert "serve config not found" not in output
+    # Read and validated: the override is refused by name, before any model or Ray is needed.
+    assert done.returncode != 0 and "limits.max_k" in output, output[-3000:]
