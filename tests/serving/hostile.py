@@ -1,0 +1,124 @@
+"""Hypothesis strategies for hostile request bodies, as raw bytes, for the four POST routes.
+
+`st.text()` never draws a surrogate, and `httpx.post(json=...)` could not send one (it
+encodes UTF-8), so bodies are written here with `json.dumps`, which escapes a lone
+surrogate as `\\udXXX` and writes NaN/Infinity literals, both of which Python's JSON parser
+(the service's) accepts. Around well-formed requests built from real words (so that many
+reach the models) come surrogates, control and format characters, numbers of every size
+and kind, nesting far past the parser's recursion limit, wrong types, unknown keys,
+broken JSON and non-UTF-8 bytes, sent with every kind of Content-Type or none.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import strategies as st
+
+from tests.serving.servable import WORDS
+
+ROUTES = ("/v1/search", "/v1/classify", "/v1/embed", "/v1/similarity")
+FIELDS = {"/v1/search": ("query", "k", "rerank"), "/v1/classify": ("texts",), "/v1/embed": ("texts",),
+          "/v1/similarity": ("a", "b")}
+
+_word = st.sampled_from(sorted({w for words in WORDS.values() for w in words})).map(lambda w: w + " ")
+_surrogate = st.characters(categories=["Cs"])
+_control = st.characters(categories=["Cc", "Cf", "Zl", "Zp"])  # NUL, ESC, zero-width, bidi, U+2028
+_any_char = st.characters(codec=None, categories=None)  # every code point hypothesis draws, surrogates included
+# Words, now and then a control or format character among them: valid text, often unusual.
+readable = st.tuples(_word, st.lists(st.one_of(_word, _word, _control), max_size=9)).map(lambda t: t[0] + "".join(t[1]))
+text = st.one_of(
+    readable,
+    readable,
+    st.tuples(readable, _surrogate, readable).map("".join),  # one lone surrogate inside good text
+    st.text(alphabet=_any_char, max_size=20),  # anything, surrogates included
+    st.sampled_from(["", " ", "\t\n", "\u3000", "x" * 301]),  # empty, blank, over the limits
+)
+number = st.one_of(
+    st.integers(-3, 25),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from([0, -0.0, 2**31, 2**63, -(2**63) - 1, 10**300, 1e308, 5e-324]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+json_value = st.recursive(
+    st.none() | st.booleans() | number | text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
+    max_leaves=8,
+)
+
+
+def _texts() -> st.SearchStrategy[Any]:
+    return st.one_of(st.lists(readable, min_size=1, max_size=4), st.lists(text, min_size=1, max_size=4),
+                     st.lists(st.one_of(text, json_value), max_size=6), json_value)
+
+
+def _shaped(route: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Bodies with the route's own keys (often right, sometimes wrong types), now and then an unknown key."""
+    extra = {"extra": json_value, "\ud800": json_value}  # an unknown key, and one no UTF-8 can hold
+    if route == "/v1/search":
+        required = {"query": st.one_of(text, text, json_value)}
+        optional = {"k": st.one_of(st.integers(1, 20), number, json_value), "rerank": st.one_of(st.booleans(), json_value)}
+    elif route == "/v1/similarity":
+        required = {"a": st.one_of(text, text, json_value), "b": st.one_of(text, text, json_value)}
+        optional = {}
+    else:
+        required, optional = {"texts": _texts()}, {}
+    shaped = st.fixed_dictionaries(required, optional=optional)
+    return st.one_of(shaped, shaped, st.fixed_dictionaries(required, optional={**optional, **extra}))
+
+
+def _well_formed(route: str) -> st.SearchStrategy[dict[str, Any]]:
+    """The route's own keys with values of the right type: mostly valid, or refused for the text alone."""
+    field_text = st.one_of(readable, readable, readable, text)
+    if route == "/v1/search":
+        return st.fixed_dictionaries({"query": field_text}, optional={"k": st.integers(1, 20), "rerank": st.booleans()})
+    if route == "/v1/similarity":
+        return st.fixed_dictionaries({"a": field_text, "b": field_text})
+    texts = st.one_of(st.lists(readable, min_size=1, max_size=4), st.lists(field_text, min_size=1, max_size=4))
+    return st.fixed_dictionaries({"texts": texts})
+
+
+def _dumps(body: Any) -> bytes:
+    return json.dumps(body).encode("ascii")  # ensure_ascii: lone surrogates become \udXXX escapes
+
+
+def _nested(depth: int, kind: str) -> bytes:
+    """`k` as `depth` nested lists ([[[]]]) or objects ({"a": {"a": 1}})."""
+    inner = "[" * depth + "]" * depth if kind == "[" else '{"a": ' * depth + "1" + "}" * depth
+    return f'{{"query": "vpn", "k": {inner}}}'.encode()
+
+
+_raw = st.one_of(
+    st.builds(_nested, st.integers(1, 2500), st.sampled_from("[{")),  # past Python's recursion limit (1000), under 20 kB
+    st.integers(4000, 9000).map(lambda digits: b'{"query": "vpn", "k": 1' + b"0" * digits + b"}"),  # int-parse limit
+    st.sampled_from([b'{"query": NaN}', b'{"query": "vpn", "k": Infinity}', b'{"query": "vpn", "k": -Infinity}',
+                     b'{"texts": [NaN, Infinity]}', b'{"a": "x", "b": -Infinity}', b"NaN", b"null", b"[]", b'""',
+                     b'{"query": "vpn \\ud800"}', b'{"query": "\\udfff\\ud800"}', b'{"query": "\\ud83d\\ude00 vpn"}',
+                     b'{"texts": ["\\u0000\\u001b\\u200b"]}', b'{"query": "vpn"', b"\xff\xfe{}", b"\xef\xbb\xbf{}"]),
+    st.binary(max_size=64),
+)
+content_type = st.sampled_from([
+    "application/json", "application/json; charset=utf-8", None, "application/x-www-form-urlencoded",
+    "text/plain", "multipart/form-data; boundary=x", "application/octet-stream", "application/problem+json",
+])
+
+
+def bodies(route: str) -> st.SearchStrategy[bytes]:
+    """Raw request bodies for `route`: mostly JSON of the route's shape, then any JSON, then raw bytes."""
+    return st.one_of(_well_formed(route).map(_dumps), _well_formed(route).map(_dumps), _shaped(route).map(_dumps),
+                     json_value.map(_dumps), _raw)
+
+
+def has_lone_surrogate(body: bytes) -> bool:
+    """Whether the body, parsed as Python parses it, holds a lone surrogate anywhere (keys included)."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
