@@ -6,7 +6,11 @@ Modules, one job each:
 - `store`       the document store (ids, titles, texts, labels) that sits next to an index
 - `release`     what a "release" is (a pinned model version + its index) and how a replica fetches it
 - `deployments` the model deployments (retriever = encoder + index, re-ranker, classifier)
-- `ingress`     the FastAPI ingress: routes, token check, JSON errors
+- `batch_isolation` a failing `@serve.batch` call is retried member by member: only the bad request fails
+- `replicas`    ask every replica of a deployment, by its id, what it holds (the reload's check)
+- `http_guard`  ASGI guard: body size counted as it arrives, bearer token, JSON whatever the Content-Type
+- `http_errors` the `{error, field, details}` error body, rendered for any string
+- `ingress`     the FastAPI ingress: routes and JSON errors
 - `app`         the application builder used by `serve run`, `serve deploy` and `lmp serve run`
 - `control`     deploy, reload (hot, via user_config) and status of a running application
 - `launch`      Serve config file + overrides -> validated plan -> running app (`lmp serve run`)
