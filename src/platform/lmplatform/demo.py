@@ -1,9 +1,10 @@
 """`make demo`: the whole product on embedded defaults, on the shipped trouble reports.
 
 1. MLM domain adaptation, 2. DeCLUTR, 3. bi-encoder on duplicate pairs without and with EWC
-(one pipeline: configs/pipelines/demo.yaml), 4. duplicate retrieval on held-out pairs against
-BM25 and the base model, plus old-domain MLM loss (forgetting), 5. a small Tune study of the
-InfoNCE temperature, 6. champion registration, 7. Serve the champion, query it, shut down.
+(one pipeline: configs/pipelines/demo.yaml), 4. duplicate retrieval on the held-out test pairs
+against BM25 and the base model, plus old-domain MLM loss (forgetting), 5. a small Tune study of
+the InfoNCE temperature, selected on the dev pairs, 6. the champion gate on the test pairs,
+7. Serve the champion, query it, shut down.
 Every run lands in the local MLflow; one summary table closes the demo.
 """
 from __future__ import annotations
@@ -23,9 +24,9 @@ DEMO_PIPELINE = Path("configs/pipelines/demo.yaml")
 DEMO_SPACE = Path("tune_spaces/demo_temperature.yaml")
 DEMO_REPORTS = Path("data/demo/reports.jsonl")
 DEMO_DUPLICATES = Path("data/demo/duplicates.jsonl")
-DEMO_PAIRS = Path("data/demo/pairs.jsonl")
-DEMO_PAIRS_CONFIG = Path("configs/biencoder.yaml")
+DEMO_TEST_PAIRS = Path("data/demo/pairs_test.jsonl")
 RETRIEVAL_METRICS = ("mrr@5", "recall@1", "recall@5", "recall@10")
+STUDY_METRIC = "val_ir_ndcg_at_10"
 
 
 @dataclass
@@ -37,21 +38,13 @@ class DemoSummary:
 
 
 def heldout_relations(out: Path) -> Path:
-    """The duplicates with the bi-encoder's own validation split marked, so retrieval is scored on unseen pairs."""
-    from lmplatform.config.loader import load_run_config
-    from lmplatform.data.pairs import Pair, pair_from_row, pair_split
-    from lmplatform.data.readers import Record, read_rows
-
-    data = load_run_config(project_root() / DEMO_PAIRS_CONFIG).data
-    split_by_id = {}
-    for row in read_rows(str(project_root() / DEMO_PAIRS), "jsonl"):
-        pair = pair_from_row(row, data)
-        if isinstance(row, Record) and isinstance(pair, Pair):
-            split_by_id[row.fields["id"]] = pair_split(pair, data)  # the rule read_pairs splits training data by
+    """The duplicates with the held-out test split marked (data/demo/build_pairs.py splits by duplicate group),
+    so retrieval is scored on pairs no training stage and no tuning choice saw."""
+    test_ids = {json.loads(line)["id"] for line in (project_root() / DEMO_TEST_PAIRS).open(encoding="utf-8")}
     rows = [json.loads(line) for line in (project_root() / DEMO_DUPLICATES).open(encoding="utf-8")]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps({**r, "split": split_by_id.get(r["query_id"], "train")}, ensure_ascii=False) + "\n"
-                           for r in rows), encoding="utf-8")
+    out.write_text("".join(json.dumps({**r, "split": "test" if r["query_id"] in test_ids else "other"}, ensure_ascii=False)
+                           + "\n" for r in rows), encoding="utf-8")
     return out
 
 
@@ -66,7 +59,7 @@ def evaluate_retrieval(models: dict[str, str], out: Path) -> list[dict[str, Any]
     task = RetrievalTask.model_validate({
         "datasets": [{"name": "demo", "corpus": str(project_root() / DEMO_REPORTS), "relations": str(relations),
                       "query_id_field": "query_id", "target_id_field": "duplicate_of", "split_field": "split",
-                      "split": "validation", "query_text_source": "relations"}],
+                      "split": "test", "query_text_source": "relations"}],
         "scenarios": [{"name": "duplicate_to_report", "query_fields": ["query_title", "query_text"],
                        "corpus_fields": ["title", "text"]}],
         "retrievers": retrievers, "ks": [1, 5, 10], "mrr_ks": [5],
@@ -93,11 +86,11 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
     summary.add("train: MLM, DeCLUTR, pairs, pairs + EWC", f"pipeline run {result.run_name}", started)
 
     started = time.perf_counter()
-    console.rule("[bold]4. Evaluation: duplicate retrieval on held-out pairs, and forgetting")
+    console.rule("[bold]4. Evaluation: duplicate retrieval on the held-out test pairs, and forgetting")
     work = Path(result.folder) / "demo"
     models = {name: stages[name].model_dir for name in ("domain", "pairs", "pairs_ewc")}
     rows = evaluate_retrieval(models, work / "retrieval")
-    table = Table(title="Duplicate retrieval, held-out demo pairs (query: new report -> the 320 reports)")
+    table = Table(title="Duplicate retrieval, held-out test pairs (query: new report -> the 320 reports)")
     for column in ("retriever", "queries", *RETRIEVAL_METRICS):
         table.add_column(column, justify="left" if column == "retriever" else "right")
     for row in rows:
@@ -117,7 +110,7 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
                        ("after pairs, with EWC", "pairs_ewc")):
         forgetting.add_row(label, f"{loss[key]:.3f}")
     console.print(forgetting)
-    summary.add("evaluate: retrieval MRR@5 (held-out)",
+    summary.add("evaluate: retrieval MRR@5 (held-out test)",
                 f"pairs+EWC {by_name['pairs_ewc']['mrr@5']:.3f} · pairs {by_name['pairs']['mrr@5']:.3f} · "
                 f"base {by_name['base MiniLM']['mrr@5']:.3f} · BM25 {by_name['bm25']['mrr@5']:.3f}", started)
     summary.rows.append(("forgetting: old-domain MLM loss",
@@ -129,19 +122,20 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
         from lmplatform.tune.tuner import run_study
 
         started = time.perf_counter()
-        console.rule("[bold]5-6. Tune the InfoNCE temperature (Ray Tune + Optuna), register the champion")
+        console.rule("[bold]5-6. Tune the InfoNCE temperature (Ray Tune + Optuna), then the champion gate")
         study = run_study(project_root() / DEMO_SPACE, [f"model.name_or_path={stages['declutr'].model_dir}"],
                           tracking_uri=result.tracking_uri)
         tau = study.best_params.get("objective.temperature")
-        metric = study.best_metrics.get("val_retrieval_mrr")
-        summary.add(f"tune: {len(study.trials)} trials over τ",
-                    f"best τ={tau:.3g}, val MRR {metric:.3f}" if tau is not None and metric is not None else "no trial finished",
-                    started)
+        scores = ", ".join(f"τ={r['params']['objective.temperature']:.3g}: {r['metrics'][STUDY_METRIC]:.3f}"
+                           for r in study.trials if STUDY_METRIC in r["metrics"])
+        summary.add(f"tune: {len(study.trials)} trials over τ, dev nDCG@10",
+                    f"{scores}; best τ={tau:.3g}" if tau is not None else "no trial finished", started)
         decision = study.champion
         if decision is not None:
-            state = "moved to" if decision.moved else "stays on"
-            summary.rows.append(("champion", f"{decision.registered_model}@{decision.alias} {state} version "
-                                 f"{decision.version if decision.moved else decision.previous_version}: {decision.reason}", ""))
+            state = (f"moved to version {decision.version}" if decision.moved
+                     else f"stays on version {decision.previous_version}" if decision.previous_version else "not set")
+            summary.rows.append(("champion gate (test pairs)",
+                                 f"{decision.registered_model}@{decision.alias} {state}: {decision.reason}", ""))
             if decision.moved or decision.previous_version:
                 served = f"models:/{decision.registered_model}@{decision.alias}"
 

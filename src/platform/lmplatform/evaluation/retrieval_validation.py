@@ -60,7 +60,8 @@ class RetrievalSet:
         c = self.counts
         return (f"retrieval validation: {c['queries']} queries ranked against {c['candidates']} candidates "
                 f"({c['distractors']} distractors)"
-                + (f"; {c['queries_without_relevant']} queries without a relevant candidate skipped" if c.get("queries_without_relevant") else "")
+                + (f"; {c['queries_without_relevant']} queries skipped: no relevant candidate with a text other than "
+                   "the query's own (e.g. a duplicate identical to its original)" if c.get("queries_without_relevant") else "")
                 + (f"; first stage finds a relevant candidate for {c['first_stage_queries_with_a_relevant']}"
                    if "first_stage_queries_with_a_relevant" in c else ""))
 
