@@ -71,3 +71,34 @@ def test_the_fingerprint_tracks_validation_settings_not_training_ones(tmp_path: 
     for changed in ("data.validation_fraction=0.3", "data.seed=1", "objective.mask_probability=0.3", "model.max_seq_length=64"):
         assert evaluation_fingerprint(load_run_config(None, [*base, changed]), "data1", "val_mlm_loss") != reference, changed
     assert evaluation_fingerprint(load_run_config(None, base), "data2", "val_mlm_loss") != reference
+
+
+@pytest.mark.parametrize("objective, changes_meaning", [
+    ("mlm", "objective.mask_probability=0.3"),
+    ("declutr", "objective.max_span=16"),
+    ("biencoder", "optim.batch_size=64"),  # in-batch numbers depend on the batch
+    ("cross_encoder", "objective.negatives_per_positive=5"),
+    ("sts", "objective.score_field=relatedness"),
+    ("classifier", "objective.label_field=kind"),
+    ("graph_cl", "objective.variant=cldr"),
+])
+def test_the_fingerprint_covers_each_objectives_evaluation_settings(objective: str, changes_meaning: str) -> None:
+    from lmplatform.config.loader import load_run_config
+
+    base = ["data.train_paths=[x.jsonl]", f"objective.name={objective}"]
+    metric = "val_loss"
+    fingerprint = evaluation_fingerprint(load_run_config(None, base), "data-a", metric)
+    assert evaluation_fingerprint(load_run_config(None, [*base, "optim.lr=0.001"]), "data-a", metric) == fingerprint
+    assert evaluation_fingerprint(load_run_config(None, [*base, changes_meaning]), "data-a", metric) != fingerprint
+    assert evaluation_fingerprint(load_run_config(None, base), "data-b", metric) != fingerprint
+
+
+def test_a_corpus_level_fingerprint_follows_the_retrieval_set_not_the_batch() -> None:
+    from lmplatform.config.loader import load_run_config
+
+    base = ["data.train_paths=[x.jsonl]", "objective.name=biencoder", "retrieval_validation.recall_ks=[1,10]"]
+    metric = "val_ir_ndcg_at_10"
+    fingerprint = evaluation_fingerprint(load_run_config(None, base), "data-a", metric, "set-a")
+    assert evaluation_fingerprint(load_run_config(None, [*base, "optim.batch_size=64"]), "data-b", metric, "set-a") == fingerprint
+    assert evaluation_fingerprint(load_run_config(None, [*base, "retrieval_validation.relevance=pair"]), "data-a", metric, "set-a") != fingerprint
+    assert evaluation_fingerprint(load_run_config(None, base), "data-a", metric, "set-b") != fingerprint
