@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from lmplatform.pipeline.config import STAGE_PREFIX, EvaluationConfig, PipelineConfig, StageConfig, build_stage_config
+from lmplatform.pipeline.preflight import preflight_pipeline
 from lmplatform.pipeline.state import FAILED, FINISHED, RUNNING, PipelineState, StageState
 
 PIPELINE_TAG = "lmp.pipeline_run"
@@ -37,6 +38,8 @@ def new_pipeline_run_name(cfg: PipelineConfig) -> str:
 
 
 def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineResult:
+    """Run (or continue) every stage; raises `PreflightError` before anything starts when a stage's
+    data file or model is missing."""
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, resolve_tracking_uri
     from lmplatform.train.run import resolve_storage_path
@@ -54,11 +57,14 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineR
         unknown = [name for name, s in state.stages.items() if s.status == FINISHED and name not in {x.name for x in cfg.stages}]
         if unknown:
             raise ValueError(f"--resume {resume}: finished stage(s) {', '.join(unknown)} are not in this config")
+        preflight_pipeline(cfg, {n: r.model_dir for n, r in state.stages.items() if r.status == FINISHED and r.model_dir})
         parent = TrackedRun(state.tracking_uri, state.parent_run_id)
         parent.client.update_run(parent.run_id, status="RUNNING")
         print(f"[lmp] pipeline {resume}: resuming; finished stages: "
               f"{', '.join(n for n, s in state.stages.items() if s.status == FINISHED) or 'none'}", flush=True)
     else:
+        # Before the parent run and the state file: a pipeline that cannot finish leaves nothing behind.
+        preflight_pipeline(cfg)
         run_name = new_pipeline_run_name(cfg)
         folder = root / run_name
         tracking_uri = resolve_tracking_uri(cfg.tracking.tracking_uri)
