@@ -55,8 +55,26 @@ def test_forward_transfer_with_baseline_and_upper_variant() -> None:
     assert forward_transfer(FORGETS, [0.1, 0.1, 0.1]) == pytest.approx(0.15)
     # Díaz-Rodríguez: (0.2 + 0.1 + 0.3) / 3
     assert forward_transfer_upper(FORGETS) == pytest.approx(0.2)
-    metrics = continual_metrics(FORGETS, baseline=[0.1, 0.1, 0.1])
-    assert set(metrics) == {"A", "ACC_final", "BWT", "REM", "BWT_plus", "FWT_upper", "FWT"}
+
+
+def test_continual_metrics_values_on_known_matrices() -> None:
+    # every value by hand from the matrices above, not from the functions under test
+    assert continual_metrics(FORGETS, baseline=[0.1, 0.1, 0.1]) == pytest.approx({
+        "A": 4.35 / 6,                          # lower triangle with the diagonal
+        "ACC_final": (0.6 + 0.5 + 0.85) / 3,    # last row
+        "BWT": -0.8 / 3,                        # ((0.7-0.9) + (0.6-0.9) + (0.5-0.8)) / 3
+        "REM": 1 - 0.8 / 3,
+        "BWT_plus": 0.0,
+        "FWT_upper": (0.2 + 0.1 + 0.3) / 3,     # upper triangle
+        "FWT": ((0.2 - 0.1) + (0.3 - 0.1)) / 2,  # R[i-1, i] - b_i
+    })
+    # no baseline: no FWT; an improving matrix has BWT+ = BWT and nothing forgotten
+    assert continual_metrics(IMPROVES) == pytest.approx({
+        "A": (0.5 + 0.7 + 0.6) / 3, "ACC_final": (0.7 + 0.6) / 2, "BWT": 0.7 - 0.5, "REM": 1.0, "BWT_plus": 0.2,
+        "FWT_upper": 0.3,
+    })
+    # the baseline is per task: b_0 is never used, b_1 is
+    assert continual_metrics(IMPROVES, baseline=[0.9, 0.25])["FWT"] == pytest.approx(0.30 - 0.25)
 
 
 def test_single_task_and_bad_shapes() -> None:

@@ -48,7 +48,14 @@ def test_ray_train_run_then_fold_parallel_evaluation(ray_session, tiny_bert, mlf
     assert set(summary["probe"]) == {"baseline", "clgs"}
     for key in ("ner_macro_f1", "re_macro_f1", "re_minus_macro_f1"):
         assert 0.0 <= summary["knn"][key]["mean"] <= 1.0 and summary["knn"][key]["std"] >= 0.0
-    assert summary["knn"]["k_ner"]["mean"] in (1.0, 2.0, 3.0)
+    # k is chosen per fold on that fold's validation split: recompute the NER curve and check the choice
+    for fold in summary["per_fold"]:
+        curve = _validation_ner_curve(data, folds, fold["fold"], tiny_bert, k_candidates=(1, 3))
+        best = max(curve.values())
+        assert fold["knn"]["k_ner"] == min(k for k, f1 in curve.items() if f1 == best)
+        assert fold["knn"]["val_ner_macro_f1"] == pytest.approx(best)
+    per_fold_k = [fold["knn"]["k_ner"] for fold in summary["per_fold"]]
+    assert summary["knn"]["k_ner"]["mean"] == pytest.approx(sum(per_fold_k) / len(per_fold_k))
     assert 0.0 <= summary["clgs_accuracy"]["mean"] <= 1.0
     client = MlflowClient(mlflow_uri)
     (eval_run,) = client.search_runs([client.get_experiment_by_name("tests").experiment_id],
@@ -57,6 +64,33 @@ def test_ray_train_run_then_fold_parallel_evaluation(ray_session, tiny_bert, mlf
     plots = {a.path for a in client.list_artifacts(eval_run.info.run_id, "plots")}
     assert plots == {"plots/tsne_relations.png", "plots/tsne_entities.png"}
     assert (tmp_path / "eval" / "tsne_relations.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _validation_ner_curve(data, folds, fold: int, model, k_candidates: tuple[int, ...]) -> dict[int, float]:  # noqa: ANN001
+    """NER macro F1 of each k on the fold's validation split, from the same components, outside Ray."""
+    from lmplatform.graph.data import read_ade, read_folds, split_fold
+    from lmplatform.graph.evaluation import RelationEvalConfig, load_backbone
+    from lmplatform.graph.knn import KNNExtractor, encode_words, score_extraction, split_validation
+
+    cfg = RelationEvalConfig(data_path=str(data), folds_file=str(folds), max_seq_length=32, k_candidates=list(k_candidates))
+    train, _ = split_fold(read_ade(cfg.data_path)[0], read_folds(cfg.folds_file), fold)
+    fit, validation = split_validation(train, cfg.validation_fraction, cfg.seed)
+    backbone, tokenizer = load_backbone(str(model))
+
+    def words(sentences):  # noqa: ANN001,ANN202
+        return encode_words(backbone, tokenizer, sentences, cfg.word_pooling, cfg.max_seq_length, cfg.batch_size)
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(cfg.cpus_per_fold))  # as the fold's Ray task does: the same float sums, the same neighbours
+    try:
+        extractor = KNNExtractor.fit(fit, words(fit), words(fit), cfg.entity_pooling)
+        vectors = words(validation)
+    finally:
+        torch.set_num_threads(threads)
+    return {k: score_extraction(validation, extractor.predict_entities(validation, vectors, k, max(k_candidates)), [])["ner_macro_f1"]
+            for k in k_candidates}
 
 
 def test_bad_evaluation_config_fails_before_ray_with_the_field(tmp_path) -> None:  # noqa: ANN001
