@@ -12,6 +12,8 @@ from lmplatform.evaluation.classification import (
     classification_metrics,
     confusion_matrix_png,
     markdown_table,
+    merge_rare_labels,
+    read_asrs,
     read_demo_reports,
     read_labelled_texts,
 )
@@ -67,14 +69,34 @@ def test_readers(tmp_path: Path) -> None:
         read_labelled_texts(path, "toy", ["missing"], "y")
 
 
+def test_rare_classes_are_counted_in_the_training_split_only(tmp_path: Path) -> None:
+    # "bird" has 1 train report and 5 test ones: 6 in all, but too rare to learn from; "drone" is never trained on
+    rows = ([("Human Factors", "train")] * 3 + [("bird", "train")] + [("bird", "test")] * 5 + [("drone", "test")] * 4
+            + [("Human Factors", "test"), ("Human Factors", "dev")])
+    folder = tmp_path / "asrs_nmac_reports"
+    folder.mkdir()
+    (folder / "reports.jsonl").write_text("".join(
+        json.dumps({"narrative": f"report {i}", "primary_problem": label, "split": split}) + "\n"
+        for i, (label, split) in enumerate(rows)))
+    asrs = read_asrs(tmp_path, min_class_size=3)
+    assert asrs.split("train")[1] == ["Human Factors"] * 3 + ["Other"]
+    assert asrs.split("test")[1] == ["Other"] * 9 + ["Human Factors"]
+    assert asrs.split("dev")[1] == ["Human Factors"]
+    assert merge_rare_labels(["a", "b", "b"], ["train", "train", "train"], 2) == ["Other", "b", "b"]
+    with pytest.raises(DataError, match="no rows in split 'train'"):
+        merge_rare_labels(["a"], ["test"], 1)
+
+
 @pytest.mark.skipif(not Path("/work/shared/data/asrs_nmac_reports/reports.jsonl").is_file(), reason="shared data not present")
 def test_shared_readers() -> None:
-    from lmplatform.evaluation.classification import read_asrs, read_medical_abstracts
+    from lmplatform.evaluation.classification import read_medical_abstracts
 
     med = read_medical_abstracts()
     assert len(med.texts) == 2888 and len(set(med.labels)) == 5 and len(med.split("test")[0]) == 576
     asrs = read_asrs()
-    assert len(asrs.texts) == 926 - 36 and "Other" in asrs.labels and len(asrs.bad_rows) == 36
+    assert len(asrs.texts) == 926 - 36 and len(asrs.bad_rows) == 36
+    # 10 or more training reports (of 556): the four largest problems; the other 7 are merged
+    assert set(asrs.labels) == {"Human Factors", "Ambiguous", "Procedure", "Aircraft", "Other"}
 
 
 def test_train_frozen_head_learns_and_packages_a_text_classifier(tiny_bert: Path) -> None:

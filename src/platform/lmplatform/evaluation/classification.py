@@ -135,18 +135,34 @@ def read_medical_abstracts(root: Path = SHARED_DATA, limit: Optional[int] = None
     return read_labelled_texts(root / "medical_abstracts_tc" / "abstracts.jsonl", "medical_abstracts_tc", ["text"], "label_name", limit=limit)
 
 
+def merge_rare_labels(labels: Sequence[str], splits: Sequence[str], min_size: int, count_split: str = "train",
+                      other: str = "Other") -> list[str]:
+    """`labels` with every class that has fewer than `min_size` rows in the `count_split` split renamed `other`
+    (in every split).
+
+    Counted on the training split only: counting dev or test labels would let the held-out data decide
+    which classes the model is trained and scored on. A class seen only outside training becomes `other` too.
+    """
+    if len(labels) != len(splits):
+        raise ValueError(f"{len(labels)} labels but {len(splits)} split names")
+    counts: dict[str, int] = {}
+    for label, split in zip(labels, splits):
+        if split == count_split:
+            counts[label] = counts.get(label, 0) + 1
+    if not counts:
+        raise DataError(f"no rows in split {count_split!r} to count classes in (splits present: {sorted(set(splits))})")
+    return [label if counts.get(label, 0) >= min_size else other for label in labels]
+
+
 def read_asrs(root: Path = SHARED_DATA, label_field: str = "primary_problem", min_class_size: int = 10,
               limit: Optional[int] = None) -> LabelledTexts:
     """ASRS narratives labelled by `primary_problem`; reports without it are bad rows.
 
-    Classes with fewer than `min_class_size` reports are merged into "Other": with a
-    60/20/20 random split they would otherwise be absent from dev or test.
+    Classes with fewer than `min_class_size` reports in the train split are merged into "Other": with a
+    60/20/20 random split they would otherwise be missing from dev or test, or too few to learn.
     """
     data = read_labelled_texts(root / "asrs_nmac_reports" / "reports.jsonl", "asrs_nmac_reports", ["narrative"], label_field, limit=limit)
-    counts: dict[str, int] = {}
-    for label in data.labels:
-        counts[label] = counts.get(label, 0) + 1
-    data.labels = [label if counts[label] >= min_class_size else "Other" for label in data.labels]
+    data.labels = merge_rare_labels(data.labels, data.splits, min_class_size)
     return data
 
 
