@@ -51,3 +51,14 @@ def test_classification_task_end_to_end(tiny_bert: Path, tmp_path: Path, mlflow_
     assert run.data.metrics["eval.cls.classification.toy.tiny.mlp.accuracy"] == pytest.approx(mlp["metrics"]["accuracy"])
     artifacts = {a.path for a in MlflowClient(mlflow_uri).list_artifacts(result.mlflow_run_id, "evaluation/cls")}
     assert f"evaluation/cls/{mlp['confusion_png']}" in artifacts
+
+
+def test_rare_classes_are_counted_on_the_train_split_only() -> None:
+    from lmplatform.evaluation.classification_eval import merge_rare_classes
+
+    splits = {"train": (["a", "b", "c", "d"], ["x", "x", "x", "rare"]),
+              "test": (["e", "f", "g", "h"], ["rare", "rare", "rare", "x"])}
+    merged = merge_rare_classes(splits, min_size=2)
+    # 'rare' has 4 examples over both splits but 1 in train: the held-out labels must not keep it alive
+    assert merged == {"train": (["a", "b", "c", "d"], ["x", "x", "x", "Other"]),
+                      "test": (["e", "f", "g", "h"], ["Other", "Other", "Other", "x"])}

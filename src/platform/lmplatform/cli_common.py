@@ -9,8 +9,11 @@ SetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_
 
 
 def fail(message: str, code: int = 2) -> None:
-    # soft_wrap: an error message is copied and grepped; never break it at the terminal width
-    console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # soft_wrap: an error message is copied and grepped; never break it at the terminal width.
+    # escape: a message may hold '[...]' (paths, lists), which rich would read as markup.
+    console.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -63,12 +63,13 @@ def read_classification_splits(ds: ClassificationDataset) -> tuple[dict[str, Spl
 
 
 def merge_rare_classes(splits: dict[str, Split], min_size: int, other: str = "Other") -> dict[str, Split]:
-    """Classes with fewer than `min_size` examples over all splits become `other`."""
-    counts: dict[str, int] = {}
-    for _, labels in splits.values():
-        for label in labels:
-            counts[label] = counts.get(label, 0) + 1
-    return {key: (texts, [y if counts[y] >= min_size else other for y in labels]) for key, (texts, labels) in splits.items()}
+    """Classes with fewer than `min_size` examples in the train split become `other`, in every split
+    (`merge_rare_labels`: held-out labels never decide which classes exist)."""
+    from lmplatform.evaluation.classification import merge_rare_labels
+
+    names = [key for key, (texts, _) in splits.items() for _ in texts]
+    merged = iter(merge_rare_labels([y for _, labels in splits.values() for y in labels], names, min_size, "train", other))
+    return {key: (texts, [next(merged) for _ in labels]) for key, (texts, labels) in splits.items()}
 
 
 def frozen_classification(encoder: Any, splits: dict[str, Split], head: ClassifierHead, knn_k: Optional[int],

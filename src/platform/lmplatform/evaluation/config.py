@@ -176,8 +176,8 @@ class ClassificationDataset(Section):
     text_fields: list[str] = Field(["text"], min_length=1, description="Joined with '. '.")
     label_field: str = "label"
     min_class_size: int = Field(
-        1, ge=1, description="Classes with fewer examples (all splits) are merged into 'Other' (they would be "
-        "missing from dev or test)."
+        1, ge=1, description="Classes with fewer examples in the train split are merged into 'Other' (counted on "
+        "train only, so held-out labels never decide which classes exist)."
     )
     limit: Optional[int] = Field(None, ge=2, description="Keep only the first N examples of each split (smoke runs).")
 
