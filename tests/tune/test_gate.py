@@ -147,3 +147,18 @@ def test_a_confirmation_set_must_be_held_out_from_training_and_selection(gate_fi
     with pytest.raises(ConfigError, match="champion.confirm shares 24 of its 24 queries"):
         check_held_out(spec, load_run_config(None, base=base | {"data": {"train_paths": [str(other)],
                                                                         "validation_paths": [str(gate_files["confirm"])]}}))
+
+
+def test_general_probes_score_both_models_and_skip_what_they_cannot_measure(tiny_bert: Path, tmp_path: Path) -> None:
+    from lmplatform.tune.gate import general_probes
+
+    pack = GeneralPackSpec(sts=ScoredPairsSpec(path="data/general/sts_pairs.jsonl"),
+                           paraphrase=[ScoredPairsSpec(path="data/general/sts_pairs.jsonl")],
+                           old_domain="data/demo/reports.jsonl")
+    other = _variant(tiny_bert, tmp_path / "other", GENERAL)
+    sts, paraphrase, old_domain = general_probes(pack, other, tiny_bert, "biencoder")
+    assert sts.name == "sts_spearman" and -1 <= sts.candidate <= 1 and sts.drop == pytest.approx(sts.comparator - sts.candidate)
+    assert paraphrase.name == "paraphrase_mrr_at_10" and 0 <= paraphrase.candidate <= 1
+    # a bi-encoder folder carries no MLM head: its MLM loss would measure a random head
+    assert old_domain.drop is None and "no trained MLM head" in old_domain.note
+    assert [p.drop for p in general_probes(pack, other, tiny_bert, "cross_encoder")] == [None, None, None]

@@ -153,7 +153,8 @@ def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]
     for encoder in encoders:
         a = encoder.encode(pairs.sentence1)  # type: ignore[attr-defined]
         b = encoder.encode(pairs.sentence2)  # type: ignore[attr-defined]
-        out.append(float(spearmanr((a * b).sum(1), pairs.scores).statistic))
+        rho = float(spearmanr((a * b).sum(1), pairs.scores).statistic)
+        out.append(rho if np.isfinite(rho) else 0.0)  # constant similarities (a collapsed model) rank nothing
     return out
 
 
