@@ -7,17 +7,17 @@ from typing import List, Optional
 
 import typer
 
-graph_app = typer.Typer(no_args_is_help=True, help="Graph contrastive learning: relation data and KNN NER / RE evaluation.")
+app = typer.Typer(no_args_is_help=True, help="Graph contrastive learning: relation data and KNN NER / RE evaluation.")
 
 
-@graph_app.command("inspect")
+@app.command("inspect")
 def inspect_data(
     paths: List[str] = typer.Argument(..., help="ADE-format JSONL files (or SpERT JSON arrays)."),
     folds: Optional[Path] = typer.Option(None, help="folds.json to check against the data."),
     fail_on_bad_row: bool = typer.Option(False, "--fail-on-bad-row", help="Stop at the first bad sentence."),
 ) -> None:
     """Validate sentences (spans, relations, tokens) and print counts, bad rows and fold sizes."""
-    from lmplatform.cli_common import fail, user_errors
+    from lmplatform.cli.common import fail, user_errors
     from lmplatform.graph.data import read_ade, read_folds, split_fold
 
     try:
@@ -32,7 +32,7 @@ def inspect_data(
     typer.echo(json.dumps(out, indent=2))
 
 
-@graph_app.command("evaluate")
+@app.command("evaluate")
 def evaluate(
     config: Path = typer.Option(..., "--config", "-c", help="Relation evaluation YAML (see configs/eval/relations_ade.yaml)."),
     overrides: Optional[List[str]] = typer.Option(None, "--set", help="Override a field: --set folds=[0,1] (repeatable)."),
@@ -44,7 +44,7 @@ def evaluate(
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
 ) -> None:
     """KNN NER / RE / RE- macro-F1 (k chosen per fold), linear probes and CLGS accuracy; one Ray task per fold."""
-    from lmplatform.cli_common import fail, user_errors
+    from lmplatform.cli.common import fail, user_errors
     from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
     from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
     from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri

@@ -7,11 +7,11 @@ from typing import List, Optional
 
 import typer
 
-pipeline_app = typer.Typer(no_args_is_help=True, help="Multi-stage pipelines (domain MLM -> task, EWC, forgetting).")
+app = typer.Typer(no_args_is_help=True, help="Multi-stage pipelines (domain MLM -> task, EWC, forgetting).")
 SetOption = typer.Option(None, "--set", help="pipeline field (tracking.experiment=x) or stages.<stage>.<section>.<field>=v; repeatable.")
 
 
-@pipeline_app.command("run")
+@app.command("run")
 def pipeline_run(
     config: Path = typer.Option(..., "--config", "-c", help="Pipeline YAML (see configs/pipelines/)."),
     overrides: Optional[List[str]] = SetOption,
@@ -19,7 +19,7 @@ def pipeline_run(
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
 ) -> None:
     """Run every stage as a Ray Train run nested under one MLflow parent run."""
-    from lmplatform.cli_common import fail, user_errors
+    from lmplatform.cli.common import fail, user_errors
     from lmplatform.pipeline.config import load_pipeline_config
     from lmplatform.pipeline.runner import run_pipeline
     from lmplatform.ray_runtime import ensure_ray
@@ -43,13 +43,13 @@ def pipeline_run(
     }, indent=2))
 
 
-@pipeline_app.command("validate")
+@app.command("validate")
 def pipeline_validate(
     config: Path = typer.Option(..., "--config", "-c"),
     overrides: Optional[List[str]] = SetOption,
 ) -> None:
     """Validate a pipeline and every stage's run config; print the stage plan."""
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.config.loader import ConfigError
     from lmplatform.pipeline.config import load_pipeline_config
 
@@ -64,13 +64,13 @@ def pipeline_validate(
         typer.echo(f"{i}. {stage.name}: from {stage.init_from}{ewc}{evals}")
 
 
-@pipeline_app.command("status")
+@app.command("status")
 def pipeline_status(
     run_name: str = typer.Argument(..., help="The pipeline run name."),
     storage_path: str = typer.Option("runs/pipelines", help="The pipeline config's storage_path."),
 ) -> None:
     """Print a pipeline run's state file (which stages finished, their models, errors)."""
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.pipeline.state import PipelineState
     from lmplatform.train.run import resolve_storage_path
 

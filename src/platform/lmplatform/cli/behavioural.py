@@ -7,10 +7,10 @@ from typing import Optional
 
 import typer
 
-behavioural_app = typer.Typer(no_args_is_help=True, help="Behavioural tests (MFT, invariance, directional, embedding).")
+app = typer.Typer(no_args_is_help=True, help="Behavioural tests (MFT, invariance, directional, embedding).")
 
 
-@behavioural_app.command("run")
+@app.command("run")
 def run(
     suite: Path = typer.Argument(..., help="Suite YAML, e.g. configs/behavioural/starter.yaml."),
     classifier: Optional[str] = typer.Option(None, help="Saved TextClassifier folder (classifier_head.pt + labels.json)."),
@@ -19,7 +19,7 @@ def run(
     max_failure_rate: Optional[float] = typer.Option(None, help="Exit 1 when any test fails more often than this (CI gate)."),
 ) -> None:
     """Run a suite; prints the per-test failure rates and failing examples as Markdown."""
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.evaluation.behavioural import SuiteError, load_suite, report_markdown, run_suite
 
     try:

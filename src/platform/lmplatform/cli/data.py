@@ -1,4 +1,4 @@
-"""`lmp data span-report`: how many documents DeCLUTR can sample for each max span."""
+"""`lmp data`: look at a run's corpus before training (bad rows, splits; DeCLUTR's sampleable documents per span)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,11 +6,33 @@ from typing import List, Optional
 
 import typer
 
-from lmplatform.cli_common import SetOption, fail, user_errors
+from lmplatform.cli.common import SetOption, fail, user_errors
 
 DEFAULT_MAX_SPANS = [4, 8, 16, 32, 64, 128]
 
+app = typer.Typer(no_args_is_help=True, help="Inspect corpora before training.")
 
+
+@app.command("report")
+def data_report(
+    config: Path = typer.Option(..., "--config", "-c"),
+    overrides: Optional[List[str]] = SetOption,
+) -> None:
+    """Scan a run's corpus: rows, bad rows with file and line, duplicates, split sizes."""
+    from lmplatform.config.loader import load_run_config
+    from lmplatform.data.corpus import scan_corpus
+
+    try:
+        cfg = load_run_config(config, overrides or [])
+        report = scan_corpus(cfg.data, use_ray=False).report
+    except user_errors() as exc:
+        fail(str(exc))
+        return
+    typer.echo(report.summary())
+
+
+
+@app.command("span-report", context_settings={"allow_extra_args": True})
 def span_report_command(
     ctx: typer.Context,
     config: Path = typer.Option(..., "--config", "-c", help="Run config YAML (its data and model sections are used)."),
@@ -57,6 +79,3 @@ def _extra_spans(args: list[str]) -> list[int]:
         spans.append(int(arg))
     return spans
 
-
-def register(data_app: typer.Typer) -> None:
-    data_app.command("span-report", context_settings={"allow_extra_args": True})(span_report_command)

@@ -5,7 +5,7 @@ from typing import Any, Optional
 
 import typer
 
-models_app = typer.Typer(add_completion=False, no_args_is_help=True, help="The MLflow model registry.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="The MLflow model registry.")
 
 
 def model_versions(tracking_uri: str, name: Optional[str] = None) -> list[dict[str, Any]]:
@@ -32,7 +32,7 @@ def model_versions(tracking_uri: str, name: Optional[str] = None) -> list[dict[s
     return sorted(rows, key=lambda r: (r["name"], -int(r["version"])))
 
 
-@models_app.command("list")
+@app.command("list")
 def list_models(
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Only this registered model."),
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
@@ -44,7 +44,7 @@ def list_models(
     from rich.console import Console
     from rich.table import Table
 
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -97,7 +97,7 @@ def champion_explanation(tracking_uri: str, name: str, version: Optional[str] = 
     return lines
 
 
-@models_app.command("why")
+@app.command("why")
 def why(
     name: str = typer.Argument(..., help="Registered model name."),
     version: Optional[str] = typer.Option(None, "--version", "-v", help="Default: the newest version."),
@@ -107,7 +107,7 @@ def why(
     """Why a version is, or is not, the champion: the gate's decision and the numbers behind it."""
     from mlflow.exceptions import MlflowException
 
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)

@@ -6,10 +6,10 @@ from typing import List, Optional
 
 import typer
 
-tune_app = typer.Typer(add_completion=False, help="Hyperparameter search with Ray Tune + Optuna.")
+app = typer.Typer(add_completion=False, help="Hyperparameter search with Ray Tune + Optuna.")
 
 
-@tune_app.callback(invoke_without_command=True)
+@app.callback(invoke_without_command=True)
 def tune(
     space: Path = typer.Option(..., "--space", "-s", help="Search space YAML (tune_spaces/*.yaml)."),
     overrides: Optional[List[str]] = typer.Option(
@@ -20,7 +20,7 @@ def tune(
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)."),
 ) -> None:
     """Validate the space, run every trial on Ray, log each to MLflow and register the champion."""
-    from lmplatform.cli_common import fail, user_errors
+    from lmplatform.cli.common import fail, user_errors
     from lmplatform.tune.space import load_space
 
     try:

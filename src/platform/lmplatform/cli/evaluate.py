@@ -7,11 +7,11 @@ from typing import List, Optional
 
 import typer
 
-evaluate_app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval, STS and classification metrics, reports, MLflow.")
+app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval, STS and classification metrics, reports, MLflow.")
 SetOption = typer.Option(None, "--set", help="Override a top-level field: --set output_dir=runs/eval/x (repeatable).")
 
 
-@evaluate_app.command("run")
+@app.command("run")
 def evaluate_run(
     config: Path = typer.Option(..., "--config", "-c", help="Evaluation config YAML (configs/eval/...)."),
     overrides: Optional[List[str]] = SetOption,
@@ -21,7 +21,7 @@ def evaluate_run(
     limit: Optional[int] = typer.Option(None, min=2, help="STS / classification: read only N pairs, or N examples per split."),
 ) -> None:
     """Run every task of the config; write report.json, report.md and PNGs; log them to MLflow."""
-    from lmplatform.cli_common import fail, user_errors
+    from lmplatform.cli.common import fail, user_errors
     from lmplatform.evaluation.config import load_evaluation_config
     from lmplatform.evaluation.runner import run_evaluation
 
@@ -46,7 +46,7 @@ def evaluate_run(
     typer.echo(json.dumps({"output_dir": str(result.output_dir), "mlflow_run_id": result.mlflow_run_id}, indent=2))
 
 
-@evaluate_app.command("validate")
+@app.command("validate")
 def evaluate_validate(
     config: Path = typer.Option(..., "--config", "-c"),
     overrides: Optional[List[str]] = SetOption,
@@ -54,7 +54,7 @@ def evaluate_validate(
     """Validate an evaluation config and print it fully resolved."""
     import yaml
 
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.config.loader import ConfigError
     from lmplatform.evaluation.config import load_evaluation_config
 

@@ -10,11 +10,11 @@ from typing import List, Optional
 
 import typer
 
-serve_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Serve the champion encoder with Ray Serve.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Serve the champion encoder with Ray Serve.")
 
 
 def _errors() -> tuple[type[BaseException], ...]:
-    from lmplatform.cli_common import user_errors
+    from lmplatform.cli.common import user_errors
     from lmplatform.serving.control import ServeControlError
     from lmplatform.serving.release import ReleaseError
     from lmplatform.serving.settings import ServeConfigError
@@ -22,7 +22,7 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (*user_errors(), ServeConfigError, ReleaseError, ServeControlError)
 
 
-@serve_app.command("run")
+@app.command("run")
 def run(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Serve config (default: serve/config.yaml)."),
     model: Optional[str] = typer.Option(None, help="models:/<name>@champion, models:/<name>/<version>, or a model folder."),
@@ -43,7 +43,7 @@ def run(
                     "mode). An embedded Ray gets it here; a cluster needs RAY_SERVE_THROUGHPUT_OPTIMIZED=1 on every node."),
 ) -> None:
     """Validate, deploy on 127.0.0.1 and keep serving until Ctrl-C (the bearer token comes from $LMP_SERVE_TOKEN)."""
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
     from lmplatform.serving.launch import launch, plan_launch
@@ -93,14 +93,14 @@ def run(
     typer.echo("[lmp] serve shut down", err=True)
 
 
-@serve_app.command("reload")
+@app.command("reload")
 def reload(
     name: str = typer.Option("lmp", help="Application name."),
     address: str = typer.Option("auto", help="Ray address of the cluster running the application."),
     force: bool = typer.Option(False, help="Reload even if the alias still names the served version."),
 ) -> None:
     """Move the running application to the version its alias names now; requests keep being answered."""
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
 
@@ -113,13 +113,13 @@ def reload(
     typer.echo(result.summary())
 
 
-@serve_app.command("status")
+@app.command("status")
 def status(
     name: str = typer.Option("lmp", help="Application name."),
     address: str = typer.Option("auto", help="Ray address of the cluster running the application."),
 ) -> None:
     """Application and deployment states, replicas, and the model version being served."""
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
 
@@ -130,7 +130,7 @@ def status(
         fail(str(exc))
 
 
-@serve_app.command("demo")
+@app.command("demo")
 def demo(
     model: str = typer.Option("default", help="models:/<name>@champion, a model folder, or 'default'."),
     corpus: Path = typer.Option(Path("data/demo/reports.jsonl"), help="JSONL with id, title, text (and component)."),
@@ -138,7 +138,7 @@ def demo(
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI for models:/ URIs."),
 ) -> None:
     """Serve a model over a small corpus, send a few real queries over HTTP, print the hits and shut down."""
-    from lmplatform.cli_common import fail
+    from lmplatform.cli.common import fail
     from lmplatform.serving.demo import DEMO_QUERIES, serve_and_query
 
     try:

@@ -1,0 +1,27 @@
+"""The `lmp` command line: one Typer per command group, each module's `app`, joined here.
+
+Every command validates its input before Ray starts.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from lmplatform.cli import behavioural, config, data, evaluate, graph, models, pipeline, run, serve, tune
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="lmplatform: adapt, tune, track and serve text encoders on Ray.")
+app.add_typer(run.app)  # train, demo: at the root
+for name, group in (("config", config), ("data", data), ("evaluate", evaluate), ("pipeline", pipeline),
+                    ("behavioural", behavioural), ("graph", graph), ("tune", tune), ("models", models), ("serve", serve)):
+    app.add_typer(group.app, name=name)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    app(args=argv if argv is not None else sys.argv[1:], prog_name="lmp")
+
+
+if __name__ == "__main__":
+    main()
