@@ -34,7 +34,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_result  # noqa: E402
 
-from lmplatform.local_cluster import LocalCluster  # noqa: E402
+from lmplatform.testing.local_cluster import LocalCluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENOFFICE = ROOT.parent / "shared" / "data" / "duplicate_bug_reports" / "openoffice" / "corpus.jsonl"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 import pytest
 
 if TYPE_CHECKING:
-    from lmplatform.local_cluster import LocalCluster
+    from lmplatform.testing.local_cluster import LocalCluster
 
 # Before anything imports ray: keep every port on 127.0.0.1 and auth off (see runtime.py).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -95,7 +95,7 @@ def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def ray_cluster() -> Iterator["LocalCluster"]:
     """One local Ray for the whole session (start-up costs seconds), in its own processes and
     session folder, so no other Ray on this machine is ever mistaken for it."""
-    from lmplatform.local_cluster import LocalCluster
+    from lmplatform.testing.local_cluster import LocalCluster
 
     cluster = LocalCluster(head_cpus=2).start()
     try:

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 
 import pytest
 
-from lmplatform.local_cluster import LocalCluster
+from lmplatform.testing.local_cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_NODES = ("node_a", "node_b")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmplatform.local_cluster import LocalCluster
+from lmplatform.testing.local_cluster import LocalCluster
 from tests.cluster.conftest import ROOT, WORKER_NODES, last_json, run_driver
 from tests.conftest import committed_checkpoint_steps, write_corpus
 

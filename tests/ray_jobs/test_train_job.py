@@ -29,7 +29,7 @@ from typing import Iterator
 
 import pytest
 
-from lmplatform.local_cluster import free_port
+from lmplatform.testing.local_cluster import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 README_ADDRESS = "--address http://127.0.0.1:8265"

@@ -2,7 +2,7 @@
 
 The nodes are made by `ray.cluster_utils.Cluster` (a head and extra raylets, each its own
 Ray node with its own resources, object store and node id) inside a separate "cluster host"
-process: `python -m lmplatform.local_cluster serve ...`. Why a separate process: a process
+process: `python -m lmplatform.testing.local_cluster serve ...`. Why a separate process: a process
 can be the driver of one cluster only, and the process that starts the nodes (pytest, a
 benchmark) may already hold another Ray. Why not `ray start --address`: in Ray 2.60 it
 refuses to add a node with RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, and with 1 it rewrites
@@ -107,7 +107,7 @@ class LocalCluster:
             self.temp_dir = Path(tempfile.mkdtemp(prefix="lmp-rc-", dir="/tmp"))
             self._owns_temp_dir = os.environ.get("LMP_KEEP_CLUSTER_DIR") != "1"
         (self.temp_dir / CONTROL_DIR).mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "lmplatform.local_cluster", "serve", "--temp-dir", str(self.temp_dir),
+        args = [sys.executable, "-m", "lmplatform.testing.local_cluster", "serve", "--temp-dir", str(self.temp_dir),
                 "--owner-pid", str(os.getpid()), "--head-cpus", str(self.head_cpus),
                 "--head-resources", json.dumps(self.head_resources),
                 "--object-store-bytes", str(self.object_store_bytes)]
@@ -438,7 +438,7 @@ def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lmplatform.local_cluster",
+    parser = argparse.ArgumentParser(prog="python -m lmplatform.testing.local_cluster",
                                      description="Host a multi-node Ray cluster on 127.0.0.1 (used by LocalCluster).")
     sub = parser.add_subparsers(dest="command", required=True)
     host = sub.add_parser("serve", help="build the cluster, write its state file, serve node requests")
