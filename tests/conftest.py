@@ -26,7 +26,9 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 # must get the interpreter lmplatform is installed in.
 os.environ["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
 
-import lmplatform  # noqa: E402,F401  (applies the remaining runtime defaults)
+from lmplatform.runtime import apply_runtime_defaults  # noqa: E402
+
+apply_runtime_defaults()  # the remaining defaults, as the `lmp` command line applies them
 
 TOKEN_WORDS = (
     "printer database login timeout crash server disk memory network error user report failed restart "

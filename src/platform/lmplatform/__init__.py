@@ -1,12 +1,9 @@
 """lmplatform: adapt text encoders to a specialist domain on Ray.
 
-Importing the package applies the offline/loopback runtime defaults (see
-`lmplatform.runtime`) so that every entry point behaves the same.
+Importing the package changes nothing in the process. The offline/loopback runtime defaults
+(`lmplatform.runtime.apply_runtime_defaults`) are applied where they matter: by the `lmp`
+command line, when Ray is started or joined (`ray_runtime.ensure_ray`) and in every Train worker.
 """
-from lmplatform.runtime import apply_runtime_defaults
-
 __version__ = "0.1.0"
 
-apply_runtime_defaults()
-
-__all__ = ["__version__", "apply_runtime_defaults"]
+__all__ = ["__version__"]

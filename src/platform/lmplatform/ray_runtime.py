@@ -22,12 +22,12 @@ def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) ->
     Without an address we start a fresh local instance (address="local") rather than
     attaching to whatever cluster `ray start` last left on this machine.
     """
+    apply_runtime_defaults()  # before Ray is imported: it reads some of these at import time
     import ray
 
     quiet_ray_data()
     if ray.is_initialized():
         return
-    apply_runtime_defaults()
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, logging_level=logging.WARNING)

@@ -13,6 +13,16 @@ from lmplatform.cli import behavioural, config, data, evaluate, graph, models, p
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="lmplatform: adapt, tune, track and serve text encoders on Ray.")
+
+
+@app.callback()
+def _runtime_defaults() -> None:
+    """Offline and loopback defaults for this process and every Ray process it starts (user settings win)."""
+    from lmplatform.runtime import apply_runtime_defaults
+
+    apply_runtime_defaults()
+
+
 app.add_typer(run.app)  # train, demo: at the root
 for name, group in (("config", config), ("data", data), ("evaluate", evaluate), ("pipeline", pipeline),
                     ("behavioural", behavioural), ("graph", graph), ("tune", tune), ("models", models), ("serve", serve)):
