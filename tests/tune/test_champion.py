@@ -47,7 +47,7 @@ def test_the_alias_moves_only_for_a_better_model_measured_the_same_way(tmp_path:
     assert str(champion.version) == better.version and champion.tags["lmp.metric_value"] == "2.5"
     assert champion.tags["metric.val_mlm_loss"] == "2.5"
 
-    from lmplatform.cli_models import model_versions
+    from lmplatform.cli.models import model_versions
 
     rows = model_versions(mlflow_uri, "enc")
     assert [r["version"] for r in rows] == ["4", "3", "2", "1"]
