@@ -39,7 +39,7 @@ def _fix_interpreter(script: str) -> str:
             "started the Ray head (`ray start`), not yours. Do one of:",
             "  1. Name the project's interpreter in the entrypoint (a head on this machine; your shell",
             "     expands $PWD when you submit from the repository root):",
-            '       ray job submit ... --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" {} ...'.format(script),
+            f'       ray job submit ... --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" {script} ...',
             "  2. Restart the head from a shell with the venv activated (`source .venv/bin/activate`, then",
             "     `ray start --head ...`), so that `python` is the venv's.",
             "  3. Install the project and its dependencies into this Python:",
@@ -48,7 +48,7 @@ def _fix_interpreter(script: str) -> str:
         ])
     return "\n".join([
         "Run it with the project's virtual environment (`make install` creates it):",
-        "    .venv/bin/python {} ...".format(script),
+        f"    .venv/bin/python {script} ...",
         "or activate it first (`source .venv/bin/activate`), or install the project into this Python",
         "(`{} -m pip install -e .` from the repository root).".format(sys.executable or "python"),
     ])
@@ -61,13 +61,13 @@ def _fix_library(script: str) -> str:
             "The job did not bring the library. Submit from the repository root with the project's runtime",
             "env, which ships src/platform/lmplatform with the job (py_modules):",
             "    ray job submit ... --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- \\",
-            '        "$PWD/.venv/bin/python" {} ...'.format(script),
+            f'        "$PWD/.venv/bin/python" {script} ...',
             "or install the project on every node (cluster.yaml and deploy/rayjob.yaml do).",
         ])
     return "\n".join([
         "Install the project into this Python (`{} -m pip install -e .` from the repository".format(
             sys.executable or "python"),
-        "root), or run it with the project's virtual environment: .venv/bin/python {} ...".format(script),
+        f"root), or run it with the project's virtual environment: .venv/bin/python {script} ...",
     ])
 
 
@@ -75,8 +75,7 @@ def require_lmplatform() -> None:
     """Exit with instructions unless this interpreter can import lmplatform and its dependencies."""
     script = sys.argv[0] or "ray_jobs/<script>.py"
     if sys.version_info < MIN_PYTHON:
-        raise SystemExit("{} cannot run in {}: lmplatform needs Python {}.{} or newer.\n{}".format(
-            script, _interpreter(), MIN_PYTHON[0], MIN_PYTHON[1], _fix_interpreter(script)))
+        raise SystemExit(f"{script} cannot run in {_interpreter()}: lmplatform needs Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer.\n{_fix_interpreter(script)}")
     missing = [name for name in DEPENDENCIES if importlib.util.find_spec(name) is None]
     if missing:
         raise SystemExit("{} cannot run in {}: it does not have lmplatform's dependencies (missing: {}).\n{}".format(
@@ -86,10 +85,8 @@ def require_lmplatform() -> None:
     except ModuleNotFoundError as error:
         if error.name != "lmplatform":
             raise
-        raise SystemExit("{} cannot import lmplatform in {}: the dependencies are there, the library is not.\n{}".format(
-            script, _interpreter(), _fix_library(script))) from None
+        raise SystemExit(f"{script} cannot import lmplatform in {_interpreter()}: the dependencies are there, the library is not.\n{_fix_library(script)}") from None
     if _under_ray_job():
         # Which interpreter and which copy of the library a job ran is the first question when
         # one behaves differently from a local run; the job log answers it.
-        print("[lmp] {}: {}, lmplatform {} from {}".format(
-            script, _interpreter(), lmplatform.__version__, os.path.dirname(lmplatform.__file__)), file=sys.stderr)
+        print(f"[lmp] {script}: {_interpreter()}, lmplatform {lmplatform.__version__} from {os.path.dirname(lmplatform.__file__)}", file=sys.stderr)

@@ -5,8 +5,9 @@ from pathlib import Path
 
 
 def test_lmplatform_does_not_shadow_stdlib_platform() -> None:
-    import lmplatform  # noqa: F401
     import platform
+
+    import lmplatform  # noqa: F401
 
     stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
     assert Path(platform.__file__).resolve().parent == stdlib

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import yaml
 
-from lmplatform.testing.local_cluster import LocalCluster, free_port
 from lmplatform.serving.launch import DEFAULT_CONFIG
+from lmplatform.testing.local_cluster import LocalCluster, free_port
 from tests.cluster.conftest import ROOT, WORKER_NODES, last_json, run_driver
 from tests.conftest import write_corpus
 

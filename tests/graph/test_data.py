@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from lmplatform.data.readers import DataError
 from lmplatform.graph.data import (
     Entity,
     align_words,
@@ -15,7 +16,6 @@ from lmplatform.graph.data import (
     split_fold,
     words_weights,
 )
-from lmplatform.data.readers import DataError
 
 GOOD = {"id": 7, "tokens": ["aspirin", "caused", "skin", "rash"],
         "entities": [{"type": "AE", "start": 2, "end": 4}, {"type": "Drug", "start": 0, "end": 1}],

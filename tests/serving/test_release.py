@@ -8,7 +8,13 @@ import pytest
 
 from lmplatform.data.readers import DataError
 from lmplatform.serving.release import (
-    ReleaseError, alias_version, check_release, fetch, load_index_and_store, publish_index, resolve_release,
+    ReleaseError,
+    alias_version,
+    check_release,
+    fetch,
+    load_index_and_store,
+    publish_index,
+    resolve_release,
 )
 from lmplatform.serving.store import DOCUMENTS_FILE, DocumentStore, write_document_store
 

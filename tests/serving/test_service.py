@@ -26,7 +26,11 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.serving import hostile
 from tests.serving.servable import (
-    LABELS, make_documents, register_with_index, write_classifier_model, write_index,
+    LABELS,
+    make_documents,
+    register_with_index,
+    write_classifier_model,
+    write_index,
 )
 
 pytestmark = pytest.mark.ray
@@ -149,7 +153,7 @@ def test_endpoints_answer_with_real_values(service: Service) -> None:
 
     classified = _ok(client.post("/v1/classify", json={"texts": [d["text"] for d in docs[:3]]}))
     assert classified["method"] == "knn"
-    for doc, prediction in zip(docs[:3], classified["predictions"]):
+    for _doc, prediction in zip(docs[:3], classified["predictions"]):
         assert set(prediction["probabilities"]) == set(LABELS)
         assert sum(prediction["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
         assert prediction["label"] == max(prediction["probabilities"], key=prediction["probabilities"].get)

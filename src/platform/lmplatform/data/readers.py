@@ -76,8 +76,7 @@ def expand_paths(paths: list[str]) -> list[str]:
 def _open_text_lines(path: str) -> Iterator[tuple[int, bytes]]:
     opener = _gzip_open if path.endswith(".gz") else open
     with opener(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            yield number, raw
+        yield from enumerate(handle, start=1)
 
 
 def _gzip_open(path: str, mode: str) -> io.BufferedReader:

@@ -20,8 +20,8 @@ from lmplatform.graph.data import (
     decode_bio,
     entity_words,
 )
-from lmplatform.graph.negatives import sample_negative_graph
 from lmplatform.graph.metrics import RelationKey, boundary_free_relation_scores, strict_scores
+from lmplatform.graph.negatives import sample_negative_graph
 
 NO_RELATION = "none"
 
@@ -162,7 +162,7 @@ class KNNExtractor:
         stacked = np.concatenate(vectors)
         tags = self.words.vote(self.words.neighbours(stacked, max_k), k)
         out, offset = [], 0
-        for sentence, words in zip(sentences, vectors):
+        for _sentence, words in zip(sentences, vectors):
             sentence_tags = [tag if not np.isnan(words[i]).any() else OUTSIDE
                              for i, tag in enumerate(tags[offset : offset + len(words)])]
             out.append(decode_bio(sentence_tags))

@@ -17,15 +17,26 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
 from ray import serve
+from starlette.exceptions import HTTPException
 
 from lmplatform.serving.http_errors import error_response
 from lmplatform.serving.http_guard import RequestGuard
 from lmplatform.serving.release import Release
 from lmplatform.serving.schemas import (
-    ClassifyResponse, EmbedResponse, ErrorResponse, Hit, ModelInfo, RequestLimitError, SearchRequest, SearchResponse,
-    ServeLimits, SimilarityRequest, SimilarityResponse, TextsRequest, snippet,
+    ClassifyResponse,
+    EmbedResponse,
+    ErrorResponse,
+    Hit,
+    ModelInfo,
+    RequestLimitError,
+    SearchRequest,
+    SearchResponse,
+    ServeLimits,
+    SimilarityRequest,
+    SimilarityResponse,
+    TextsRequest,
+    snippet,
 )
 
 logger = logging.getLogger("ray.serve")

@@ -53,8 +53,8 @@ def train_trial(config: dict[str, Any], *, base_config: str, overrides: list[str
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from lmplatform.config.loader import load_run_config
-    from lmplatform.tune.space import param_overrides
     from lmplatform.train.run import run_training
+    from lmplatform.tune.space import param_overrides
 
     trial_id = tune.get_context().get_trial_id()
     cfg = load_run_config(base_config, [*overrides, *param_overrides(config), "tracking.register_model=false"])
@@ -103,11 +103,11 @@ def function_trial(
     tracking_uri: str, experiment: str, study: str,
 ) -> None:
     """One cheap trial: call `function(**function_args, **params)`; each dict it returns or yields is one report."""
+    import os
+
     from ray import tune
 
     from lmplatform.tracking.mlflow_tracking import TrackedRun
-
-    import os
 
     # Tune runs each trial in its own folder; relative paths in function_args (data files, the
     # default embedding cache) must mean what they mean for the job, so go back to its directory.
@@ -184,8 +184,8 @@ def _trainable(loaded: LoadedSpace, parent_run_id: str, study: str, tracking_uri
 
 def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
     """The space's overrides plus absolute paths: trial processes run in their own working directories."""
-    from lmplatform.train.run import resolve_storage_path
     from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.train.run import resolve_storage_path
 
     cfg = loaded.base
     assert cfg is not None
