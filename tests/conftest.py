@@ -30,6 +30,17 @@ from lmplatform.runtime import apply_runtime_defaults  # noqa: E402
 
 apply_runtime_defaults()  # the remaining defaults, as the `lmp` command line applies them
 
+# A test that uses one of these fixtures needs a live Ray: it is marked `ray` here, not by hand
+# (`make test-fast` deselects them). readme_head: the job-submission test's own `ray start` head.
+RAY_FIXTURES = frozenset({"ray_session", "ray_cluster", "local_cluster", "readme_head"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.ray)
+
+
 TOKEN_WORDS = (
     "printer database login timeout crash server disk memory network error user report failed restart "
     "payment gateway invoice mobile app screen button certificate expired vpn tunnel backup queue"

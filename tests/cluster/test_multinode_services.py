@@ -24,7 +24,6 @@ from lmplatform.testing.local_cluster import LocalCluster, free_port
 from tests.cluster.conftest import ROOT, WORKER_NODES, last_json, run_driver
 from tests.conftest import write_corpus
 
-pytestmark = pytest.mark.ray
 TUNE_TRIAL = "ImplicitFunc"  # Ray Tune's actor class for a function trainable
 # Ray Data names a map_batches pool's actor class after its operator: MapWorker(MapBatches(EncodeBatch)...)
 ENCODER_ACTOR = "MapWorker(MapBatches(EncodeBatch)"

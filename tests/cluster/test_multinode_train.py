@@ -16,7 +16,6 @@ from lmplatform.testing.local_cluster import LocalCluster
 from tests.cluster.conftest import ROOT, WORKER_NODES, last_json, run_driver
 from tests.conftest import committed_checkpoint_steps, write_corpus
 
-pytestmark = pytest.mark.ray
 TRAIN_WORKER = "RayTrainWorker"
 
 

@@ -9,8 +9,6 @@ import pytest
 from lmplatform.config import load_run_config
 from lmplatform.evaluation.classification import frozen_vs_finetuned
 
-pytestmark = pytest.mark.ray
-
 VOCAB = {
     "storage": "disk backup queue memory".split(),
     "network": "vpn tunnel network certificate".split(),

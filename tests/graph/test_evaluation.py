@@ -10,8 +10,6 @@ from lmplatform.config import load_run_config
 from lmplatform.train.run import run_training
 from tests.graph.synthetic import write_synthetic_ade
 
-pytestmark = pytest.mark.ray
-
 
 def test_ray_train_run_then_fold_parallel_evaluation(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     from mlflow.tracking import MlflowClient

@@ -16,8 +16,8 @@ from lmplatform.objectives.classifier import (
     build_classifier_recipe,
     class_weights,
     oversample,
-    record_classes,
     read_classification_data,
+    record_classes,
 )
 
 

@@ -11,8 +11,6 @@ from lmplatform.config import load_run_config
 from lmplatform.train.run import run_training
 from tests.conftest import TOKEN_WORDS, write_corpus
 
-pytestmark = pytest.mark.ray
-
 
 def _common(tiny_bert: Path, data: Path, mlflow_uri: str, storage: Path) -> list[str]:
     return [
@@ -34,7 +32,7 @@ def _common(tiny_bert: Path, data: Path, mlflow_uri: str, storage: Path) -> list
 def _write_pairs(path: Path, n: int = 96) -> Path:
     rng = random.Random(0)
     with path.open("w") as handle:
-        for i in range(n):
+        for _ in range(n):
             words = rng.sample(TOKEN_WORDS, 4)
             document = words[:3] + [rng.choice(TOKEN_WORDS)]
             rng.shuffle(document)

@@ -9,8 +9,6 @@ import pytest
 from lmplatform.config import load_run_config
 from lmplatform.train.run import run_training
 
-pytestmark = pytest.mark.ray
-
 WORDS = "printer database login timeout crash server disk memory network error vpn backup".split()
 
 

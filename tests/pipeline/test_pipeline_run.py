@@ -9,8 +9,6 @@ import yaml
 
 from tests.conftest import TrainWorkerKiller, committed_checkpoint_steps, write_corpus
 
-pytestmark = pytest.mark.ray
-
 
 def _stage_run(corpus: Path, *, steps: int, every: int, register: bool = False) -> dict:
     return {

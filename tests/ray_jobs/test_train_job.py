@@ -33,7 +33,6 @@ from lmplatform.testing.local_cluster import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 README_ADDRESS = "--address http://127.0.0.1:8265"
-pytestmark = pytest.mark.ray
 
 
 def readme_job_commands() -> dict[str, str]:

@@ -8,8 +8,6 @@ from lmplatform.models.encoder import Encoder
 from lmplatform.retrieval.build import build_index_from_shards, encode_corpus_to_shards, iter_shards
 from lmplatform.retrieval.index import VectorIndex
 
-pytestmark = pytest.mark.ray
-
 
 def test_ray_encoding_round_trips_ids_and_matches_in_process_encode(ray_session, tiny_bert: Path, tmp_path: Path) -> None:
     import json

@@ -33,8 +33,6 @@ from tests.serving.servable import (
     write_index,
 )
 
-pytestmark = pytest.mark.ray
-
 TOKEN = "s3cret-test-token"
 APP = "lmp-test"
 MODEL_NAME = "serving-test-encoder"

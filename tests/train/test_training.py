@@ -9,8 +9,6 @@ import pytest
 from lmplatform.config import load_run_config
 from lmplatform.train.run import run_training
 
-pytestmark = pytest.mark.ray
-
 
 def _config(tiny_bert: Path, corpus: Path, mlflow_uri: str, storage: Path, *extra: str):  # noqa: ANN202
     return load_run_config(None, [

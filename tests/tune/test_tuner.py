@@ -8,8 +8,6 @@ import pytest
 
 from lmplatform.tune.tuner import run_study
 
-pytestmark = pytest.mark.ray
-
 
 def _write_space(folder: Path, tiny_bert: Path, corpus: Path, mlflow_uri: str, name: str, lr: tuple[float, float],
                  samples: int) -> Path:
