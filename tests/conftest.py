@@ -41,6 +41,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.ray)
 
 
+# The public data sets beside the repository (../shared/data), where this machine has them: tests that
+# read them are skipped elsewhere. Library code never names this folder; callers pass it.
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
 TOKEN_WORDS = (
     "printer database login timeout crash server disk memory network error user report failed restart "
     "payment gateway invoice mobile app screen button certificate expired vpn tunnel backup queue"

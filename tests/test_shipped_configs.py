@@ -37,8 +37,8 @@ from lmplatform.pipeline.preflight import (
 from lmplatform.tune.space import GeneralPackSpec, ScoredPairsSpec, load_space
 
 REPO = Path(__file__).resolve().parents[1]
-# Where the configs expect the public data sets: ../shared/data (and its absolute form in older configs).
-SHARED_ROOTS = ((REPO.parent / "shared" / "data").resolve(), Path("/work/shared/data"))
+# Where the configs expect the public data sets: ../shared/data, beside the repository.
+SHARED_ROOTS = ((REPO.parent / "shared" / "data").resolve(),)
 
 # Fields of the evaluation and tune-space sections that name a file, and those that name a model.
 FILE_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {

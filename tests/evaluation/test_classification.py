@@ -17,6 +17,10 @@ from lmplatform.evaluation.classification import (
     read_demo_reports,
     read_labelled_texts,
 )
+from tests.conftest import SHARED_DATA
+
+REPO = Path(__file__).resolve().parents[2]
+
 
 
 def test_binary_metrics_by_hand() -> None:
@@ -57,7 +61,7 @@ def test_confusion_png_and_table(tmp_path: Path) -> None:
 
 
 def test_readers(tmp_path: Path) -> None:
-    demo = read_demo_reports()
+    demo = read_demo_reports(REPO / "data" / "demo" / "reports.jsonl")
     assert len(demo.texts) == 320 and len(set(demo.labels)) == 8 and not demo.bad_rows
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join([json.dumps({"t": "disk full", "y": "storage", "split": "train"}), "{bad",
@@ -87,13 +91,13 @@ def test_rare_classes_are_counted_in_the_training_split_only(tmp_path: Path) -> 
         merge_rare_labels(["a"], ["test"], 1)
 
 
-@pytest.mark.skipif(not Path("/work/shared/data/asrs_nmac_reports/reports.jsonl").is_file(), reason="shared data not present")
+@pytest.mark.skipif(not (SHARED_DATA / "asrs_nmac_reports" / "reports.jsonl").is_file(), reason="shared data not present")
 def test_shared_readers() -> None:
     from lmplatform.evaluation.classification import read_medical_abstracts
 
-    med = read_medical_abstracts()
+    med = read_medical_abstracts(SHARED_DATA)
     assert len(med.texts) == 2888 and len(set(med.labels)) == 5 and len(med.split("test")[0]) == 576
-    asrs = read_asrs()
+    asrs = read_asrs(SHARED_DATA)
     assert len(asrs.texts) == 926 - 36 and len(asrs.bad_rows) == 36
     # 10 or more training reports (of 556): the four largest problems; the other 7 are merged
     assert set(asrs.labels) == {"Human Factors", "Ambiguous", "Procedure", "Aircraft", "Other"}

@@ -17,6 +17,7 @@ from lmplatform.evaluation.sts import (
     read_pairs_jsonl,
     spearman,
 )
+from tests.conftest import SHARED_DATA
 
 
 @pytest.mark.parametrize(
@@ -103,11 +104,11 @@ def test_cosine_scores_and_evaluate_with_a_tiny_encoder(tiny_bert: Path) -> None
     assert metrics["spearman"] == pytest.approx(spearman(cos, [5.0, 0.0, 1.0]))
 
 
-@pytest.mark.skipif(not Path("/work/shared/data/biosses/biosses.jsonl").is_file(), reason="shared data not present")
+@pytest.mark.skipif(not (SHARED_DATA / "biosses" / "biosses.jsonl").is_file(), reason="shared data not present")
 def test_shared_readers_know_the_scales() -> None:
     from lmplatform.evaluation.sts import read_biosses, read_sick, read_stsb
 
-    assert len(read_stsb("test")) == 1379 and read_stsb("dev", limit=5).scale == (0.0, 5.0)
-    sick = read_sick("test")
+    assert len(read_stsb(SHARED_DATA, "test")) == 1379 and read_stsb(SHARED_DATA, "dev", limit=5).scale == (0.0, 5.0)
+    sick = read_sick(SHARED_DATA, "test")
     assert len(sick) == 4906 and sick.scale == (1.0, 5.0)
-    assert len(read_biosses()) == 100 and len(read_biosses(folds=[0, 1])) == 20
+    assert len(read_biosses(SHARED_DATA)) == 100 and len(read_biosses(SHARED_DATA, folds=[0, 1])) == 20

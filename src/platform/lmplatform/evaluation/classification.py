@@ -17,9 +17,6 @@ import numpy as np
 
 from lmplatform.data.readers import BadRow, DataError, read_rows
 
-SHARED_DATA = Path("/work/shared/data")
-DEMO_REPORTS = Path(__file__).resolve().parents[4] / "data" / "demo" / "reports.jsonl"
-
 
 def classification_metrics(y_true: Sequence[str], proba: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
     """Metrics of class probabilities `proba` [n, len(labels)] against true label names."""
@@ -130,8 +127,8 @@ def read_labelled_texts(path: str | Path, name: str, text_fields: Sequence[str],
     return LabelledTexts(name, texts, labels, splits, bad)
 
 
-def read_medical_abstracts(root: Path = SHARED_DATA, limit: Optional[int] = None) -> LabelledTexts:
-    """5 condition classes (`label_name`), split train/dev/test (stratified 60/20/20)."""
+def read_medical_abstracts(root: Path, limit: Optional[int] = None) -> LabelledTexts:
+    """5 condition classes (`label_name`), split train/dev/test (stratified 60/20/20); `root` holds medical_abstracts_tc/."""
     return read_labelled_texts(root / "medical_abstracts_tc" / "abstracts.jsonl", "medical_abstracts_tc", ["text"], "label_name", limit=limit)
 
 
@@ -154,7 +151,7 @@ def merge_rare_labels(labels: Sequence[str], splits: Sequence[str], min_size: in
     return [label if counts.get(label, 0) >= min_size else other for label in labels]
 
 
-def read_asrs(root: Path = SHARED_DATA, label_field: str = "primary_problem", min_class_size: int = 10,
+def read_asrs(root: Path, label_field: str = "primary_problem", min_class_size: int = 10,
               limit: Optional[int] = None) -> LabelledTexts:
     """ASRS narratives labelled by `primary_problem`; reports without it are bad rows.
 
@@ -166,7 +163,7 @@ def read_asrs(root: Path = SHARED_DATA, label_field: str = "primary_problem", mi
     return data
 
 
-def read_demo_reports(path: Path = DEMO_REPORTS, limit: Optional[int] = None) -> LabelledTexts:
+def read_demo_reports(path: Path, limit: Optional[int] = None) -> LabelledTexts:
     """The shipped trouble reports: title + text, label `component` (8 classes), no split field."""
     return read_labelled_texts(path, "demo_reports", ["title", "text"], "component", split_field=None, limit=limit)
 

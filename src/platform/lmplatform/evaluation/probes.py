@@ -15,7 +15,6 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-GLUE_PROBES = Path("/work/shared/data/glue_probes")
 # probe -> (train file, dev file, metric)
 GLUE_FILES = {"sst2": ("train_10k.jsonl", "dev.jsonl", "accuracy"), "cola": ("train.jsonl", "dev.jsonl", "matthews_corr")}
 
@@ -44,9 +43,10 @@ def _read(path: Path) -> tuple[list[str], list[int]]:
     return texts, labels
 
 
-def read_glue_probe(name: str, root: Path = GLUE_PROBES, train_limit: Optional[int] = None,
+def read_glue_probe(name: str, root: Path, train_limit: Optional[int] = None,
                     dev_limit: Optional[int] = None, seed: int = 13) -> ProbeData:
-    """A GLUE probe's train (a seeded sample of `train_limit` rows) and dev split (the first `dev_limit`)."""
+    """A GLUE probe's train (a seeded sample of `train_limit` rows) and dev split (the first `dev_limit`);
+    `root` holds one folder per probe (e.g. the shared data's glue_probes/)."""
     if name not in GLUE_FILES:
         raise ValueError(f"unknown probe {name!r}; available: {', '.join(sorted(GLUE_FILES))}")
     train_file, dev_file, metric = GLUE_FILES[name]

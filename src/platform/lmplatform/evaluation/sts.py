@@ -29,8 +29,6 @@ from scipy import stats
 
 from lmplatform.data.readers import BadRow, DataError, read_rows
 
-SHARED_DATA = Path("/work/shared/data")
-
 
 @dataclass(frozen=True)
 class STSPairs:
@@ -205,18 +203,18 @@ def _pair_problem(fields: dict, score_field: str, f1: str, f2: str, scale: Optio
     return None
 
 
-def read_stsb(split: Literal["train", "dev", "test"] = "test", root: Path = SHARED_DATA, limit: Optional[int] = None) -> STSPairs:
+def read_stsb(root: Path, split: Literal["train", "dev", "test"] = "test", limit: Optional[int] = None) -> STSPairs:
     """STS Benchmark, scores 0-5 (`stsbenchmark/sts-<split>.jsonl`)."""
     return read_pairs_jsonl(root / "stsbenchmark" / f"sts-{split}.jsonl", f"stsb-{split}", (0.0, 5.0), limit=limit)
 
 
-def read_sick(split: Literal["train", "dev", "test"] = "test", root: Path = SHARED_DATA, limit: Optional[int] = None) -> STSPairs:
+def read_sick(root: Path, split: Literal["train", "dev", "test"] = "test", limit: Optional[int] = None) -> STSPairs:
     """SICK relatedness, scores 1-5 (SemEval-2014 split in the `split` field)."""
     return read_pairs_jsonl(root / "sick" / "sick.jsonl", f"sick-{split}", (1.0, 5.0), score_field="relatedness_score",
                             where={"split": split}, limit=limit)
 
 
-def read_biosses(folds: Optional[Sequence[int]] = None, root: Path = SHARED_DATA, limit: Optional[int] = None) -> STSPairs:
+def read_biosses(root: Path, folds: Optional[Sequence[int]] = None, limit: Optional[int] = None) -> STSPairs:
     """BIOSSES, mean of 5 annotators on 0-4; `folds` selects among the 10 folds (all by default)."""
     where = None if folds is None else {"fold": set(folds)}
     return read_pairs_jsonl(root / "biosses" / "biosses.jsonl", "biosses", (0.0, 4.0), where=where, limit=limit)
