@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+# Every bench's --data default: the public data sets beside the repository (../shared/data).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def machine() -> dict[str, Any]:

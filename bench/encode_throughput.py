@@ -16,17 +16,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import check, write_result  # noqa: E402
+from common import SHARED_DATA, check, write_result  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data")
-CORPUS = DATA / "duplicate_bug_reports" / "openoffice" / "corpus.jsonl"
-STS = DATA / "stsbenchmark" / "sts-test.jsonl"
+CORPUS = Path("duplicate_bug_reports") / "openoffice" / "corpus.jsonl"  # under --data
+STS = Path("stsbenchmark") / "sts-test.jsonl"
 
 
-def real_texts(limit: int) -> list[str]:
-    rows = [json.loads(line) for line in CORPUS.read_text().splitlines()[:limit]]
+def real_texts(data: Path, limit: int) -> list[str]:
+    rows = [json.loads(line) for line in (data / CORPUS).read_text().splitlines()[:limit]]
     return [f"{r['title']}. {r['description']}" for r in rows]
 
 
@@ -40,11 +37,11 @@ def timed(encode, texts: list[str], repeats: int) -> float:  # noqa: ANN001
     return len(texts) / best
 
 
-def sts_spearman(encode, limit: int) -> float:  # noqa: ANN001
+def sts_spearman(encode, data: Path, limit: int) -> float:  # noqa: ANN001
     import numpy as np
     from scipy.stats import spearmanr
 
-    rows = [json.loads(line) for line in STS.read_text().splitlines()]
+    rows = [json.loads(line) for line in (data / STS).read_text().splitlines()]
     if limit:
         rows = rows[:limit]
     a = encode([r["sentence1"] for r in rows])
@@ -55,6 +52,7 @@ def sts_spearman(encode, limit: int) -> float:  # noqa: ANN001
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--data", type=Path, default=SHARED_DATA, help="The shared data folder (OpenOffice reports, STS-B).")
     parser.add_argument("--limit", type=int, default=1024, help="Texts encoded for throughput.")
     parser.add_argument("--sts-limit", type=int, default=0, help="STS-B test pairs (0: all 1,379).")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -69,7 +67,7 @@ def main() -> None:
     from lmplatform.models.resolve import packaged_model_path
 
     threads = torch.get_num_threads()
-    texts = real_texts(args.limit)
+    texts = real_texts(args.data, args.limit)
     st = SentenceTransformer(str(packaged_model_path()), device="cpu")
     st.max_seq_length = args.max_seq_length
     fp32 = Encoder.from_pretrained("default", max_seq_length=args.max_seq_length)
@@ -89,9 +87,9 @@ def main() -> None:
     for name, value in speeds.items():
         print(f"{name:>22}: {value:8.1f} sentences/s")
     spearman = {
-        "sentence_transformers": sts_spearman(st_encode, args.sts_limit),
-        "ours_fp32": sts_spearman(ours(fp32), args.sts_limit),
-        "ours_int8": sts_spearman(ours(int8), args.sts_limit),
+        "sentence_transformers": sts_spearman(st_encode, args.data, args.sts_limit),
+        "ours_fp32": sts_spearman(ours(fp32), args.data, args.sts_limit),
+        "ours_int8": sts_spearman(ours(int8), args.data, args.sts_limit),
     }
     for name, value in spearman.items():
         print(f"{name:>22}: STS-B test Spearman {value:.4f}")
@@ -104,7 +102,7 @@ def main() -> None:
         "int8_spearman_drop": check("STS-B Spearman drop fp32 -> int8", drop, 0.01, higher_is_better=False),
     }
     write_result("encode_throughput", {
-        "texts": len(texts), "corpus": str(CORPUS), "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
+        "texts": len(texts), "corpus": str(args.data / CORPUS), "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
         "threads": threads, "sts_pairs": args.sts_limit or "all", "sentences_per_second": speeds,
         "sts_spearman": spearman, "checks": checks, "toy_run": args.limit < 512 or bool(args.sts_limit),
     })

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import check, write_result  # noqa: E402
+from common import SHARED_DATA, check, write_result  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-ADE = REPO.parent / "shared" / "data" / "ade_corpus_v2"
+ADE = SHARED_DATA / "ade_corpus_v2"
 PAPER = {"ner_macro_f1": 0.883, "re_macro_f1": 0.7997, "re_minus_macro_f1": 0.865}
 VARIANTS = ("clner", "cldr", "clgs")
 

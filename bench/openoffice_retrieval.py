@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from common import SHARED_DATA, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("ir_recall_at_1", "ir_recall_at_10", "ir_recall_at_20", "ir_mrr_at_10", "ir_ndcg_at_10", "ir_map_at_100")
@@ -254,7 +254,7 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
 
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="The shared data folder.")
+    parser.add_argument("--data", type=Path, default=SHARED_DATA, help="The shared data folder.")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "openoffice_retrieval")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--skip-study", action="store_true")

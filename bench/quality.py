@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, write_result  # noqa: E402
+from common import RESULTS, SHARED_DATA, write_result  # noqa: E402
 
-DATA = Path("/work/shared/data")
 RETRIEVAL_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "hit@1", "hit@10", "mrr@5", "mrr@15", "map")
 
 
@@ -79,7 +78,7 @@ def main() -> None:
     parser.add_argument("--limit-queries", type=int, default=None, help="Cap the retrieval queries (toy runs).")
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--data", default=str(SHARED_DATA), help="The shared data folder.")
     args = parser.parse_args()
 
     import torch

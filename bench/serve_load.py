@@ -1,7 +1,7 @@
 """Load and latency of the serving app on 127.0.0.1: p50/p95/p99 and requests/s at concurrency 1, 8, 32.
 
 The corpus is real text (bug reports: title + description; STS-B sentences) from
-/work/shared/data, repeated with an id suffix up to --docs documents so the index
+../shared/data (--data), repeated with an id suffix up to --docs documents so the index
 has the target size while sentence lengths stay realistic. Each distinct text is
 encoded once and its vector reused for its repeats (identical text, identical
 vector), so building a 100k index costs the encoding of the distinct texts only.
@@ -36,9 +36,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import check, write_result  # noqa: E402
+from common import SHARED_DATA, check, write_result  # noqa: E402
 
-DATA = Path("/work/shared/data")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,7 +71,7 @@ def distinct_texts(data: Path) -> tuple[list[dict[str, str]], list[str]]:
     return docs, queries
 
 
-def build_index(model: str, docs_wanted: int, out: Path, batch_size: int, data: Path = DATA) -> dict[str, Any]:
+def build_index(model: str, docs_wanted: int, out: Path, batch_size: int, data: Path = SHARED_DATA) -> dict[str, Any]:
     """Index + document store of `docs_wanted` documents (distinct texts repeated with #r<n> ids)."""
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
@@ -183,7 +182,7 @@ def main() -> None:
     parser.add_argument("--encode-batch-size", type=int, default=64, help="Batch size when building the index.")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "bench" / "serve_load"))
     parser.add_argument("--name", default="serve_load", help="Result file bench/results/<name>.json.")
-    parser.add_argument("--data", default=str(DATA), help="The shared data folder (bug reports, STS-B).")
+    parser.add_argument("--data", default=str(SHARED_DATA), help="The shared data folder (bug reports, STS-B).")
     args = parser.parse_args()
 
     from lmplatform.models.resolve import resolve_model_path

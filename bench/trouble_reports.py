@@ -42,12 +42,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from common import SHARED_DATA, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "configs" / "pipelines"
-SHARED = Path("/work/shared/data")
-BUGS = SHARED / "duplicate_bug_reports"
 DOMAIN_SOURCES = ("openoffice", "hadoop", "seamonkey")
 OLD_DOMAIN = "domain_reports"  # the evaluation label used by the presets
 RETRIEVAL_METRICS = ("mrr@5", "recall@1", "recall@5", "recall@10", "recall@20")
@@ -87,10 +85,10 @@ def _sample(rows: list[Any], limit: Optional[int], seed: int = 13) -> list[Any]:
     return rows if not limit or limit >= len(rows) else random.Random(seed).sample(rows, limit)
 
 
-def write_domain_corpus(out: Path, limit: Optional[int]) -> tuple[Path, dict[str, int]]:
+def write_domain_corpus(data: Path, out: Path, limit: Optional[int]) -> tuple[Path, dict[str, int]]:
     rows = []
     for source in DOMAIN_SOURCES:
-        for report in _jsonl(BUGS / source / "corpus.jsonl"):
+        for report in _jsonl(data / "duplicate_bug_reports" / source / "corpus.jsonl"):
             text = report_text(report)
             if text:
                 rows.append({"id": f"{source}:{report['id']}", "source": source, "text": text})
@@ -99,22 +97,22 @@ def write_domain_corpus(out: Path, limit: Optional[int]) -> tuple[Path, dict[str
     return _write_jsonl(out / "domain_corpus.jsonl", rows), counts
 
 
-def write_general_pairs(out: Path, min_score: float, limit: Optional[int]) -> tuple[Path, dict[str, int]]:
+def write_general_pairs(data: Path, out: Path, min_score: float, limit: Optional[int]) -> tuple[Path, dict[str, int]]:
     """Paraphrase pairs: STS-B train with score >= min_score, SICK train with entailment or relatedness >= min_score."""
     rows = [{"query": r["sentence1"], "document": r["sentence2"], "source": "stsb"}
-            for r in _jsonl(SHARED / "stsbenchmark" / "sts-train.jsonl") if r["score"] >= min_score]
+            for r in _jsonl(data / "stsbenchmark" / "sts-train.jsonl") if r["score"] >= min_score]
     rows += [{"query": r["sentence1"], "document": r["sentence2"], "source": "sick"}
-             for r in _jsonl(SHARED / "sick" / "sick.jsonl")
+             for r in _jsonl(data / "sick" / "sick.jsonl")
              if r["split"] == "train" and (r["entailment_label"] == "ENTAILMENT" or r["relatedness_score"] >= min_score)]
     rows = _sample(rows, limit)
     return _write_jsonl(out / "general_pairs.jsonl", rows), {s: sum(r["source"] == s for r in rows) for s in ("stsb", "sick")}
 
 
-def write_task_pairs(out: Path, limit: Optional[int]) -> tuple[Path, int]:
+def write_task_pairs(data: Path, out: Path, limit: Optional[int]) -> tuple[Path, int]:
     """OpenOffice duplicate pairs of the train split as (duplicate report, master report) texts."""
-    reports = {r["id"]: r for r in _jsonl(BUGS / "openoffice" / "corpus.jsonl")}
+    reports = {r["id"]: r for r in _jsonl(data / "duplicate_bug_reports" / "openoffice" / "corpus.jsonl")}
     rows = []
-    for pair in _jsonl(BUGS / "openoffice" / "pairs.jsonl"):
+    for pair in _jsonl(data / "duplicate_bug_reports" / "openoffice" / "pairs.jsonl"):
         if pair["split"] != "train" or pair["duplicate_id"] not in reports or pair["master_id"] not in reports:
             continue
         query, document = report_text(reports[pair["duplicate_id"]]), report_text(reports[pair["master_id"]])
@@ -124,10 +122,11 @@ def write_task_pairs(out: Path, limit: Optional[int]) -> tuple[Path, int]:
     return _write_jsonl(out / "openoffice_train_pairs.jsonl", rows), len(rows)
 
 
-def eval_files(out: Path, corpus_limit: Optional[int], limit_queries: Optional[int]) -> tuple[Path, Path]:
+def eval_files(data: Path, out: Path, corpus_limit: Optional[int], limit_queries: Optional[int]) -> tuple[Path, Path]:
     """The OpenOffice files for the test retrieval: the originals, or (toy runs) a subset with the first
     test queries' reports plus distractors up to `corpus_limit` reports."""
-    corpus, pairs = BUGS / "openoffice" / "corpus.jsonl", BUGS / "openoffice" / "pairs.jsonl"
+    openoffice = data / "duplicate_bug_reports" / "openoffice"
+    corpus, pairs = openoffice / "corpus.jsonl", openoffice / "pairs.jsonl"
     if not corpus_limit:
         return corpus, pairs
     test = [p for p in _jsonl(pairs) if p["split"] == "test"][: limit_queries or None]
@@ -313,6 +312,7 @@ def forgetting_table(rows: list[dict[str, Any]]) -> str:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--toy", action="store_true", help=f"Tiny sizes to prove the wiring (overrides: {TOY}).")
+    parser.add_argument("--data", default=str(SHARED_DATA), help="The shared data folder.")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench" / "trouble_reports"))
     parser.add_argument("--resume", default=None, help="An output folder of an interrupted run: finished pipeline stages and the Fisher are reused.")
     parser.add_argument("--tracking-uri", default=None, help="Default: sqlite in --out.")
@@ -365,10 +365,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     started = time.perf_counter()
     print(f"[bench] output folder {out}; MLflow {args.tracking_uri}", flush=True)
 
-    domain, domain_counts = write_domain_corpus(out / "data", args.domain_docs)
-    general, general_counts = write_general_pairs(out / "data", args.min_score, args.general_pairs)
-    task, task_count = write_task_pairs(out / "data", args.task_pairs)
-    eval_corpus, eval_pairs = eval_files(out / "data", args.eval_corpus, args.limit_queries)
+    data = Path(args.data)
+    domain, domain_counts = write_domain_corpus(data, out / "data", args.domain_docs)
+    general, general_counts = write_general_pairs(data, out / "data", args.min_score, args.general_pairs)
+    task, task_count = write_task_pairs(data, out / "data", args.task_pairs)
+    eval_corpus, eval_pairs = eval_files(data, out / "data", args.eval_corpus, args.limit_queries)
     files = {"domain": domain, "general": general, "task": task}
     print(f"[bench] domain corpus {domain_counts}; general pairs {general_counts}; OpenOffice train pairs {task_count}", flush=True)
 
@@ -421,7 +422,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                                args.max_seq_length)
     retrieval_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    probes = [read_glue_probe(name, train_limit=args.glue_train, dev_limit=args.glue_dev) for name in ("sst2", "cola")]
+    probes = [read_glue_probe(name, data / "glue_probes", train_limit=args.glue_train, dev_limit=args.glue_dev)
+              for name in ("sst2", "cola")]
     glue = {name: glue_scores(path, probes, args.max_seq_length) for name, path in {"minilm_zero_shot": "default", **finals}.items()}
     glue_seconds = time.perf_counter() - start
 
