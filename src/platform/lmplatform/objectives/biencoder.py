@@ -87,16 +87,13 @@ class InBatchRetrievalEvaluator:
     models on corpus-level metrics (`retrieval_validation`, val_ir_*) instead.
 
     Returns weighted sums of the InfoNCE loss, accuracy@1 (the own document ranks first, alone),
-    MRR and the mean number of candidates.
+    MRR and the mean number of candidates. The caller sets eval and inference mode and places the batches.
     """
 
     def __init__(self, temperature: Temperature):
         self.temperature = temperature
 
-    @torch.inference_mode()
     def __call__(self, model: Encoder, batches: Iterable[Batch], rank: int = 0) -> WeightedMetrics:
-        was_training = model.training
-        model.eval()
         sums = {"ranking_loss": 0.0, "inbatch_accuracy": 0.0, "inbatch_mrr": 0.0, "inbatch_candidates": 0.0}
         n = 0.0
         for batch in batches:
@@ -113,5 +110,4 @@ class InBatchRetrievalEvaluator:
             sums["inbatch_mrr"] += float((1.0 / ranks).sum())
             sums["inbatch_candidates"] += float(candidates.shape[0] * len(queries))
             n += len(queries)
-        model.train(was_training)
         return {name: (value, n) for name, value in sums.items()}

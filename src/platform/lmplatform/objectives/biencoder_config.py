@@ -16,6 +16,13 @@ class BiencoderObjectiveConfig(Section):
     learnable_temperature: bool = Field(False, description="Learn log(temperature), clamped to [min_temperature, max_temperature].")
     min_temperature: float = Field(0.01, gt=0.0, le=1.0)
     max_temperature: float = Field(1.0, gt=0.0, le=1.0)
+    temperature_lr: float = Field(
+        1e-2, gt=0.0, le=1.0,
+        description="Learning rate of log(temperature) when learnable (its own AdamW group, no weight decay, the run's schedule). "
+                    "Adam moves a parameter by about its lr per step whatever the gradient's scale, so this is log tau's "
+                    "relative change per step: 1e-2 lets tau travel ~e-fold over a few hundred steps; at the encoder's lr "
+                    "(2e-5) it would move under 1%.",
+    )
     symmetric: bool = Field(False, description="Also rank queries for each document and average both losses.")
     max_hard_negatives: int = Field(1, ge=0, description="Hard negatives used per pair (from data.hard_negative_field); 0 ignores them.")
     gather_across_workers: bool = Field(True, description="Negatives from the global batch (all workers), not only the local one.")

@@ -7,7 +7,7 @@ from lmplatform.config.schema import RunConfig
 from lmplatform.data.pairs import PairSet, pair_datasets, read_pairs
 from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.biencoder import BiencoderObjective, PairCollator, InBatchRetrievalEvaluator, count_pair_tokens
-from lmplatform.objectives.infonce import Temperature
+from lmplatform.objectives.infonce import Temperature, temperature_learning_rates
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
 
@@ -43,15 +43,17 @@ def build_biencoder_recipe(cfg: RunConfig) -> TrainingRecipe:
     def export(trained: Encoder, folder: Path) -> None:
         trained.save_pretrained(folder)
 
+    objective = BiencoderObjective(
+        temperature, objective_cfg.symmetric, objective_cfg.gather_across_workers,
+        uses_hard_negatives=cfg.data.hard_negative_field is not None and objective_cfg.max_hard_negatives > 0,
+    )
     return TrainingRecipe(
         model=model,
-        objective=BiencoderObjective(
-            temperature, objective_cfg.symmetric, objective_cfg.gather_across_workers,
-            uses_hard_negatives=cfg.data.hard_negative_field is not None and objective_cfg.max_hard_negatives > 0,
-        ),
+        objective=objective,
         collate=PairCollator(model.tokenizer, cfg.model.max_seq_length, objective_cfg.max_hard_negatives),
         export=export,
         evaluate=InBatchRetrievalEvaluator(temperature),
         count_tokens=count_pair_tokens,
         retrieval_view=lambda trained: trained,
+        learning_rates=temperature_learning_rates(objective, temperature, objective_cfg.temperature_lr),
     )

@@ -42,19 +42,16 @@ class ClassificationObjective(nn.Module):
 
 
 class ClassificationEvaluator:
-    """Validation loss and accuracy as (sum, count), which reduce exactly across workers."""
+    """Validation loss and accuracy as (sum, count), which reduce exactly across workers.
+    The caller sets eval and inference mode and places the batches (the training loop does)."""
 
     def __call__(self, model: ClassifierModel, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
-        model.eval()
         loss_sum = correct = count = 0.0
-        device = next(model.parameters()).device
-        with torch.no_grad():
-            for batch in batches:
-                batch = {k: v.to(device) for k, v in batch.items()}
-                logits = model(batch["input_ids"], batch["attention_mask"])
-                loss_sum += float(F.cross_entropy(logits, batch["labels"], reduction="sum"))
-                correct += float((logits.argmax(-1) == batch["labels"]).sum())
-                count += len(batch["labels"])
+        for batch in batches:
+            logits = model(batch["input_ids"], batch["attention_mask"])
+            loss_sum += float(F.cross_entropy(logits, batch["labels"], reduction="sum"))
+            correct += float((logits.argmax(-1) == batch["labels"]).sum())
+            count += len(batch["labels"])
         return {"loss": (loss_sum, count), "accuracy": (correct, count)} if count else {}
 
 

@@ -54,12 +54,10 @@ class CrossEncoderObjective(nn.Module):
 
 class RerankEvaluator:
     """BCE and accuracy per pair; per group (the query's positive and its drawn negatives) the share of
-    negatives the positive outscores and its reciprocal rank, ties against it: in-batch diagnostics."""
+    negatives the positive outscores and its reciprocal rank, ties against it: in-batch diagnostics.
+    The caller sets eval and inference mode and places the batches (the training loop does)."""
 
-    @torch.inference_mode()
     def __call__(self, model: CrossEncoder, batches: Iterable[Batch], rank: int = 0) -> WeightedMetrics:
-        was_training = model.training
-        model.eval()
         bce = correct = pairs = wins = comparisons = reciprocal = groups = 0.0
         for batch in batches:
             logits = logits_of(model, batch).float()
@@ -76,7 +74,6 @@ class RerankEvaluator:
                 comparisons += len(negatives)
                 reciprocal += 1.0 / (1.0 + float((negatives >= positive).sum()))
                 groups += 1
-        model.train(was_training)
         return {
             "bce_loss": (bce, pairs),
             "accuracy": (correct, pairs),

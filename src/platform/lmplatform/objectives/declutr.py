@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -131,6 +131,17 @@ class DeclutrCollator:
             self._rng = np.random.default_rng([self.seed, rank])
         return self._rng
 
+    def state_dict(self) -> dict[str, Any]:
+        """The span sampler's generator, checkpointed per rank: a resumed run draws the spans the
+        uninterrupted run would have drawn for the same batches."""
+        return {"rng": self.rng.bit_generator.state, "dropped": self.dropped}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state["rng"]  # default_rng's PCG64, as in `rng`
+        self._rng = rng
+        self.dropped = int(state["dropped"])
+
     @contextlib.contextmanager
     def fixed_spans(self, seed: int) -> Iterator[None]:
         """Draw from a fresh RNG with this seed inside the block (the same validation spans every time)."""
@@ -211,17 +222,18 @@ class DeclutrObjective(nn.Module):
 
 
 class DeclutrEvaluator:
-    """Held-out contrastive loss/accuracy and anchor MLM loss, on fixed spans and a fixed masking seed."""
+    """Held-out contrastive loss/accuracy and anchor MLM loss, on fixed spans and a fixed masking seed.
+
+    The batches are collated lazily inside `fixed_spans`, so they must be a lazy iterable of this
+    collator's output (the loop's validation batches are). The loop sets eval and inference mode.
+    """
 
     def __init__(self, objective: DeclutrObjective, collator: DeclutrCollator, seed: int = 1234):
         self.objective = objective
         self.collator = collator
         self.seed = seed
 
-    @torch.inference_mode()
     def __call__(self, model: MaskedLanguageModel, batches: Iterable[Batch], rank: int = 0) -> WeightedMetrics:
-        was_training = model.training
-        model.eval()
         generator = torch.Generator().manual_seed(self.seed + rank)
         sums = {"contrastive_loss": 0.0, "inbatch_accuracy": 0.0, "mlm_loss": 0.0, "mlm_accuracy": 0.0}
         anchors = masked = 0.0
@@ -237,6 +249,5 @@ class DeclutrEvaluator:
                 sums["mlm_loss"] += float(out["loss"]) * k
                 sums["mlm_accuracy"] += float(out["correct"])
                 masked += k
-        model.train(was_training)
         weights = {"contrastive_loss": anchors, "inbatch_accuracy": anchors, "mlm_loss": masked, "mlm_accuracy": masked}
         return {name: (value, weights[name]) for name, value in sums.items()}

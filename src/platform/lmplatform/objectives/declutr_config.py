@@ -24,6 +24,13 @@ class DeclutrObjectiveConfig(Section):
     learnable_temperature: bool = Field(True, description="Learn log(temperature), clamped to [min_temperature, max_temperature].")
     min_temperature: float = Field(0.01, gt=0.0, le=1.0)
     max_temperature: float = Field(1.0, gt=0.0, le=1.0)
+    temperature_lr: float = Field(
+        1e-2, gt=0.0, le=1.0,
+        description="Learning rate of log(temperature) when learnable (its own AdamW group, no weight decay, the run's schedule). "
+                    "Adam moves a parameter by about its lr per step whatever the gradient's scale, so this is log tau's "
+                    "relative change per step: 1e-2 lets tau travel ~e-fold over a few hundred steps; at the encoder's lr "
+                    "(2e-5) it would move under 1%.",
+    )
     mlm_weight: float = Field(1.0, ge=0.0, description="Weight of the MLM loss on the anchor spans.")
     contrastive_weight: float = Field(1.0, ge=0.0, description="Weight of the symmetric InfoNCE loss.")
     # Masking of the anchors, with the MLM objective's fields and defaults.

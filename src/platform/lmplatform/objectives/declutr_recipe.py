@@ -21,7 +21,7 @@ from lmplatform.objectives.declutr import (
     SpanCounts,
     count_sampleable,
 )
-from lmplatform.objectives.infonce import Temperature
+from lmplatform.objectives.infonce import Temperature, temperature_learning_rates
 from lmplatform.objectives.masking import DynamicMasker
 from lmplatform.objectives.mlm import MaskedLanguageModel, MLMEvaluator
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
@@ -163,4 +163,5 @@ def build_declutr_recipe(cfg: RunConfig) -> TrainingRecipe:
         summarize=MLMEvaluator.summarize,
         # The backbone as a text encoder (shared weights), pooled as the exported model will be.
         retrieval_view=lambda trained: Encoder(trained.backbone, tokenizer, cfg.model.pooling, cfg.model.max_seq_length),
+        learning_rates=temperature_learning_rates(objective, temperature, objective_cfg.temperature_lr),
     )

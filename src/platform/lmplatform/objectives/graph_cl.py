@@ -229,26 +229,21 @@ def _positive_beats_hard(anchor: torch.Tensor, positive: torch.Tensor, hard: tor
 
 
 class GraphContrastiveEvaluator:
-    """Validation loss and identification accuracy (positive beats every hard negative), as weighted sums."""
+    """Validation loss and identification accuracy (positive beats every hard negative), as weighted sums.
+    The caller sets eval and inference mode and places the batches (the training loop does)."""
 
     def __init__(self, objective: GraphContrastiveObjective):
         self.objective = objective
 
-    @torch.inference_mode()
     def __call__(self, model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], rank: int) -> dict[str, tuple[float, float]]:
-        was_training = model.training
-        model.eval()
-        device = next(model.parameters()).device
         variant = self.objective.variant
         loss_sum = loss_n = correct = total = 0.0
         for batch in batches:
-            batch = {k: v.to(device) for k, v in batch.items()}
             loss, right, n = self.objective.scores(model, batch)
             loss_sum += float(loss)
             loss_n += 1
             correct += right
             total += n
-        model.train(was_training)
         out = {f"{variant}_loss": (loss_sum, loss_n)}
         if total:
             out[f"{variant}_accuracy"] = (correct, total)

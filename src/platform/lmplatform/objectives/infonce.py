@@ -22,10 +22,16 @@ from lmplatform.train.distributed import is_distributed
 
 
 class Temperature(nn.Module):
-    """τ = exp(log τ), clamped to [min_value, max_value]; learnable or fixed.
+    """τ = exp(log τ), kept in [min_value, max_value]; learnable or fixed.
 
-    Learning log τ keeps τ positive and makes its steps relative; the clamp stops a
+    Learning log τ keeps τ positive and makes its steps relative; the bounds stop a
     collapse to τ→0 (logits blow up) or a drift to a uselessly flat softmax.
+
+    A learnable log τ gets its own learning rate (`objective.temperature_lr`, passed on by
+    `temperature_learning_rates`). The bounds hold as CLIP holds its logit scale: the training
+    loop projects log τ back into range after each step (`project_`). Forward also clamps the value,
+    but lets the gradient through, so τ at a bound can still move back in (a plain clamp has zero
+    gradient outside, and rounding at the bound would freeze τ there).
     """
 
     def __init__(self, initial: float = 0.05, learnable: bool = True, min_value: float = 0.01, max_value: float = 1.0):
@@ -45,7 +51,20 @@ class Temperature(nn.Module):
         return isinstance(self.log_tau, nn.Parameter)
 
     def forward(self) -> torch.Tensor:
-        return self.log_tau.exp().clamp(self.min_value, self.max_value)
+        tau = self.log_tau.exp()
+        return tau + (tau.clamp(self.min_value, self.max_value) - tau).detach()
+
+    @torch.no_grad()
+    def project_(self) -> None:
+        """Put log τ back into [log min_value, log max_value] (after an optimizer step)."""
+        self.log_tau.clamp_(math.log(self.min_value), math.log(self.max_value))
+
+
+def temperature_learning_rates(objective: nn.Module, temperature: Temperature, lr: float) -> dict[str, float]:
+    """{name of log τ in `objective`: lr} when τ is learnable, for `TrainingRecipe.learning_rates`."""
+    if not temperature.learnable:
+        return {}
+    return {name: lr for name, param in objective.named_parameters() if param is temperature.log_tau}
 
 
 def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -50,7 +50,12 @@ class DynamicMasker:
         word_ids: Optional[torch.Tensor] = None,
         generator: Optional[torch.Generator] = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return (masked inputs, labels); labels are IGNORE_INDEX where nothing is predicted."""
+        """Return (masked inputs, labels); labels are IGNORE_INDEX where nothing is predicted.
+
+        Every draw is made on the CPU: from `generator` when given (evaluation's fixed masks), else from
+        torch's global CPU generator, which each checkpoint saves per rank, so a resumed run masks as the
+        uninterrupted one would, on a GPU too.
+        """
         device = input_ids.device
         allowed = self.maskable(input_ids, attention_mask)
         if self.whole_word and word_ids is not None:

@@ -107,6 +107,7 @@ class MLMEvaluator:
     """Held-out masked-LM loss with a fixed masking seed, plus pseudo-perplexity.
 
     Returns weighted sums {name: (sum, weight)} so distributed workers can be reduced.
+    The caller sets eval and inference mode and places the batches (the training loop does).
     Pseudo-perplexity (Salazar et al., 2020) masks each token of a sentence in turn;
     it costs one forward per token, so it runs on the first `pppl_sentences` only.
     """
@@ -117,10 +118,7 @@ class MLMEvaluator:
         self.pppl_sentences = pppl_sentences
         self.pppl_chunk = pppl_chunk
 
-    @torch.inference_mode()
     def __call__(self, model: MaskedLanguageModel, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
-        was_training = model.training
-        model.eval()
         generator = torch.Generator().manual_seed(self.seed + rank)
         loss_sum = correct = masked = 0.0
         pppl_nll = pppl_tokens = 0.0
@@ -138,7 +136,6 @@ class MLMEvaluator:
                 pppl_nll += nll
                 pppl_tokens += tokens
                 pppl_left -= take
-        model.train(was_training)
         metrics = {"mlm_loss": (loss_sum, masked), "mlm_accuracy": (correct, masked)}
         if self.pppl_sentences:
             metrics["pseudo_log_likelihood"] = (pppl_nll, pppl_tokens)
@@ -155,7 +152,7 @@ class MLMEvaluator:
                 chunk = positions[start : start + self.pppl_chunk]
                 copies = ids.unsqueeze(0).repeat(len(chunk), 1)
                 labels = torch.full_like(copies, IGNORE_INDEX)
-                rows = torch.arange(len(chunk))
+                rows = torch.arange(len(chunk), device=copies.device)
                 labels[rows, chunk] = copies[rows, chunk]
                 copies[rows, chunk] = self.masker.mask_token_id
                 logits, targets = model.masked_logits(copies, torch.ones_like(copies), labels)

@@ -61,20 +61,17 @@ class STSObjective(nn.Module):
 
 
 class STSEvaluator:
-    """Spearman and Pearson of cosine vs gold over the whole validation split (all workers)."""
+    """Spearman and Pearson of cosine vs gold over the whole validation split (all workers).
+    The caller sets eval and inference mode and places the batches (the training loop does)."""
 
     def __call__(self, model: Encoder, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
         from lmplatform.evaluation.sts import pearson, spearman
 
-        model.eval()
-        device = next(model.parameters()).device
         cos: list[float] = []
         gold: list[float] = []
-        with torch.no_grad():
-            for batch in batches:
-                batch = {k: v.to(device) for k, v in batch.items()}
-                cos.extend(pair_cosines(model, batch).float().cpu().tolist())
-                gold.extend(batch["scores"].float().cpu().tolist())
+        for batch in batches:
+            cos.extend(pair_cosines(model, batch).float().cpu().tolist())
+            gold.extend(batch["scores"].float().cpu().tolist())
         all_cos, all_gold = _gather(cos), _gather(gold)
         if len(all_cos) < 2:
             return {}

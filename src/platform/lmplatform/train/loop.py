@@ -2,16 +2,20 @@
 
 It knows the recipe interface only: a model, an objective returning (loss,
 metrics), a collate function, regularizers, an evaluator and an exporter.
+Ray Train is reached through a `Reporter` only, so the loop also runs in one
+process without Ray (`FolderReporter`: tests of exact resume, debugging).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
 
 import torch
 
@@ -19,7 +23,7 @@ from lmplatform.config.schema import RunConfig
 from lmplatform.train import distributed as D
 from lmplatform.train.optim import build_optimizer, build_scheduler
 from lmplatform.train.recipe import Batch, TrainingRecipe
-from lmplatform.train.state import FINAL_MODEL_DIR, Progress, load_checkpoint, save_checkpoint
+from lmplatform.train.state import FINAL_MODEL_DIR, Progress, load_checkpoint, save_checkpoint, seed_everything
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +63,71 @@ class StepTimer:
         return out
 
 
+def place(batch: Batch, device: torch.device) -> Batch:
+    """The batch's tensors on `device`: the one place batches move, for training and validation alike."""
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+@contextlib.contextmanager
+def evaluation_mode(*modules: torch.nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and no autograd inside the block; each module's mode is restored after."""
+    was_training = [module.training for module in modules]
+    for module in modules:
+        module.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        for module, mode in zip(modules, was_training):
+            module.train(mode)
+
+
+class Reporter(Protocol):
+    """Where the loop's results and checkpoints go."""
+
+    def report(self, metrics: dict[str, float], checkpoint_dir: Optional[Path] = None,
+               checkpoint_name: Optional[str] = None) -> None: ...
+
+
+class RayTrainReporter:
+    """`ray.train.report`: Ray Train persists the checkpoint folder to the run's storage."""
+
+    def report(self, metrics: dict[str, float], checkpoint_dir: Optional[Path] = None,
+               checkpoint_name: Optional[str] = None) -> None:
+        import ray.train
+
+        if checkpoint_dir is None:
+            ray.train.report(metrics)
+            return
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(checkpoint_dir)),
+                         checkpoint_dir_name=checkpoint_name)
+
+
+class FolderReporter:
+    """Keeps every report in memory and copies each checkpoint to `root/<name>`: the loop in one process."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.reports: list[dict[str, float]] = []
+        self.checkpoints: list[Path] = []
+
+    def report(self, metrics: dict[str, float], checkpoint_dir: Optional[Path] = None,
+               checkpoint_name: Optional[str] = None) -> None:
+        self.reports.append(dict(metrics))
+        if checkpoint_dir is not None:
+            target = self.root / (checkpoint_name or f"checkpoint_{len(self.checkpoints):06d}")
+            shutil.copytree(checkpoint_dir, target, dirs_exist_ok=True)
+            self.checkpoints.append(target)
+
+
 class Trainer:
     """One worker's view of a run."""
 
     def __init__(self, cfg: RunConfig, recipe: TrainingRecipe, total_steps: int, device: torch.device, rank: int,
-                 tracker: Any = None, corpus_validator: Optional[Callable[[torch.nn.Module], dict[str, float]]] = None):
+                 tracker: Any = None, corpus_validator: Optional[Callable[[torch.nn.Module], dict[str, float]]] = None,
+                 reporter: Optional[Reporter] = None):
         self.cfg = cfg
+        self.reporter: Reporter = reporter if reporter is not None else RayTrainReporter()
         self.corpus_validator = corpus_validator
         self.recipe = recipe
         self.total_steps = total_steps
@@ -79,7 +142,12 @@ class Trainer:
         D.broadcast_parameters(self.objective)
         self.params = recipe.parameters()
         names = {id(p): n for module in (self.model, self.objective) for n, p in module.named_parameters()}
-        self.optimizer = build_optimizer(self.params, names, cfg.optim)
+        self.optimizer = build_optimizer(self.params, names, cfg.optim, recipe.learning_rates)
+        # Parameters with an allowed set (log τ within its bounds) are projected back after each step,
+        # as CLIP clamps its logit scale: Adam's momentum would otherwise carry them past the bound,
+        # where they sit unused until the gradient has walked them back.
+        self.projected = [m for root in (self.model, self.objective) for m in root.modules()
+                          if callable(getattr(m, "project_", None))]
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, total_steps)
         self.progress = Progress()
         # The newest validation metrics ride along with every report, so a Tune
@@ -87,35 +155,46 @@ class Trainer:
         self.latest_validation: dict[str, float] = {}
 
     # -- checkpoints -------------------------------------------------------
+    def begin(self, checkpoint: Optional[Path] = None) -> None:
+        """Restore `checkpoint`, or seed this rank's generators for a fresh start (other masks and
+        dropout per rank). Call before `fit`, in the process that trains."""
+        if checkpoint is not None:
+            self.restore(checkpoint)
+        else:
+            seed_everything(self.cfg.optim.seed + 1000 * self.rank)
+
     def restore(self, folder: Path) -> None:
-        self.progress = load_checkpoint(folder, self.rank, self.model, self.objective, self.optimizer, self.scheduler)
+        self.progress = load_checkpoint(folder, self.rank, self.model, self.objective, self.optimizer, self.scheduler,
+                                        self.recipe.stateful_parts(), self.device)
         self._log({"resumed_from_step": float(self.progress.step)}, self.progress.step)
         self._print(f"resumed from checkpoint at step {self.progress.step} (epoch {self.progress.epoch})")
 
     def _report(self, metrics: dict[str, float], with_checkpoint: bool, final: bool = False) -> None:
-        import ray.train
-
         metrics = {**self.latest_validation, **metrics, "step": self.progress.step, "epoch": self.progress.epoch}
         if not with_checkpoint:
-            ray.train.report(metrics)
+            self.reporter.report(metrics)
             return
         with tempfile.TemporaryDirectory(prefix="lmp-ckpt-") as tmp:
             folder = Path(tmp)
-            save_checkpoint(folder, self.rank, self.progress, self.model, self.objective, self.optimizer, self.scheduler)
+            save_checkpoint(folder, self.rank, self.progress, self.model, self.objective, self.optimizer, self.scheduler,
+                            self.recipe.stateful_parts(), self.device)
             if final and self.rank == 0:
                 self.recipe.export(self.model, folder / FINAL_MODEL_DIR)
-            ray.train.report(
-                metrics,
-                checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                checkpoint_dir_name=f"checkpoint_step{self.progress.step:08d}" + ("_final" if final else ""),
-            )
+            self.reporter.report(metrics, folder,
+                                 f"checkpoint_step{self.progress.step:08d}" + ("_final" if final else ""))
 
     # -- evaluation --------------------------------------------------------
-    def evaluate(self, batches: Optional[Iterator[Batch]]) -> dict[str, float]:
-        """In-batch validation on the validation shards, then corpus-level retrieval validation if configured."""
+    def evaluate(self, batches: Optional[Iterable[Batch]]) -> dict[str, float]:
+        """In-batch validation on the validation shards, then corpus-level retrieval validation if configured.
+
+        The evaluator gets batches already on the device, with model and objective in eval mode under
+        inference mode: evaluators only compute metrics. Batches are moved lazily, one at a time, inside
+        the evaluator's own context (DeCLUTR collates validation batches from fixed spans there).
+        """
         metrics: dict[str, float] = {}
         if self.recipe.evaluate is not None and batches is not None:
-            sums = self.recipe.evaluate(self.model, batches, self.rank)
+            with evaluation_mode(self.model, self.objective):
+                sums = self.recipe.evaluate(self.model, (place(batch, self.device) for batch in batches), self.rank)
             metrics = self.recipe.summarize(D.reduce_weighted(sums, self.device))
         if self.corpus_validator is not None:
             metrics |= self.corpus_validator(self.model)
@@ -125,9 +204,6 @@ class Trainer:
         return dict(self.latest_validation)
 
     # -- training ----------------------------------------------------------
-    def _to_device(self, batch: Batch) -> Batch:
-        return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
-
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         loss, metrics = self.objective(self.model, batch)
         for regularizer in self.recipe.regularizers:
@@ -142,6 +218,9 @@ class Trainer:
         if self.cfg.optim.max_grad_norm:
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.optim.max_grad_norm))
         self.optimizer.step()
+        with torch.no_grad():
+            for module in self.projected:
+                module.project_()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1
@@ -165,7 +244,7 @@ class Trainer:
         while progress.step < self.total_steps:
             batches = D.while_all_have_batches(train_batches(progress.epoch, progress.batches_in_epoch), self.device)
             for batch in batches:
-                batch = self._to_device(batch)
+                batch = place(batch, self.device)
                 loss, metrics = self._loss(batch)
                 (loss / accum).backward()
                 progress.batches_in_epoch += 1

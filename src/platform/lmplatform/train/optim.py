@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
@@ -10,13 +11,31 @@ from transformers import get_constant_schedule_with_warmup, get_linear_schedule_
 from lmplatform.config.schema import OptimConfig
 
 
-def build_optimizer(params: list[nn.Parameter], names: dict[int, str], cfg: OptimConfig) -> torch.optim.Optimizer:
-    decay, no_decay = [], []
+def _decays(param: nn.Parameter, name: str) -> bool:
+    return not (param.ndim < 2 or "norm" in name.lower() or name.endswith("bias"))
+
+
+def build_optimizer(
+    params: list[nn.Parameter], names: dict[int, str], cfg: OptimConfig, learning_rates: Optional[Mapping[str, float]] = None
+) -> torch.optim.Optimizer:
+    """Two groups at `cfg.lr` (with and without weight decay), plus one group per parameter named in
+    `learning_rates` at its own rate (CLIP gives its logit scale one). The schedule scales every
+    group's rate by the same factor, so warm-up and decay apply to those too."""
+    own = dict(learning_rates or {})
+    unknown = sorted(set(own) - {names.get(id(p), "") for p in params})
+    if unknown:
+        raise ValueError(f"learning rates for parameters that are not trained: {', '.join(unknown)}")
+    decay, no_decay, separate = [], [], []
     for param in params:
         name = names.get(id(param), "")
-        (no_decay if param.ndim < 2 or "norm" in name.lower() or name.endswith("bias") else decay).append(param)
+        if name in own:
+            separate.append({"params": [param], "lr": own[name], "name": name,
+                             "weight_decay": cfg.weight_decay if _decays(param, name) else 0.0})
+        else:
+            (decay if _decays(param, name) else no_decay).append(param)
+    # The two shared groups come first, so checkpoints of runs without own rates keep their layout.
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr, eps=cfg.adam_eps)
+    return torch.optim.AdamW([g for g in groups if g["params"]] + separate, lr=cfg.lr, eps=cfg.adam_eps)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int) -> torch.optim.lr_scheduler.LRScheduler:

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from lmplatform.train.state import Stateful
+
 Batch = dict[str, torch.Tensor]
 WeightedMetrics = dict[str, tuple[float, float]]
 
@@ -25,6 +27,15 @@ class TrainingRecipe:
     - `regularizers` each return (loss, metrics) from the model alone (e.g. an EWC penalty).
     - `retrieval_view(model)` is the model as an `Encoder` or a `CrossEncoder`, for corpus-level
       retrieval validation (`retrieval_validation`); None where the objective has no such view.
+    - `learning_rates` gives named parameters (names as in the model's or the objective's
+      `named_parameters()`) their own learning rate, e.g. a learnable temperature's log τ.
+
+    The loop owns the rest: it moves every batch to the device (training and validation),
+    and runs `evaluate` with the model and objective in eval mode under `torch.inference_mode()`.
+    A `collate` that draws at random keeps its generator as `state_dict()`/`load_state_dict()`
+    (see `stateful_parts`), so a resumed run draws what the uninterrupted run would have.
+    A module of the model or the objective with a `project_()` method is projected back onto
+    its allowed set after every optimizer step (e.g. log τ onto its clamp range).
     """
 
     model: nn.Module
@@ -36,6 +47,11 @@ class TrainingRecipe:
     regularizers: list[nn.Module] = field(default_factory=list)
     count_tokens: Callable[[Batch], int] = field(default=lambda batch: int(batch["attention_mask"].sum()))
     retrieval_view: Optional[Callable[[nn.Module], nn.Module]] = None
+    learning_rates: dict[str, float] = field(default_factory=dict)
+
+    def stateful_parts(self) -> dict[str, Stateful]:
+        """The parts besides model and objective whose state a checkpoint must keep (per rank)."""
+        return {"collate": self.collate} if isinstance(self.collate, Stateful) else {}
 
     def parameters(self) -> list[nn.Parameter]:
         """Every trainable parameter: the model's and the objective's own (e.g. a learnable temperature)."""

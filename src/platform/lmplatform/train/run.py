@@ -84,6 +84,7 @@ def run_training(
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit, resolve_tracking_uri
     from lmplatform.tracking.registry import register_model_version
+    from lmplatform.train.ingest import ingest_config
     from lmplatform.train.optim import total_optimizer_steps
     from lmplatform.train.state import FINAL_MODEL_DIR
     from lmplatform.train.worker import train_loop_per_worker
@@ -156,6 +157,7 @@ def run_training(
         ),
         torch_config=TorchConfig(backend="nccl" if cfg.scaling.use_gpu else "gloo"),
         datasets=data.datasets,
+        dataset_config=ingest_config(),  # a fixed batch order, so a mid-epoch resume continues the same run
         run_config=RayRunConfig(
             name=run_name,
             storage_path=storage,

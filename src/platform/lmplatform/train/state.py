@@ -1,7 +1,11 @@
-"""Checkpoint contents: model, optimizer, scheduler, step counters and RNG state.
+"""Checkpoint contents: model, optimizer, scheduler, step counters and every random state a step draws from.
 
-Rank 0 writes the shared state; every rank writes its own RNG state (Ray Train
-merges the workers' checkpoint folders into one).
+Rank 0 writes the shared state; every rank writes its own random state (Ray Train
+merges the workers' checkpoint folders into one). A resumed run continues the
+uninterrupted run's trajectory only if nothing a later step depends on is left
+out: the torch CPU generator (dropout on CPU, the MLM masker's draws), the CUDA
+generator of the worker's device (dropout on a GPU), numpy's and Python's global
+generators, and the recipe's own stateful parts (DeCLUTR's span sampler).
 """
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -30,14 +34,41 @@ class Progress:
     initial_metrics: dict[str, float] = field(default_factory=dict)  # validation before any step
 
 
-def rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+@runtime_checkable
+class Stateful(Protocol):
+    """Anything a step draws from that keeps its own state (e.g. a collator's numpy Generator)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def seed_everything(seed: int) -> None:
+    """Seed torch (CPU and every CUDA device), numpy's and Python's global generators."""
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def rng_state(device: Optional[torch.device] = None) -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], device: Optional[torch.device] = None) -> None:
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
+    # A checkpoint written on CPU has no CUDA state: that resume cannot be exact on a GPU, and
+    # a GPU checkpoint resumed on CPU has no generator to restore it into.
+    if "cuda" in state and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def _rank_file(folder: Path, rank: int) -> Path:
+    return folder / f"rng_rank{rank}.pt"
 
 
 def save_checkpoint(
@@ -48,9 +79,13 @@ def save_checkpoint(
     objective: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
+    parts: Optional[Mapping[str, Stateful]] = None,
+    device: Optional[torch.device] = None,
 ) -> None:
+    """`parts`: this rank's stateful recipe parts by name, saved with its random state."""
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save(rng_state(), folder / f"rng_rank{rank}.pt")
+    per_rank = {"rng": rng_state(device), "parts": {name: part.state_dict() for name, part in (parts or {}).items()}}
+    torch.save(per_rank, _rank_file(folder, rank))
     if rank != 0:
         return
     torch.save(
@@ -66,14 +101,27 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    folder: Path, rank: int, model: nn.Module, objective: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
+    folder: Path,
+    rank: int,
+    model: nn.Module,
+    objective: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    parts: Optional[Mapping[str, Stateful]] = None,
+    device: Optional[torch.device] = None,
 ) -> Progress:
     state = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=False)
     model.load_state_dict(state["model"])
     objective.load_state_dict(state["objective"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    rng_file = folder / f"rng_rank{rank}.pt"
-    if rng_file.is_file():
-        set_rng_state(torch.load(rng_file, weights_only=False))
+    rank_file = _rank_file(folder, rank)
+    if rank_file.is_file():  # absent when resuming with more workers than the checkpoint had
+        saved = torch.load(rank_file, weights_only=False)
+        if "rng" not in saved:  # written before the per-rank file held more than the global generators
+            saved = {"rng": saved, "parts": {}}
+        set_rng_state(saved["rng"], device)
+        for name, part in (parts or {}).items():
+            if name in saved["parts"]:
+                part.load_state_dict(saved["parts"][name])
     return Progress(**json.loads((folder / PROGRESS).read_text()))

@@ -10,8 +10,10 @@ import torch
 from lmplatform.config.schema import RunConfig
 from lmplatform.objectives.ewc_setup import attach_ewc
 from lmplatform.objectives.registry import objective_spec
-from lmplatform.train.loop import Trainer
+from lmplatform.train.ingest import resume_batches, shard_epoch
+from lmplatform.train.loop import Reporter, Trainer
 from lmplatform.train.recipe import Batch, TrainingRecipe
+from lmplatform.train.state import seed_everything
 
 
 def worker_threads(cfg: RunConfig) -> int:
@@ -31,6 +33,32 @@ def corpus_validator(cfg: RunConfig, recipe: TrainingRecipe, retrieval_set: Any)
     return CorpusRetrievalValidator(ray.get(retrieval_set), cfg.retrieval_validation, recipe.retrieval_view)
 
 
+def build_trainer(
+    cfg: RunConfig,
+    total_steps: int,
+    device: torch.device,
+    rank: int,
+    tracker: Any = None,
+    tracking_uri: Optional[str] = None,
+    retrieval_set: Any = None,
+    reporter: Optional[Reporter] = None,
+) -> Trainer:
+    """What a worker process builds before training: seeded recipe, EWC penalty, trainer.
+
+    Start it with `trainer.begin(checkpoint folder or None)`. The tests of exact resume build a
+    resumed trainer here too, as a restarted worker would.
+    """
+    seed_everything(cfg.optim.seed)  # identical initialisation of new heads on every rank
+    recipe = objective_spec(cfg.objective.name).build_recipe(cfg)
+    ewc_report = attach_ewc(cfg, recipe, tracking_uri)  # before any restore: θ* is the start model
+    if ewc_report is not None and rank == 0:
+        print(f"[lmp] {ewc_report.summary()}", flush=True)
+        if tracker is not None:
+            tracker.log_metrics(ewc_report.metrics(), step=0)
+    return Trainer(cfg, recipe, total_steps, device, rank, tracker,
+                   corpus_validator=corpus_validator(cfg, recipe, retrieval_set), reporter=reporter)
+
+
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
@@ -43,39 +71,26 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     rank = ray.train.get_context().get_world_rank()
     # Ray sets OMP_NUM_THREADS to the CPUs reserved; torch needs to be told as well.
     torch.set_num_threads(worker_threads(cfg))
-    torch.manual_seed(cfg.optim.seed)  # identical initialisation of new heads on every rank
-
-    recipe = objective_spec(cfg.objective.name).build_recipe(cfg)
-    ewc_report = attach_ewc(cfg, recipe, loop_config["tracking_uri"])  # before any restore: θ* is the start model
-    device = ray.train.torch.get_device()
     tracker = TrackedRun(loop_config["tracking_uri"], loop_config["mlflow_run_id"]) if rank == 0 else None
-    if ewc_report is not None and rank == 0:
-        print(f"[lmp] {ewc_report.summary()}", flush=True)
-        tracker.log_metrics(ewc_report.metrics(), step=0)
-    trainer = Trainer(cfg, recipe, loop_config["total_steps"], device, rank, tracker,
-                      corpus_validator=corpus_validator(cfg, recipe, loop_config.get("retrieval_set")))
+    trainer = build_trainer(cfg, loop_config["total_steps"], ray.train.torch.get_device(), rank, tracker,
+                            loop_config["tracking_uri"], loop_config.get("retrieval_set"))
+    recipe = trainer.recipe
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            trainer.restore(Path(folder))
+            trainer.begin(Path(folder))
     else:
-        torch.manual_seed(cfg.optim.seed + 1000 * rank)  # different masks/negatives per rank
+        trainer.begin(None)
 
+    # The shards come in a fixed order (run.py passes ingest_config()), so skipping the
+    # checkpoint's count of batches resumes at the same batch.
     train_shard = ray.train.get_dataset_shard("train")
     validation_shard = ray.train.get_dataset_shard("validation") if loop_config["has_validation"] else None
     batch_size = cfg.optim.batch_size
 
     def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
-        batches = train_shard.iter_batches(
-            batch_size=batch_size,
-            batch_format="numpy",
-            local_shuffle_buffer_size=max(4 * batch_size, 256),
-            local_shuffle_seed=cfg.optim.seed + 7919 * epoch + rank,
-        )
-        for index, batch in enumerate(batches):
-            if index >= skip:  # resuming inside an epoch: skip what was already consumed
-                yield recipe.collate(batch)
+        return resume_batches(shard_epoch(train_shard, batch_size, cfg.optim.seed, epoch, rank), recipe.collate, skip)
 
     def validation_batches() -> Iterator[Batch] | None:
         if validation_shard is None:

@@ -1,0 +1,65 @@
+"""How training batches reach a worker, in an order that a resumed run can reproduce.
+
+A checkpoint records how many micro-batches of the current epoch were consumed
+(`Progress.batches_in_epoch`), and a resumed run skips that many. Skipping a count
+continues the same trajectory only if every pass over the same epoch yields the
+same batches on the same rank. By default Ray Data hands blocks to the consumer
+that asks first and emits them as they finish (`preserve_order=False`), and a
+streaming split follows node locality, so which rows a rank gets, and in which
+order, depends on task timing. Training therefore ingests with
+`preserve_order=True` (Ray Data then also ignores locality hints when splitting):
+each rank receives blocks in dataset order, assigned to the rank with the fewest
+rows so far, and the seeded local shuffle over that fixed sequence is fixed too.
+This holds for the same dataset blocks: a `--resume` that re-reads the data gets
+them when the data and Ray Data's block planning are unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from lmplatform.train.recipe import Batch
+
+NumpyBatch = dict[str, np.ndarray]
+
+
+def ingest_options() -> Any:  # noqa: ANN401 - ray.data.ExecutionOptions, imported lazily
+    """Ray Train's default ingest options (the driver's DataContext), with the order preserved."""
+    from ray.train import DataConfig
+
+    options = DataConfig.default_ingest_options()
+    options.preserve_order = True
+    return options
+
+
+def ingest_config() -> Any:  # noqa: ANN401 - ray.train.DataConfig
+    """Ray Train's dataset config for training runs (`TorchTrainer(dataset_config=...)`)."""
+    from ray.train import DataConfig
+
+    # Locality would pick a rank by where a block lives; preserve_order already turns it off.
+    return DataConfig(execution_options=ingest_options(), enable_shard_locality=False)
+
+
+def shuffle_seed(seed: int, epoch: int, rank: int) -> int:
+    """The local shuffle seed of one rank's epoch: a new order each epoch, another on each rank."""
+    return seed + 7919 * epoch + rank
+
+
+def shard_epoch(shard: Any, batch_size: int, seed: int, epoch: int, rank: int) -> Iterable[NumpyBatch]:  # noqa: ANN401
+    """One epoch of a Ray Train dataset shard as numpy batches, locally shuffled with a fixed seed (lazy:
+    the epoch starts when the first batch is asked for)."""
+    return shard.iter_batches(
+        batch_size=batch_size,
+        batch_format="numpy",
+        local_shuffle_buffer_size=max(4 * batch_size, 256),
+        local_shuffle_seed=shuffle_seed(seed, epoch, rank),
+    )
+
+
+def resume_batches(batches: Iterable[NumpyBatch], collate: Callable[[NumpyBatch], Batch], skip: int) -> Iterator[Batch]:
+    """Collated batches after the first `skip`, which are read but not collated: a collator that draws
+    at random (DeCLUTR's spans) was restored to its state after exactly those batches."""
+    for index, batch in enumerate(batches):
+        if index >= skip:
+            yield collate(batch)
