@@ -1,9 +1,9 @@
 """Wiring of an `ewc:` config block: the Fisher job on the driver side, the penalty on each worker.
 
-Any objective gets EWC the same way: `run_training` calls `prepare_ewc` (computes
-and logs the Fisher once when `ewc.fisher_from` is set), and the worker calls
-`attach_ewc` after `build_recipe`, which appends an `EWCPenalty` to the recipe's
-regularizers.
+Any objective gets EWC the same way: `run_training` calls `check_fisher_anchor`
+before anything starts, then `prepare_ewc` (computes and logs the Fisher once when
+`ewc.fisher_from` is set), and the worker calls `attach_ewc` after `build_recipe`,
+which appends an `EWCPenalty` to the recipe's regularizers.
 """
 from __future__ import annotations
 
@@ -17,6 +17,42 @@ from torch import nn
 from lmplatform.config.schema import DataConfig, EWCConfig, RunConfig
 from lmplatform.data.sampling import sample_texts
 from lmplatform.objectives.ewc import FISHER_FILE, EWCPenalty, FisherDiagonal, MatchReport, MLMFisherLoss, canonical_parameter_names
+
+
+def untrained_head_error(anchor: str, head: list[str], field: str) -> str:
+    """Why a Fisher through this model's MLM head is refused, and what to set instead."""
+    return (
+        f"{field} = {anchor!r} has no trained MLM head ({len(head)} head tensors, e.g. {head[0]}, would be "
+        f"initialised at random). ewc.fisher_from computes the Fisher diagonal from the MLM loss, whose gradients "
+        f"pass through that head: through a random head F_i measures a random projection, not what the backbone "
+        f"learnt. Set ewc.anchor_model to an MLM-trained model of the same backbone (e.g. "
+        f"models:/lmplatform-mlm@champion, or the model folder of an `lmp train --config configs/mlm.yaml` run), "
+        f"or give ewc.fisher_path a Fisher computed with one."
+    )
+
+
+def check_fisher_anchor(cfg: RunConfig) -> None:
+    """Refuse, before the Fisher job or any worker starts, a Fisher that would go through an untrained MLM head.
+
+    The model whose Fisher `fisher_from` computes is `ewc.anchor_model`, or `model.name_or_path` when unset.
+    A `fisher_path` Fisher was computed elsewhere and is not checked here.
+    """
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.objectives.mlm import untrained_mlm_head
+
+    ewc = cfg.ewc
+    if ewc is None or ewc.fisher_from is None:
+        return
+    anchor = ewc.anchor_model or cfg.model.name_or_path
+    field = "ewc.anchor_model" if ewc.anchor_model else "ewc.anchor_model (unset, so model.name_or_path)"
+    path = resolve_model_path(anchor)  # a missing model or registry entry fails here with its own message
+    try:
+        head = untrained_mlm_head(path)
+    except (ValueError, KeyError) as exc:  # an architecture with no masked-LM class
+        raise ConfigError(f"{field} = {anchor!r} cannot be loaded as a masked language model for the Fisher: {exc}") from exc
+    if head:
+        raise ConfigError(untrained_head_error(anchor, head, field))
 
 
 def compute_fisher_file(
@@ -34,6 +70,8 @@ def compute_fisher_file(
     path = resolve_model_path(model_path)
     tokenizer = load_tokenizer(path)
     model = MaskedLanguageModel.from_pretrained(path)
+    if model.untrained_head:
+        raise ValueError(untrained_head_error(model_path, list(model.untrained_head), "the Fisher's model"))
     texts = sample_texts(data, samples, seed)
     if not texts:
         raise ValueError(f"ewc.fisher_from: no training documents in {', '.join(data.train_paths)}")

@@ -26,8 +26,29 @@ logger = logging.getLogger(__name__)
 _HEAD_ATTRIBUTES = ("cls", "lm_head", "generator_lm_head")
 
 
+def _load_masked_lm(path: str | Path) -> tuple[PreTrainedModel, list[str]]:
+    """The model with its MLM head, and the head tensors the checkpoint lacks (initialised at random)."""
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # callers give their own account of the head
+    try:
+        mlm, info = AutoModelForMaskedLM.from_pretrained(str(path), output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(previous)
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(mlm.base_model_prefix + "."))
+    return mlm, missing
+
+
+def untrained_mlm_head(path: str | Path) -> list[str]:
+    """The MLM head tensors a model folder does not hold: [] when its head was trained (saved with it).
+
+    A sentence encoder such as the packaged MiniLM ships its backbone only, so every head tensor
+    but the decoder tied to the input embeddings is new.
+    """
+    return _load_masked_lm(path)[1]
+
+
 class MaskedLanguageModel(nn.Module):
-    def __init__(self, mlm: PreTrainedModel, projection: str = "masked"):
+    def __init__(self, mlm: PreTrainedModel, projection: str = "masked", untrained_head: tuple[str, ...] = ()):
         super().__init__()
         self.mlm = mlm
         self.head = next((getattr(mlm, a) for a in _HEAD_ATTRIBUTES if hasattr(mlm, a)), None)
@@ -35,16 +56,11 @@ class MaskedLanguageModel(nn.Module):
             logger.warning("%s: unknown MLM head layout; projecting the full sequence", type(mlm).__name__)
             projection = "full"
         self.projection = projection
+        self.untrained_head = tuple(untrained_head)  # head tensors freshly initialised at load
 
     @classmethod
     def from_pretrained(cls, path: str | Path, projection: str = "masked") -> "MaskedLanguageModel":
-        previous = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # we print our own one-line account of the head below
-        try:
-            mlm, info = AutoModelForMaskedLM.from_pretrained(str(path), output_loading_info=True)
-        finally:
-            hf_logging.set_verbosity(previous)
-        missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(mlm.base_model_prefix + "."))
+        mlm, missing = _load_masked_lm(path)
         if missing:
             tied = mlm.get_output_embeddings() is not None and (
                 mlm.get_output_embeddings().weight is mlm.get_input_embeddings().weight
@@ -55,7 +71,7 @@ class MaskedLanguageModel(nn.Module):
                 len(missing),
                 ", its decoder tied to the input embeddings" if tied else "",
             )
-        return cls(mlm, projection)
+        return cls(mlm, projection, tuple(missing))
 
     @property
     def backbone(self) -> PreTrainedModel:

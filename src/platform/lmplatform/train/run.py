@@ -92,6 +92,10 @@ def run_training(
     spec = objective_spec(cfg.objective.name)
     RunConfig.model_validate(cfg.model_dump(mode="json"))  # what every worker will validate, checked here first
     resolve_model_path(cfg.model.name_or_path)  # a missing model fails here, not in a worker
+    if cfg.ewc is not None:
+        from lmplatform.objectives.ewc_setup import check_fisher_anchor
+
+        check_fisher_anchor(cfg)  # a Fisher through a random MLM head is refused before Ray or MLflow start
     cfg = with_absolute_paths(cfg)  # workers run in their own working directories
     storage = resolve_storage_path(cfg.checkpoint.storage_path)
     if resume and "://" not in storage and not (Path(storage) / resume).is_dir():
