@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test test-fast bench docs clean
+.PHONY: install demo test test-fast lint bench docs clean
 
 install: $(STAMP)
 
@@ -30,6 +30,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench ray_jobs
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not ray"

@@ -87,7 +87,7 @@ def test_the_shipped_ewc_config_anchors_on_a_registered_mlm_model(
     cfg = load_run_config(shipped)
     assert cfg.ewc.anchor_model == "models:/lmplatform-mlm@champion" and cfg.ewc.fisher_from is not None
     with pytest.raises(ConfigError, match="'default' has no trained MLM head"):  # what the config shipped before
-        check_fisher_anchor(load_run_config(shipped, ["ewc.anchor_model=null"]))
+        check_fisher_anchor(load_run_config(shipped, ["ewc.anchor_model=null", "model.name_or_path=default"]))
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
     run = TrackedRun.start(mlflow_uri, "tests", "mlm")

@@ -6,7 +6,7 @@ from pathlib import Path
 from lmplatform.config.schema import RunConfig
 from lmplatform.data.pairs import PairSet, pair_datasets, read_pairs
 from lmplatform.models.encoder import Encoder
-from lmplatform.objectives.biencoder import BiencoderObjective, PairCollator, InBatchRetrievalEvaluator, count_pair_tokens
+from lmplatform.objectives.biencoder import BiencoderObjective, InBatchRetrievalEvaluator, PairCollator, count_pair_tokens
 from lmplatform.objectives.infonce import Temperature, temperature_learning_rates
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 

@@ -14,8 +14,8 @@ Parameters with no match (new heads) are not penalised.
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,7 +231,7 @@ class EWCPenalty(nn.Module):
         unmatched, mismatched = [], []
         matched_params = 0
         params = dict(model.named_parameters())
-        for index, (name, canonical) in enumerate(canonical_parameter_names(model).items()):
+        for name, canonical in canonical_parameter_names(model).items():
             f, theta = fisher.values.get(canonical), anchor.get(canonical)
             if f is None or theta is None:
                 unmatched.append(name)

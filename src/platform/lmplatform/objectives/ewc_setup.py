@@ -16,7 +16,14 @@ from torch import nn
 
 from lmplatform.config.schema import DataConfig, EWCConfig, RunConfig
 from lmplatform.data.sampling import sample_texts
-from lmplatform.objectives.ewc import FISHER_FILE, EWCPenalty, FisherDiagonal, MatchReport, MLMFisherLoss, canonical_parameter_names
+from lmplatform.objectives.ewc import (
+    FISHER_FILE,
+    EWCPenalty,
+    FisherDiagonal,
+    MatchReport,
+    MLMFisherLoss,
+    canonical_parameter_names,
+)
 
 
 def untrained_head_error(anchor: str, head: list[str], field: str) -> str:

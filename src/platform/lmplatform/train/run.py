@@ -73,10 +73,10 @@ def run_training(
     `run_name` names a new run (a caller that must record the name before training starts,
     such as a pipeline stage, picks it with `new_run_name`); `resume` continues an existing one.
     """
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig as RayRunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
     import ray
+    from ray.train import CheckpointConfig, FailureConfig, ScalingConfig
+    from ray.train import RunConfig as RayRunConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
 
     from lmplatform.evaluation.retrieval_validation import prepare_retrieval_set
     from lmplatform.models.resolve import resolve_model_path
