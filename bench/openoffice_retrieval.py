@@ -12,7 +12,8 @@ corpus (4,548 reports, the query itself excluded); a query's relevant reports ar
    and MAP@100 with 95% bootstrap intervals over test queries, paired gains, and seconds per step of each.
 2. A Ray Tune + Optuna study of τ (`--trials`) targeting val_ir_ndcg_at_10 on dev_select; the best trial
    goes through the gate (paired bootstrap on dev_confirm against the model it would replace: for a first
-   champion, zero-shot MiniLM); the winner is then scored on test against zero-shot.
+   champion, zero-shot MiniLM; forgetting probes on STS-B dev and STS-B/SICK dev paraphrases); the
+   registered winner is then scored on test against zero-shot.
 
     python bench/openoffice_retrieval.py [--data ../shared/data] [--trials 5] [--skip-study] [--toy]
 
@@ -194,8 +195,16 @@ def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: 
 
 
 # -- the study -----------------------------------------------------------------------------------------
+def general_pack(data: Path) -> dict[str, Any]:
+    """The gate's forgetting probes on public data: STS-B dev Spearman, paraphrase retrieval on STS-B and SICK dev."""
+    stsb_dev = {"path": str(data / "stsbenchmark" / "sts-dev.jsonl")}
+    sick_dev = {"path": str(data / "sick" / "sick.jsonl"), "where": {"split": "dev"}, "score_field": "relatedness_score",
+                "scale": [1.0, 5.0]}
+    return {"sts": stsb_dev, "paraphrase": [stsb_dev, sick_dev], "tolerance": 0.01}
+
+
 def write_study(files: dict[str, Path], out: Path, tracking_uri: str, trials: int, max_steps: Optional[int],
-                confirm_distractors: Optional[int]) -> Path:
+                confirm_distractors: Optional[int], data: Path) -> Path:
     import yaml
 
     base = our_config(files, out, tracking_uri, max_steps, selection_distractors=confirm_distractors or 2000)
@@ -207,7 +216,7 @@ def write_study(files: dict[str, Path], out: Path, tracking_uri: str, trials: in
         "metric": "val_ir_ndcg_at_10", "mode": "max", "num_samples": trials, "max_concurrent": 1,
         "scheduler": {"name": "fifo"}, "resources": {"cpu": 0}, "storage_path": str(out / "tune"),
         "champion": {"registered_model": "openoffice-retriever",
-                     "confirm": retrieval_config(files, "dev_confirm", confirm_distractors)},
+                     "confirm": retrieval_config(files, "dev_confirm", confirm_distractors), "general": general_pack(data)},
     }
     path = out / "study_space.yaml"
     path.write_text(yaml.safe_dump(space, sort_keys=False))
@@ -215,12 +224,12 @@ def write_study(files: dict[str, Path], out: Path, tracking_uri: str, trials: in
 
 
 def run_study_part(files: dict[str, Path], out: Path, tracking_uri: str, trials: int, max_steps: Optional[int],
-                   test: TestSet, zero_shot: dict[str, Any], max_distractors: Optional[int]) -> dict[str, Any]:
+                   test: TestSet, zero_shot: dict[str, Any], max_distractors: Optional[int], data: Path) -> dict[str, Any]:
     from lmplatform.tracking.registry import download_model
     from lmplatform.tune.tuner import run_study
 
     start = time.perf_counter()
-    study = run_study(write_study(files, out, tracking_uri, trials, max_steps, max_distractors), tracking_uri=tracking_uri)
+    study = run_study(write_study(files, out, tracking_uri, trials, max_steps, max_distractors, data), tracking_uri=tracking_uri)
     seconds = time.perf_counter() - start
     trial_rows = [{"trial": r["trial_id"], "temperature": r["params"].get("objective.temperature"),
                    "val_ir_ndcg_at_10": r["metrics"].get("val_ir_ndcg_at_10"),
@@ -231,7 +240,8 @@ def run_study_part(files: dict[str, Path], out: Path, tracking_uri: str, trials:
     result: dict[str, Any] = {
         "seconds": seconds, "trials": trial_rows, "best_trial": study.best_trial_id, "best_params": study.best_params,
         "gate": {"moved": decision.moved, "reason": decision.reason, "version": decision.version,
-                 **({"comparison": verdict.comparison.__dict__} if verdict and verdict.comparison else {})} if decision else None,
+                 **({"comparison": verdict.comparison.__dict__} if verdict and verdict.comparison else {}),
+                 "probes": [p.__dict__ for p in verdict.probes] if verdict else []} if decision else None,
     }
     if decision is not None:  # the registered winner, scored on test whatever the gate decided
         folder = download_model(f"models:/{decision.registered_model}/{decision.version}", tracking_uri)
@@ -297,7 +307,7 @@ def main(argv: Optional[list[str]] = None) -> None:
           f"{payload['speed_ratio_ours_over_peer']:.2f}x the peer's throughput", flush=True)
     if not args.skip_study:
         payload["study"] = run_study_part(files, args.out, tracking_uri, args.trials, max_steps, test, zero_shot,
-                                          max_distractors)
+                                          max_distractors, args.data)
         print(json.dumps({k: v for k, v in payload["study"].items() if k != "trials"}, indent=1, default=str), flush=True)
     write_result("openoffice_retrieval_toy" if args.toy else "openoffice_retrieval", payload)
 
