@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/cluster_throughput.py
 	$(BIN)/python bench/serve_load.py
 	$(BIN)/python bench/trouble_reports.py
+	$(BIN)/python bench/openoffice_retrieval.py
 
 docs: $(STAMP)
 	$(BIN)/python -m lmplatform.config.reference > docs/config-reference.md
