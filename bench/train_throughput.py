@@ -50,9 +50,10 @@ class PlainLoop:
         import torch
 
         from lmplatform.models.encoder import load_tokenizer
+        from lmplatform.models.masked_lm import MaskedLanguageModel
         from lmplatform.models.resolve import packaged_model_path
         from lmplatform.objectives.masking import DynamicMasker
-        from lmplatform.objectives.mlm import MaskedLanguageModel, MLMObjective
+        from lmplatform.objectives.mlm.objective import MLMObjective
         from lmplatform.train.collate import TextCollator
 
         torch.set_num_threads(2)

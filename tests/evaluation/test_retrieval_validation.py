@@ -80,7 +80,7 @@ def _collapsed(encoder):  # noqa: ANN001,ANN202 - every text gets the same vecto
 
 def test_a_collapsed_encoder_scores_zero_not_one(tiny_bert: Path) -> None:
     from lmplatform.models.encoder import Encoder
-    from lmplatform.objectives.biencoder import InBatchRetrievalEvaluator, PairCollator
+    from lmplatform.objectives.biencoder.objective import InBatchRetrievalEvaluator, PairCollator
     from lmplatform.objectives.infonce import Temperature
 
     words = "printer database login timeout crash server disk memory network error".split()

@@ -123,7 +123,7 @@ def test_cross_encoder_data_and_recipe_on_ray_datasets(ray_session, tiny_bert, t
     """
     import torch
 
-    from lmplatform.objectives.cross_encoder_recipe import build_cross_encoder_recipe, prepare_cross_encoder_pairs
+    from lmplatform.objectives.cross_encoder.objective import build_recipe, prepare_data
 
     pairs = _write_pairs(tmp_path / "pairs.jsonl", n=40)
     cfg = load_run_config(None, _common(tiny_bert, pairs, "sqlite:///unused.db", tmp_path / "runs") + [
@@ -131,10 +131,10 @@ def test_cross_encoder_data_and_recipe_on_ray_datasets(ray_session, tiny_bert, t
         "objective.negatives=mined", f"objective.miner_model={tiny_bert}", "objective.mining_top_k=4",
         "objective.negatives_per_positive=2",
     ])
-    prepared = prepare_cross_encoder_pairs(cfg)
+    prepared = prepare_data(cfg)
     assert prepared.train_examples == prepared.metrics["data/train_pairs"] > 0
     assert prepared.metrics["data/bad_rows"] == 1 and prepared.metrics["data/pairs_with_fewer_negatives"] == 0
-    recipe = build_cross_encoder_recipe(cfg)
+    recipe = build_recipe(cfg)
     batch = recipe.collate(next(iter(prepared.datasets["train"].iter_batches(batch_size=4, batch_format="numpy"))))
     assert batch["labels"].tolist() == [1.0, 0.0, 0.0] * 4  # own hard negative + 1 mined per positive
     loss, metrics = recipe.objective(recipe.model, batch)

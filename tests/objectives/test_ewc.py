@@ -17,8 +17,8 @@ TEXTS = ["printer crash after restart", "vpn tunnel certificate expired", "datab
 @pytest.fixture(scope="module")
 def mlm_parts(tiny_bert: Path):  # noqa: ANN201
     from lmplatform.models.encoder import load_tokenizer
+    from lmplatform.models.masked_lm import MaskedLanguageModel
     from lmplatform.objectives.masking import DynamicMasker
-    from lmplatform.objectives.mlm import MaskedLanguageModel
     from lmplatform.train.collate import TextCollator
 
     tokenizer = load_tokenizer(tiny_bert)

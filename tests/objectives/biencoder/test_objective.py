@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from lmplatform.models.encoder import Encoder
-from lmplatform.objectives.biencoder import BiencoderObjective, InBatchRetrievalEvaluator, PairCollator, count_pair_tokens
+from lmplatform.objectives.biencoder.objective import (
+    BiencoderObjective,
+    InBatchRetrievalEvaluator,
+    PairCollator,
+    count_pair_tokens,
+)
 from lmplatform.objectives.infonce import Temperature, info_nce
 from tests.objectives.fitting import fit_one_batch
 

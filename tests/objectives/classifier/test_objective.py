@@ -10,10 +10,10 @@ import torch
 
 from lmplatform.config import load_run_config
 from lmplatform.data.readers import DataError
-from lmplatform.objectives.classifier import (
+from lmplatform.objectives.classifier.objective import (
     ClassificationEvaluator,
     ClassificationObjective,
-    build_classifier_recipe,
+    build_recipe,
     class_weights,
     oversample,
     read_classification_data,
@@ -62,7 +62,7 @@ def test_recipe_trains_the_head_only_when_frozen(tiny_bert: Path, tmp_path: Path
     rows = [{"text": f"disk full {i}", "label": "storage", "split": "train"} for i in range(4)]
     rows += [{"text": f"vpn tunnel down {i}", "label": "network", "split": "train"} for i in range(4)]
     path = _write(tmp_path / "rows.jsonl", rows)
-    recipe = build_classifier_recipe(_cfg(tiny_bert, path, "objective.freeze_encoder=true", "objective.head_hidden=8",
+    recipe = build_recipe(_cfg(tiny_bert, path, "objective.freeze_encoder=true", "objective.head_hidden=8",
                                           "objective.class_balance=weighted_loss"))
     head_params = {id(p) for p in recipe.model.head.parameters()}
     assert {id(p) for p in recipe.parameters()} == head_params
@@ -88,7 +88,7 @@ def test_workers_get_labels_and_weights_from_the_config_not_the_files(tiny_bert:
     assert cfg.objective.labels == ["network", "storage"]
     assert cfg.objective.class_weights == pytest.approx([4 / 2, 4 / 6], abs=1e-6)
     path.unlink()  # a worker elsewhere may not see the data files at all
-    recipe = build_classifier_recipe(cfg)
+    recipe = build_recipe(cfg)
     assert recipe.model.labels == ["network", "storage"]
     assert recipe.objective.class_weights.tolist() == pytest.approx([2.0, 4 / 6], abs=1e-6)
     with pytest.raises(DataError, match="class_weights has 3 values for 2 classes"):

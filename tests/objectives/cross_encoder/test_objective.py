@@ -9,8 +9,13 @@ import torch
 
 from lmplatform.data.pairs import Pair
 from lmplatform.models.cross_encoder import CrossEncoder
-from lmplatform.objectives.cross_encoder_objective import CrossEncoderObjective, GroupCollator, RerankEvaluator
-from lmplatform.objectives.cross_encoder_recipe import choose_negatives, mine_candidates
+from lmplatform.objectives.cross_encoder.objective import (
+    CrossEncoderObjective,
+    GroupCollator,
+    RerankEvaluator,
+    choose_negatives,
+    mine_candidates,
+)
 from tests.objectives.fitting import fit_one_batch
 
 PAIRS = [

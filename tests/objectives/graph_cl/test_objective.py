@@ -10,7 +10,7 @@ import torch
 
 from lmplatform.config import load_run_config
 from lmplatform.config.loader import ConfigError
-from lmplatform.objectives.graph_cl import freeze_lower_layers, info_nce, supervised_contrastive
+from lmplatform.objectives.graph_cl.objective import freeze_lower_layers, info_nce, supervised_contrastive
 from tests.graph.synthetic import write_synthetic_ade
 
 
@@ -62,22 +62,22 @@ def test_config_errors_name_the_field(tmp_path: Path, tiny_bert: Path) -> None:
         load_run_config(None, ["data.train_paths=x.jsonl", "objective.name=graph_cl", "objective.variant=clxx"])
     with pytest.raises(ConfigError, match="folds_file"):
         load_run_config(None, ["data.train_paths=x.jsonl", "objective.name=graph_cl", "objective.fold=1"])
-    from lmplatform.objectives.graph_cl_recipe import prepare_sentences
+    from lmplatform.objectives.graph_cl.objective import prepare_data
 
     data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=20)
     with pytest.raises(ConfigError, match="frozen_layers=5: the model has 2 layers"):
-        prepare_sentences(_config(tiny_bert, data, folds, "clgs", "objective.frozen_layers=5"))
+        prepare_data(_config(tiny_bert, data, folds, "clgs", "objective.frozen_layers=5"))
 
 
 @pytest.mark.parametrize("variant", ["clgs", "cldr", "clner"])
 def test_each_variant_gives_a_finite_loss_and_gradients_only_above_the_frozen_layers(variant: str, tiny_bert: Path, tmp_path: Path) -> None:
-    from lmplatform.objectives.graph_cl_recipe import build_graph_cl_recipe, load_sentences
+    from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
 
     data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=24)
     cfg = _config(tiny_bert, data, folds, variant)
     train, validation, _ = load_sentences(cfg)
     assert len(train) + len(validation) == 12  # fold 0 trains on the odd ids only
-    recipe = build_graph_cl_recipe(cfg)
+    recipe = build_recipe(cfg)
     batch = recipe.collate.collate(train[:6])
     assert batch["neg_nodes"].shape == (6, 3, 2) and batch["neg_valid"].all()
     if variant == "clner":  # balanced: samples_per_tag=4 words for each of B-Adverse-Effect, B-Drug, O
@@ -117,7 +117,7 @@ def test_cldr_training_makes_knn_relation_extraction_beat_the_untrained_encoder(
     choosing it on 8 validation sentences is noisier than the effect.
     """
     from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
-    from lmplatform.objectives.graph_cl_recipe import build_graph_cl_recipe, load_sentences
+    from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
 
     torch.set_num_threads(1)
     data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=160)
@@ -127,7 +127,7 @@ def test_cldr_training_makes_knn_relation_extraction_beat_the_untrained_encoder(
         cfg = _config(tiny_bert, data, folds, variant, *extra)
         train, _, _ = load_sentences(cfg)
         torch.manual_seed(0)
-        recipe = build_graph_cl_recipe(cfg)
+        recipe = build_recipe(cfg)
         _train_in_process(recipe, train, steps, lr=2e-3)
         recipe.export(recipe.model, tmp_path / variant)
     for name, model in (("untrained", str(tiny_bert)), ("cldr", str(tmp_path / "cldr"))):

@@ -1,11 +1,13 @@
+"""The MLM objective learns a toy corpus; its evaluator is deterministic and its pseudo-perplexity sane."""
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoTokenizer
 
-from lmplatform.objectives.masking import IGNORE_INDEX, DynamicMasker
-from lmplatform.objectives.mlm import MaskedLanguageModel, MLMEvaluator, MLMObjective
+from lmplatform.models.masked_lm import MaskedLanguageModel
+from lmplatform.objectives.masking import DynamicMasker
+from lmplatform.objectives.mlm.objective import MLMEvaluator, MLMObjective
 from lmplatform.train.collate import TextCollator
 
 
@@ -13,19 +15,6 @@ from lmplatform.train.collate import TextCollator
 def parts(tiny_bert: Path):  # noqa: ANN201
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
     return tokenizer, MaskedLanguageModel.from_pretrained(tiny_bert), DynamicMasker(tokenizer)
-
-
-def test_masked_projection_equals_full_projection(parts) -> None:  # noqa: ANN001
-    tokenizer, model, masker = parts
-    model.eval()
-    batch = TextCollator(tokenizer, 32).encode(["disk full on the backup server", "login fails after reset"])
-    inputs, labels = masker(batch["input_ids"], batch["attention_mask"], generator=torch.Generator().manual_seed(0))
-    model.projection = "masked"
-    masked = model(input_ids=inputs, attention_mask=batch["attention_mask"], labels=labels)
-    model.projection = "full"
-    full = model(input_ids=inputs, attention_mask=batch["attention_mask"], labels=labels)
-    assert torch.allclose(masked["loss"], full["loss"], atol=1e-5)
-    assert int(masked["n_masked"]) == int((labels != IGNORE_INDEX).sum())
 
 
 def test_loss_decreases_on_a_toy_corpus(parts) -> None:  # noqa: ANN001
@@ -56,12 +45,3 @@ def test_evaluator_is_deterministic_and_pseudo_perplexity_is_sane(parts) -> None
     # A random model is close to uniform over the vocabulary: perplexity near |V|.
     assert 0.2 * len(tokenizer) < summary["pseudo_perplexity"] < 5 * len(tokenizer)
     assert summary["perplexity"] == pytest.approx(torch.tensor(summary["mlm_loss"]).exp().item(), rel=1e-6)
-
-
-def test_missing_head_is_initialised_tied_and_logged(caplog) -> None:  # noqa: ANN001
-    from lmplatform.models.resolve import packaged_model_path
-
-    with caplog.at_level("WARNING"):
-        model = MaskedLanguageModel.from_pretrained(packaged_model_path())
-    assert "has no MLM head" in caplog.text and "tied to the input embeddings" in caplog.text
-    assert model.mlm.get_output_embeddings().weight is model.mlm.get_input_embeddings().weight

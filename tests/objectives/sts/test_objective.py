@@ -10,7 +10,7 @@ import torch
 
 from lmplatform.config import load_run_config
 from lmplatform.config.loader import ConfigError
-from lmplatform.objectives.sts import STSEvaluator, build_sts_recipe, cosent_loss, cosine_mse_loss, read_sts_data
+from lmplatform.objectives.sts.objective import STSEvaluator, build_recipe, cosent_loss, cosine_mse_loss, read_sts_data
 from lmplatform.train.loop import evaluation_mode
 
 
@@ -43,7 +43,7 @@ def test_sts_objective_decreases_on_a_toy_batch(tiny_bert: Path, tmp_path: Path)
     cfg = load_run_config(None, [f"model.name_or_path={tiny_bert}", "model.max_seq_length=16", f"data.train_paths={path}",
                                  "data.validation_fraction=0", "objective.name=sts"])
     torch.manual_seed(0)  # dropout draws: the result must not depend on what earlier tests drew
-    recipe = build_sts_recipe(cfg)
+    recipe = build_recipe(cfg)
     batch = recipe.collate({k: [r[k] for r in rows[:6]] for k in ("sentence1", "sentence2", "score")})
     optimizer = torch.optim.AdamW(recipe.parameters(), lr=1e-3)
     losses = []

@@ -49,7 +49,7 @@ def span_report_command(
     from lmplatform.config.loader import load_run_config
     from lmplatform.data.corpus import scan_corpus
     from lmplatform.models.encoder import load_tokenizer
-    from lmplatform.objectives.declutr_recipe import span_report
+    from lmplatform.objectives.declutr.spans import span_report
 
     try:
         cfg = load_run_config(config, overrides or [])

@@ -78,7 +78,9 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
 
 def _is_union_tag(part: object) -> bool:
     # Discriminated unions add the tag ('mlm', 'declutr', ...) to the error location.
-    return isinstance(part, str) and part in _OBJECTIVE_TAGS
+    from lmplatform.objectives.registry import objective_names
+
+    return isinstance(part, str) and part in objective_names()
 
 
 def _short(value: object, limit: int = 80) -> str:
@@ -99,15 +101,3 @@ def load_run_config(path: str | Path | None, overrides: Iterable[str] = (), base
     data = apply_overrides(data, overrides)
     return parse_config(data, RunConfig, source=str(path) if path else "overrides")
 
-
-def _objective_tags() -> set[str]:
-    from typing import get_args
-
-    from lmplatform.config.schema import ObjectiveConfig
-
-    union = get_args(ObjectiveConfig)[0]
-    members = get_args(union) or (union,)
-    return {m.model_fields["name"].default for m in members}
-
-
-_OBJECTIVE_TAGS = _objective_tags()

@@ -6,7 +6,7 @@ import typing
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from lmplatform.config.schema import RunConfig
+from lmplatform.config.schema import RunConfig, objective_configs
 
 
 def _type_name(annotation: object) -> str:
@@ -51,9 +51,7 @@ def _section(title: str, model: type[BaseModel]) -> list[str]:
 
 
 def objective_models() -> list[type[BaseModel]]:
-    annotated = RunConfig.model_fields["objective"].annotation
-    union = typing.get_args(annotated)[0] if typing.get_origin(annotated) is typing.Annotated else annotated
-    return list(typing.get_args(union)) or [union]
+    return list(objective_configs())
 
 
 def render() -> str:

@@ -10,13 +10,8 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
-from lmplatform.objectives.biencoder_config import BiencoderObjectiveConfig
-from lmplatform.objectives.classifier_config import ClassifierObjectiveConfig
-from lmplatform.objectives.cross_encoder_config import CrossEncoderObjectiveConfig
-from lmplatform.objectives.declutr_config import DeclutrObjectiveConfig
-from lmplatform.objectives.graph_cl_config import GraphCLObjectiveConfig
-from lmplatform.objectives.mlm_config import MLMObjectiveConfig
-from lmplatform.objectives.sts_config import STSObjectiveConfig
+from lmplatform.objectives.mlm.config import MLMObjectiveConfig
+from lmplatform.objectives.registry import objective_specs
 
 PACKAGED_MODEL = "default"
 
@@ -65,18 +60,13 @@ class DataConfig(Section):
         return [value] if isinstance(value, str) else value
 
 
-ObjectiveConfig = Annotated[
-    Union[
-        MLMObjectiveConfig,
-        BiencoderObjectiveConfig,
-        ClassifierObjectiveConfig,
-        CrossEncoderObjectiveConfig,
-        DeclutrObjectiveConfig,
-        GraphCLObjectiveConfig,
-        STSObjectiveConfig,
-    ],
-    Field(discriminator="name"),
-]
+def objective_configs() -> tuple[type[Section], ...]:
+    """The config class of every registered objective, in registry order (the union's)."""
+    return tuple(spec.config for spec in objective_specs())
+
+
+# One of the registered objectives' configs, chosen by `name`; derived from the registry.
+ObjectiveConfig = Annotated[Union[objective_configs()], Field(discriminator="name")]
 
 
 class OptimConfig(Section):
@@ -271,3 +261,9 @@ class RunConfig(Section):
 
     def registered_model_name(self) -> str:
         return self.tracking.registered_model or f"lmplatform-{self.objective.name}"
+
+
+def rebuild_objective_union() -> None:
+    """Make `RunConfig.objective` accept exactly the registered objectives again (after `registry.register`)."""
+    RunConfig.model_fields["objective"].annotation = Union[objective_configs()]  # the discriminator stays on the field
+    RunConfig.model_rebuild(force=True)

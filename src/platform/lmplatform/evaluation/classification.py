@@ -259,7 +259,7 @@ def train_frozen_head(
     import torch
 
     from lmplatform.models.classifier import ClassifierModel, MLPHead, TextClassifier
-    from lmplatform.objectives.classifier import class_weights
+    from lmplatform.objectives.classifier.objective import class_weights
 
     labels = sorted({str(y) for y in train_labels})
     index = {name: i for i, name in enumerate(labels)}

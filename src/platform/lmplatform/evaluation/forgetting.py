@@ -145,8 +145,8 @@ def load_mlm_for_evaluation(model_dir: str | Path, mlm_head_from: Optional[str |
     from transformers import AutoModel, AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
+    from lmplatform.models.masked_lm import MaskedLanguageModel
     from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.objectives.mlm import MaskedLanguageModel
 
     path = resolve_model_path(str(model_dir))
     previous = hf_logging.get_verbosity()
@@ -192,7 +192,7 @@ def old_domain_mlm_loss(
     from lmplatform.models.encoder import load_tokenizer
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.objectives.masking import DynamicMasker
-    from lmplatform.objectives.mlm import MLMEvaluator
+    from lmplatform.objectives.mlm.objective import MLMEvaluator
     from lmplatform.train.collate import TextCollator
 
     if not texts:

@@ -139,7 +139,7 @@ def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str, sent
     from lmplatform.graph.batch import GraphCollator
     from lmplatform.models.encoder import Encoder
     from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.objectives.graph_cl import GraphContrastiveObjective, GraphHead
+    from lmplatform.objectives.graph_cl.objective import GraphContrastiveObjective, GraphHead
 
     folder = resolve_model_path(clgs_model)
     head = GraphHead.load(folder)

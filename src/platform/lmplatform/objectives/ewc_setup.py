@@ -45,8 +45,8 @@ def check_fisher_anchor(cfg: RunConfig) -> None:
     A `fisher_path` Fisher was computed elsewhere and is not checked here.
     """
     from lmplatform.config.loader import ConfigError
+    from lmplatform.models.masked_lm import untrained_mlm_head
     from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.objectives.mlm import untrained_mlm_head
 
     ewc = cfg.ewc
     if ewc is None or ewc.fisher_from is None:
@@ -68,9 +68,9 @@ def compute_fisher_file(
 ) -> dict[str, Any]:
     """Compute the MLM Fisher diagonal of `model_path` on `samples` train documents of `data`; save it."""
     from lmplatform.models.encoder import load_tokenizer
+    from lmplatform.models.masked_lm import MaskedLanguageModel
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.objectives.masking import DynamicMasker
-    from lmplatform.objectives.mlm import MaskedLanguageModel
     from lmplatform.train.collate import TextCollator
 
     torch.set_num_threads(threads)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -58,6 +58,12 @@ class Temperature(nn.Module):
     def project_(self) -> None:
         """Put log τ back into [log min_value, log max_value] (after an optimizer step)."""
         self.log_tau.clamp_(math.log(self.min_value), math.log(self.max_value))
+
+
+def temperature_from_config(objective: Any) -> Temperature:  # noqa: ANN401 - a config with the temperature fields
+    """The `Temperature` an objective config describes (`temperature`, `learnable_temperature`, `min_/max_temperature`)."""
+    return Temperature(objective.temperature, objective.learnable_temperature,
+                       objective.min_temperature, objective.max_temperature)
 
 
 def temperature_learning_rates(objective: nn.Module, temperature: Temperature, lr: float) -> dict[str, float]:

@@ -1,71 +1,65 @@
-"""Objective name -> how to read its data (driver) and build its recipe (worker)."""
+"""Every objective by name: adding one is its folder and one line in `BUILTIN` below.
+
+What else knows the objectives is derived from these specs: the config union of
+`RunConfig.objective` (config/schema.py), the metric names a study may target and the
+settings that define them (tune/metrics.py). Torch-free: each spec imports its
+implementation on first use.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from lmplatform.objectives import biencoder, classifier, cross_encoder, declutr, graph_cl, mlm, sts
+from lmplatform.objectives.spec import ObjectiveSpec
 
-from lmplatform.config.schema import RunConfig
-from lmplatform.train.recipe import PreparedData, TrainingRecipe
+# The order is the config union's: it is the order of the objectives in docs/config-reference.md
+# and in the "expected tags" of a config error.
+BUILTIN: tuple[ObjectiveSpec, ...] = (
+    mlm.SPEC,
+    biencoder.SPEC,
+    classifier.SPEC,
+    cross_encoder.SPEC,
+    declutr.SPEC,
+    graph_cl.SPEC,
+    sts.SPEC,
+)
 
-
-@dataclass(frozen=True)
-class ObjectiveSpec:
-    prepare_data: Callable[[RunConfig], PreparedData]
-    build_recipe: Callable[[RunConfig], TrainingRecipe]
-
-
-def _mlm() -> ObjectiveSpec:
-    from lmplatform.objectives import mlm_recipe
-
-    return ObjectiveSpec(mlm_recipe.prepare_corpus, mlm_recipe.build_mlm_recipe)
-
-
-def _sts() -> ObjectiveSpec:
-    from lmplatform.objectives import sts
-
-    return ObjectiveSpec(sts.prepare_sts, sts.build_sts_recipe)
+_OBJECTIVES: dict[str, ObjectiveSpec] = {spec.name: spec for spec in BUILTIN}
 
 
-def _classifier() -> ObjectiveSpec:
-    from lmplatform.objectives import classifier
-
-    return ObjectiveSpec(classifier.prepare_classification, classifier.build_classifier_recipe)
-
-def _declutr() -> ObjectiveSpec:
-    from lmplatform.objectives import declutr_recipe
-
-    return ObjectiveSpec(declutr_recipe.prepare_declutr_corpus, declutr_recipe.build_declutr_recipe)
+def objective_specs() -> tuple[ObjectiveSpec, ...]:
+    return tuple(_OBJECTIVES.values())
 
 
-def _biencoder() -> ObjectiveSpec:
-    from lmplatform.objectives import biencoder_recipe
-
-    return ObjectiveSpec(biencoder_recipe.prepare_biencoder_pairs, biencoder_recipe.build_biencoder_recipe)
-
-
-def _cross_encoder() -> ObjectiveSpec:
-    from lmplatform.objectives import cross_encoder_recipe
-
-    return ObjectiveSpec(cross_encoder_recipe.prepare_cross_encoder_pairs, cross_encoder_recipe.build_cross_encoder_recipe)
-
-def _graph_cl() -> ObjectiveSpec:
-    from lmplatform.objectives import graph_cl_recipe
-
-    return ObjectiveSpec(graph_cl_recipe.prepare_sentences, graph_cl_recipe.build_graph_cl_recipe)
-
-
-_SPECS: dict[str, Callable[[], ObjectiveSpec]] = {
-    "mlm": _mlm,
-    "sts": _sts,
-    "classifier": _classifier,
-    "declutr": _declutr,
-    "biencoder": _biencoder,
-    "cross_encoder": _cross_encoder,
-    "graph_cl": _graph_cl,
-}
+def objective_names() -> tuple[str, ...]:
+    return tuple(_OBJECTIVES)
 
 
 def objective_spec(name: str) -> ObjectiveSpec:
-    if name not in _SPECS:
-        raise KeyError(f"unknown objective {name!r}; available: {', '.join(sorted(_SPECS))}")
-    return _SPECS[name]()
+    if name not in _OBJECTIVES:
+        raise KeyError(f"unknown objective {name!r}; available: {', '.join(sorted(_OBJECTIVES))}")
+    return _OBJECTIVES[name]
+
+
+def register(spec: ObjectiveSpec) -> None:
+    """Add an objective defined outside this package; `RunConfig` then accepts its config.
+
+    Call it in a module that every process imports before it validates a config (Ray
+    workers validate the run config they receive).
+    """
+    if spec.name in _OBJECTIVES:
+        raise ValueError(f"objective {spec.name!r} is registered already")
+    _OBJECTIVES[spec.name] = spec
+    _rebuild_config_union()
+
+
+def unregister(name: str) -> None:
+    """Remove an objective added by `register` (tests)."""
+    if any(spec.name == name for spec in BUILTIN):
+        raise ValueError(f"objective {name!r} is built in")
+    del _OBJECTIVES[name]
+    _rebuild_config_union()
+
+
+def _rebuild_config_union() -> None:
+    from lmplatform.config.schema import rebuild_objective_union
+
+    rebuild_objective_union()

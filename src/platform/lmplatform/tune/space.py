@@ -360,14 +360,14 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
 
 
 def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
-    from lmplatform.objectives.registry import _SPECS
+    from lmplatform.objectives.registry import objective_names
 
     space, source = loaded.space, loaded.path
-    missing = [name for name in space.requires if name not in _SPECS]
+    missing = [name for name in space.requires if name not in objective_names()]
     if missing:
         raise SpaceError(
             f"{_where(source, lines, ('requires',))}: this study needs objective(s) {', '.join(missing)}, "
-            f"which this installation does not have; available objectives: {', '.join(sorted(_SPECS))}"
+            f"which this installation does not have; available objectives: {', '.join(sorted(objective_names()))}"
         )
     base_path = loaded.base_config_path
     if not base_path.is_file():

@@ -2,10 +2,12 @@
 
 Each query's positive is its own document; every other document of the global
 batch, plus any hard negatives, is a negative (multiple-negatives ranking loss,
-Henderson et al., 2017). Queries and documents share one `Encoder`.
+Henderson et al., 2017). Queries and documents share one `Encoder`. The driver
+reads the pairs (`prepare_data`); each worker builds the recipe (`build_recipe`).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -14,9 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from lmplatform.config.schema import RunConfig
+from lmplatform.data.pairs import PairSet, pair_datasets, read_pairs
 from lmplatform.models.encoder import Encoder
-from lmplatform.objectives.infonce import Temperature, info_nce
-from lmplatform.train.recipe import Batch, WeightedMetrics
+from lmplatform.objectives.infonce import Temperature, info_nce, temperature_from_config, temperature_learning_rates
+from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 
 def _texts(column: np.ndarray) -> list[str]:
@@ -111,3 +115,47 @@ class InBatchRetrievalEvaluator:
             sums["inbatch_candidates"] += float(candidates.shape[0] * len(queries))
             n += len(queries)
         return {name: (value, n) for name, value in sums.items()}
+
+
+def prepared_pairs(pairs: PairSet, datasets: dict, examples: int, extra_metrics: dict[str, float] | None = None,
+                   extra_summary: str = "") -> PreparedData:
+    """What the driver hands the trainer for a pair objective (the cross-encoder's too)."""
+    report = pairs.report
+    return PreparedData(
+        datasets=datasets,
+        train_examples=examples,
+        metrics=report.metrics() | {"data/train_pairs": float(len(pairs.train)), "data/validation_pairs": float(len(pairs.validation))}
+        | (extra_metrics or {}),
+        summary=report.summary().replace("documents", "pairs", 1) + extra_summary,
+        fingerprint=report.fingerprint,
+        report=report.__dict__ | {"bad_total": report.bad_total},
+    )
+
+
+def prepare_data(cfg: RunConfig) -> PreparedData:
+    pairs = read_pairs(cfg.data)
+    return prepared_pairs(pairs, pair_datasets(pairs), len(pairs.train))
+
+
+def build_recipe(cfg: RunConfig) -> TrainingRecipe:
+    objective_cfg = cfg.objective
+    model = Encoder.from_pretrained(cfg.model.name_or_path, cfg.model.pooling, cfg.model.max_seq_length)
+    temperature = temperature_from_config(objective_cfg)
+
+    def export(trained: Encoder, folder: Path) -> None:
+        trained.save_pretrained(folder)
+
+    objective = BiencoderObjective(
+        temperature, objective_cfg.symmetric, objective_cfg.gather_across_workers,
+        uses_hard_negatives=cfg.data.hard_negative_field is not None and objective_cfg.max_hard_negatives > 0,
+    )
+    return TrainingRecipe(
+        model=model,
+        objective=objective,
+        collate=PairCollator(model.tokenizer, cfg.model.max_seq_length, objective_cfg.max_hard_negatives),
+        export=export,
+        evaluate=InBatchRetrievalEvaluator(temperature),
+        count_tokens=count_pair_tokens,
+        retrieval_view=lambda trained: trained,
+        learning_rates=temperature_learning_rates(objective, temperature, objective_cfg.temperature_lr),
+    )

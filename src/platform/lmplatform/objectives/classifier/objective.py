@@ -1,9 +1,9 @@
 """Classification objective: cross-entropy on encoder + mean pooling + MLP head logits.
 
-Wiring for Ray Train: `prepare_classification` (driver) reads and validates the
+Wiring for Ray Train: `prepare_data` (driver) reads and validates the
 labelled rows and records the resolved label list (and, for weighted_loss, the
 class weights) in `cfg.objective`, which is what the workers receive and what
-MLflow logs as params; `build_classifier_recipe` (worker) builds the model from
+MLflow logs as params; `build_recipe` (worker) builds the model from
 that config without touching the data files, which a worker on another node or in
 another working directory may not see.
 """
@@ -158,7 +158,7 @@ def record_classes(cfg: RunConfig, labels: list[str], counts: dict[int, int]) ->
         raise DataError(f"objective.class_weights has {len(objective.class_weights)} values for {len(labels)} classes ({labels})")
 
 
-def prepare_classification(cfg: RunConfig) -> PreparedData:
+def prepare_data(cfg: RunConfig) -> PreparedData:
     data, labels = read_classification_data(cfg)
     train = oversample(data.train, cfg.optim.seed) if cfg.objective.class_balance == "resample" else data.train
     counts = Counter(ex["label"] for ex in data.train)
@@ -181,7 +181,7 @@ def prepare_classification(cfg: RunConfig) -> PreparedData:
     )
 
 
-def build_classifier_recipe(cfg: RunConfig) -> TrainingRecipe:
+def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     from lmplatform.models.encoder import Encoder
 
     objective = cfg.objective

@@ -6,7 +6,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from lmplatform.config.base import Section
-from lmplatform.objectives.mlm_config import MLMObjectiveConfig
+from lmplatform.objectives.mlm.config import MLMObjectiveConfig
+from lmplatform.objectives.temperature_config import (
+    LEARNABLE_DESCRIPTION,
+    MAX_TEMPERATURE,
+    MIN_TEMPERATURE,
+    TEMPERATURE_LR,
+    check_temperature_range,
+)
 
 _MLM = MLMObjectiveConfig.model_fields
 
@@ -21,16 +28,10 @@ class DeclutrObjectiveConfig(Section):
     max_span: int = Field(32, ge=1, description="Longest span in tokens; documents under 2*num_anchors*max_span tokens are dropped. "
                           "Must fit model.max_seq_length - 2.")
     temperature: float = Field(0.05, gt=0.0, le=1.0, description="Initial (or fixed) InfoNCE temperature.")
-    learnable_temperature: bool = Field(True, description="Learn log(temperature), clamped to [min_temperature, max_temperature].")
-    min_temperature: float = Field(0.01, gt=0.0, le=1.0)
-    max_temperature: float = Field(1.0, gt=0.0, le=1.0)
-    temperature_lr: float = Field(
-        1e-2, gt=0.0, le=1.0,
-        description="Learning rate of log(temperature) when learnable (its own AdamW group, no weight decay, the run's schedule). "
-                    "Adam moves a parameter by about its lr per step whatever the gradient's scale, so this is log tau's "
-                    "relative change per step: 1e-2 lets tau travel ~e-fold over a few hundred steps; at the encoder's lr "
-                    "(2e-5) it would move under 1%.",
-    )
+    learnable_temperature: bool = Field(True, description=LEARNABLE_DESCRIPTION)
+    min_temperature: float = MIN_TEMPERATURE
+    max_temperature: float = MAX_TEMPERATURE
+    temperature_lr: float = TEMPERATURE_LR
     mlm_weight: float = Field(1.0, ge=0.0, description="Weight of the MLM loss on the anchor spans.")
     contrastive_weight: float = Field(1.0, ge=0.0, description="Weight of the symmetric InfoNCE loss.")
     # Masking of the anchors, with the MLM objective's fields and defaults.
@@ -44,11 +45,7 @@ class DeclutrObjectiveConfig(Section):
     def _consistent(self) -> "DeclutrObjectiveConfig":
         if self.min_span > self.max_span:
             raise ValueError(f"min_span ({self.min_span}) must be <= max_span ({self.max_span})")
-        if not self.min_temperature <= self.temperature <= self.max_temperature:
-            raise ValueError(
-                f"temperature {self.temperature} must lie in [min_temperature, max_temperature] "
-                f"= [{self.min_temperature}, {self.max_temperature}]"
-            )
+        check_temperature_range(self.temperature, self.min_temperature, self.max_temperature)
         if self.mlm_weight == 0 and self.contrastive_weight == 0:
             raise ValueError("mlm_weight and contrastive_weight cannot both be 0")
         MLMObjectiveConfig(  # the masking shares follow the MLM objective's rules

@@ -1,17 +1,16 @@
 """DeCLUTR: contrastive learning of text representations from spans of the same document.
 
-Per document, `DeclutrSpanSampler` draws A_N anchor spans with lengths from
-Beta(4, 2) and, per anchor, P positive spans with lengths from Beta(2, 4), both
-scaled to [min_span, max_span]. A positive starts anywhere from "ends where the
-anchor starts" to "starts where the anchor ends", so it may be adjacent to the
-anchor, overlap it or lie inside it (Giorgi et al., 2021). The loss is a symmetric
-InfoNCE over the batch (every other span's key is a negative) plus MLM on the
-anchors, both through the same `MaskedLanguageModel` backbone.
+Spans are drawn per document by `DeclutrSpanSampler` (spans.py) on the worker, with a
+seeded generator the checkpoint keeps. The loss is a symmetric InfoNCE over the batch
+(every other span's key is a negative) plus MLM on the anchors, both through the same
+`MaskedLanguageModel` backbone (Giorgi et al., 2021). The driver drops the documents
+too short to sample (`prepare_data`); each worker builds the recipe (`build_recipe`).
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import functools
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -19,86 +18,25 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from lmplatform.config.loader import ConfigError
+from lmplatform.config.schema import RunConfig
+from lmplatform.data.corpus import TRAIN, VALIDATION, corpus_datasets, scan_corpus
+from lmplatform.data.readers import DataError
+from lmplatform.models.encoder import Encoder, load_tokenizer
+from lmplatform.models.masked_lm import MaskedLanguageModel
 from lmplatform.models.pooling import pool
-from lmplatform.objectives.infonce import InfoNCEOutput, Temperature, info_nce
+from lmplatform.models.resolve import resolve_model_path
+from lmplatform.objectives.declutr.spans import DeclutrSpanSampler, span_report, token_lengths
+from lmplatform.objectives.infonce import (
+    InfoNCEOutput,
+    Temperature,
+    info_nce,
+    temperature_from_config,
+    temperature_learning_rates,
+)
 from lmplatform.objectives.masking import DynamicMasker
-from lmplatform.objectives.mlm import MaskedLanguageModel
-from lmplatform.train.recipe import Batch, WeightedMetrics
-
-Span = tuple[int, int]  # [start, end) in the document's token ids
-
-
-@dataclass(frozen=True)
-class DocumentSpans:
-    anchors: list[Span]
-    positives: list[list[Span]]  # positives[i] belong to anchors[i]
-
-
-class DeclutrSpanSampler:
-    def __init__(self, num_anchors: int = 2, num_positives: int = 1, min_span: int = 32, max_span: int = 512):
-        if not 1 <= min_span <= max_span:
-            raise ValueError(f"need 1 <= min_span <= max_span, got {min_span} and {max_span}")
-        self.num_anchors = num_anchors
-        self.num_positives = num_positives
-        self.min_span = min_span
-        self.max_span = max_span
-
-    @property
-    def min_document_tokens(self) -> int:
-        """Shorter documents cannot be sampled (the DeCLUTR paper's 2·A_N·max_span rule)."""
-        return 2 * self.num_anchors * self.max_span
-
-    def can_sample(self, num_tokens: int) -> bool:
-        return num_tokens >= self.min_document_tokens
-
-    def _length(self, rng: np.random.Generator, a: float, b: float) -> int:
-        return int(np.floor(rng.beta(a, b) * (self.max_span - self.min_span + 1))) + self.min_span
-
-    def anchor_length(self, rng: np.random.Generator) -> int:
-        return min(self._length(rng, 4.0, 2.0), self.max_span)
-
-    def positive_length(self, rng: np.random.Generator) -> int:
-        return min(self._length(rng, 2.0, 4.0), self.max_span)
-
-    def sample(self, num_tokens: int, rng: np.random.Generator) -> DocumentSpans:
-        if not self.can_sample(num_tokens):
-            raise ValueError(f"a document of {num_tokens} tokens is under the minimum of {self.min_document_tokens}")
-        anchors, positives = [], []
-        for _ in range(self.num_anchors):
-            length = self.anchor_length(rng)
-            start = int(rng.integers(0, num_tokens - length + 1))
-            anchors.append((start, start + length))
-            own = []
-            for _ in range(self.num_positives):
-                p_length = self.positive_length(rng)
-                low = max(0, start - p_length)
-                high = min(start + length, num_tokens - p_length)
-                p_start = int(rng.integers(low, high + 1))
-                own.append((p_start, p_start + p_length))
-            positives.append(own)
-        return DocumentSpans(anchors, positives)
-
-
-@dataclass
-class SpanCounts:
-    """How many documents of a set can be sampled for one max_span (the span report row)."""
-
-    max_span: int
-    min_tokens: int
-    kept: int
-    dropped: int
-
-    @property
-    def dropped_fraction(self) -> float:
-        total = self.kept + self.dropped
-        return self.dropped / total if total else 0.0
-
-
-def count_sampleable(token_lengths: Sequence[int], num_anchors: int, max_span: int) -> SpanCounts:
-    lengths = np.asarray(token_lengths, dtype=np.int64)
-    minimum = 2 * num_anchors * max_span
-    kept = int((lengths >= minimum).sum())
-    return SpanCounts(max_span, minimum, kept, int(len(lengths) - kept))
+from lmplatform.objectives.mlm.objective import MLMEvaluator
+from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 
 class DeclutrCollator:
@@ -251,3 +189,116 @@ class DeclutrEvaluator:
                 masked += k
         weights = {"contrastive_loss": anchors, "inbatch_accuracy": anchors, "mlm_loss": masked, "mlm_accuracy": masked}
         return {name: (value, weights[name]) for name, value in sums.items()}
+
+
+# -- wiring: documents too short to sample are dropped on the driver ----------
+
+def check_span_fits(cfg: RunConfig) -> None:
+    objective = cfg.objective
+    if objective.max_span + 2 > cfg.model.max_seq_length:
+        raise ConfigError(
+            f"objective.max_span={objective.max_span} does not fit model.max_seq_length={cfg.model.max_seq_length} "
+            f"(a span plus 2 special tokens); lower max_span or raise max_seq_length"
+        )
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_tokenizer(path: str) -> Any:  # noqa: ANN401
+    return load_tokenizer(path)
+
+
+def keep_sampleable(batch: dict[str, np.ndarray], tokenizer_path: str, min_tokens: int) -> dict[str, np.ndarray]:
+    """Ray Data map: drop the rows whose text has fewer than min_tokens tokens."""
+    tokenizer = _cached_tokenizer(tokenizer_path)
+    lengths = np.array(token_lengths([str(t) for t in batch["text"]], tokenizer), dtype=np.int64)
+    keep = lengths >= min_tokens
+    return {name: column[keep] for name, column in batch.items()}
+
+
+def prepare_data(cfg: RunConfig) -> PreparedData:
+    check_span_fits(cfg)
+    objective = cfg.objective
+    corpus = scan_corpus(cfg.data)
+    model_path = str(resolve_model_path(cfg.model.name_or_path))
+    tokenizer = _cached_tokenizer(model_path)
+    counts = {
+        split: rows[0] for split, rows in span_report(corpus, tokenizer, objective.num_anchors, [objective.max_span]).items()
+    }
+    train = counts[TRAIN]
+    if train.kept == 0:
+        raise DataError(
+            f"no training document has the {train.min_tokens} tokens DeCLUTR needs "
+            f"(2 x num_anchors={objective.num_anchors} x max_span={objective.max_span}); all {train.dropped} dropped. "
+            f"Lower objective.max_span or num_anchors (see `lmp data span-report`)"
+        )
+    report = corpus.report
+    validation = counts.get(VALIDATION)
+    datasets = {
+        split: dataset.map_batches(
+            keep_sampleable, fn_kwargs={"tokenizer_path": model_path, "min_tokens": train.min_tokens},
+            batch_format="numpy", num_cpus=0,
+        )
+        for split, dataset in corpus_datasets(corpus).items()
+        if split == TRAIN or (validation is not None and validation.kept > 0)
+    }
+    metrics = report.metrics() | {
+        "data/declutr_min_tokens": float(train.min_tokens),
+        "data/declutr_kept": float(train.kept),
+        "data/declutr_dropped": float(train.dropped),
+        "data/declutr_dropped_fraction": train.dropped_fraction,
+    }
+    summary = report.summary() + (
+        f"\ndata: DeCLUTR needs {train.min_tokens}+ tokens per document: kept {train.kept}, "
+        f"dropped {train.dropped} ({train.dropped_fraction:.1%}) training documents"
+    )
+    if validation is not None:
+        metrics |= {
+            "data/declutr_validation_dropped": float(validation.dropped),
+            "data/declutr_validation_dropped_fraction": validation.dropped_fraction,
+        }
+        summary += f"; kept {validation.kept}, dropped {validation.dropped} validation documents"
+    return PreparedData(
+        datasets=datasets,
+        train_examples=train.kept,
+        metrics=metrics,
+        summary=summary,
+        fingerprint=report.fingerprint,
+        report=report.__dict__ | {"bad_total": report.bad_total, "declutr": {s: c.__dict__ for s, c in counts.items()}},
+    )
+
+
+def build_recipe(cfg: RunConfig) -> TrainingRecipe:
+    check_span_fits(cfg)
+    objective_cfg = cfg.objective
+    path = resolve_model_path(cfg.model.name_or_path)
+    tokenizer = load_tokenizer(path)
+    model = MaskedLanguageModel.from_pretrained(path, projection=objective_cfg.projection)
+    masker = DynamicMasker(
+        tokenizer,
+        mask_probability=objective_cfg.mask_probability,
+        replace_with_mask=objective_cfg.replace_with_mask,
+        replace_with_random=objective_cfg.replace_with_random,
+    )
+    temperature = temperature_from_config(objective_cfg)
+    objective = DeclutrObjective(
+        masker, temperature, objective_cfg.num_positives, objective_cfg.mlm_weight, objective_cfg.contrastive_weight
+    )
+    sampler = DeclutrSpanSampler(
+        objective_cfg.num_anchors, objective_cfg.num_positives, objective_cfg.min_span, objective_cfg.max_span
+    )
+    collator = DeclutrCollator(tokenizer, sampler, seed=objective_cfg.seed)
+
+    def export(trained: MaskedLanguageModel, folder: Path) -> None:
+        trained.save_pretrained(folder, tokenizer, cfg.model.pooling, cfg.model.max_seq_length)
+
+    return TrainingRecipe(
+        model=model,
+        objective=objective,
+        collate=collator,
+        export=export,
+        evaluate=DeclutrEvaluator(objective, collator),
+        summarize=MLMEvaluator.summarize,
+        # The backbone as a text encoder (shared weights), pooled as the exported model will be.
+        retrieval_view=lambda trained: Encoder(trained.backbone, tokenizer, cfg.model.pooling, cfg.model.max_seq_length),
+        learning_rates=temperature_learning_rates(objective, temperature, objective_cfg.temperature_lr),
+    )

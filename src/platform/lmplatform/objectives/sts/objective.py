@@ -130,7 +130,7 @@ def read_sts_data(cfg: RunConfig) -> LabelledData:
     return read_labelled(cfg.data, extract, objective.split_field)
 
 
-def prepare_sts(cfg: RunConfig) -> PreparedData:
+def prepare_data(cfg: RunConfig) -> PreparedData:
     data = read_sts_data(cfg)
     return PreparedData(
         datasets=labelled_datasets(data, ["sentence1", "sentence2", "score"]),
@@ -142,7 +142,7 @@ def prepare_sts(cfg: RunConfig) -> PreparedData:
     )
 
 
-def build_sts_recipe(cfg: RunConfig) -> TrainingRecipe:
+def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     objective = cfg.objective
     encoder = Encoder.from_pretrained(cfg.model.name_or_path, pooling=cfg.model.pooling, max_seq_length=cfg.model.max_seq_length)
 

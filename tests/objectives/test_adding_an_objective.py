@@ -1,0 +1,121 @@
+"""Adding an objective is its folder and one registry line: the toy objective of tests/objectives/toy/
+registers, its config validates as `RunConfig.objective`, its metrics pass the tune metric check, and
+it trains through the generic loop (`Trainer` with a `FolderReporter`, no Ray)."""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from lmplatform.config import ConfigError, load_run_config
+from lmplatform.config.schema import RunConfig
+from lmplatform.objectives import registry
+from lmplatform.train.loop import FolderReporter, Trainer
+from lmplatform.train.recipe import Batch
+from lmplatform.train.state import FINAL_MODEL_DIR
+from lmplatform.tune.metrics import evaluation_config_keys, reported_metrics
+from lmplatform.tune.space import SpaceError, load_space
+from tests.conftest import TOKEN_WORDS
+from tests.objectives.toy import SPEC as TOY
+
+
+@pytest.fixture
+def toy_registered() -> Iterator[None]:
+    registry.register(TOY)
+    try:
+        yield
+    finally:
+        registry.unregister(TOY.name)
+
+
+def _config(tiny_bert: Path, *overrides: str) -> RunConfig:
+    return load_run_config(None, [f"model.name_or_path={tiny_bert}", "model.max_seq_length=32", "data.train_paths=[unused.jsonl]",
+                                  "objective.name=toy_norm", "optim.max_steps=2", "optim.lr=1e-3", "checkpoint.every_n_steps=1",
+                                  *overrides])
+
+
+def test_a_registered_objective_is_known_by_name_and_validated_as_the_run_config_objective(
+    toy_registered: None, tiny_bert: Path
+) -> None:
+    assert registry.objective_spec("toy_norm") is TOY and "toy_norm" in registry.objective_names()
+    cfg = _config(tiny_bert, "objective.target_norm=3")
+    assert type(cfg.objective).__name__ == "ToyNormConfig" and cfg.objective.target_norm == 3.0
+    assert RunConfig.model_validate(cfg.model_dump(mode="json")) == cfg  # what a worker receives validates again
+    with pytest.raises(ConfigError, match=r"objective\.target_norm: got -1"):
+        _config(tiny_bert, "objective.target_norm=-1")
+    with pytest.raises(ConfigError, match=r"objective\.mask_probability: unknown key"):
+        _config(tiny_bert, "objective.mask_probability=0.2")
+
+
+def test_unregistered_it_is_unknown_again(tiny_bert: Path) -> None:
+    registry.register(TOY)
+    registry.unregister(TOY.name)
+    with pytest.raises(ConfigError, match="does not match any of the expected tags: 'mlm', 'biencoder'"):
+        _config(tiny_bert)
+    with pytest.raises(ValueError, match="built in"):
+        registry.unregister("mlm")
+
+
+def test_its_metrics_are_what_a_study_may_target(toy_registered: None, tiny_bert: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny_bert)
+    assert reported_metrics(cfg) == {"val_norm_error", "val_norm_error_initial", "loss", "step", "epoch", "tokens"}
+    assert "objective.target_norm" in evaluation_config_keys(cfg, "val_norm_error")
+
+    base = tmp_path / "base.yaml"
+    base.write_text(textwrap.dedent(f"""\
+        model: {{name_or_path: {tiny_bert}, max_seq_length: 32}}
+        data: {{train_paths: [unused.jsonl]}}
+        objective: {{name: toy_norm}}
+        optim: {{max_steps: 2}}
+        """))
+    space = tmp_path / "space.yaml"
+    body = (f"study: toy\ntrial: train\nbase_config: {base}\nrequires: [toy_norm]\n"
+            "parameters:\n  objective.target_norm: {distribution: uniform, low: 0.5, high: 2.0}\nmode: min\n")
+    space.write_text(body + "metric: val_norm_error\n")
+    assert load_space(space).base.objective.target_norm == 1.0
+    space.write_text(body + "metric: val_mlm_loss\n")
+    with pytest.raises(SpaceError, match=r"metric 'val_mlm_loss' is never reported by a 'toy_norm' trial"):
+        load_space(space)
+
+
+def _batches(rng: random.Random, n: int) -> list[dict[str, np.ndarray]]:
+    rows = []
+    for _ in range(n):
+        column = np.empty(4, dtype=object)
+        column[:] = [" ".join(rng.choice(TOKEN_WORDS) for _ in range(rng.randint(4, 12))) for _ in range(4)]
+        rows.append({"text": column})
+    return rows
+
+
+def test_it_trains_through_the_generic_loop_without_ray(toy_registered: None, tiny_bert: Path, tmp_path: Path) -> None:
+    cfg = _config(tiny_bert, "objective.target_norm=2", "tracking.log_every_n_steps=1")
+    recipe = registry.objective_spec("toy_norm").build_recipe(cfg)
+    reporter = FolderReporter(tmp_path / "checkpoints")
+    trainer = Trainer(cfg, recipe, 2, torch.device("cpu"), 0, reporter=reporter)
+    trainer.begin(None)
+    rng = random.Random(0)
+    train, validation = _batches(rng, 3), _batches(rng, 2)
+
+    def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
+        return (recipe.collate(b) for b in train[skip:])
+
+    summary = trainer.fit(train_batches, lambda: (recipe.collate(b) for b in validation))
+
+    assert trainer.progress.step == 2 and len(reporter.checkpoints) == 2  # step 1, then the final one
+    assert (reporter.checkpoints[-1] / FINAL_MODEL_DIR / "config.json").is_file()  # the recipe's export ran
+    assert summary["val_norm_error"] < summary["val_norm_error_initial"]  # lr 1e-3 moves the norms towards 2
+    reported = set().union(*reporter.reports)
+    assert reported_metrics(cfg) <= reported  # every metric the tune check allows is reported
+
+
+def test_importing_the_configs_and_the_registry_imports_no_torch() -> None:
+    probe = ("import sys, lmplatform.config.schema, lmplatform.objectives.registry, lmplatform.tune.metrics, "
+             "tests.objectives.toy; print('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split() == ["False"]
