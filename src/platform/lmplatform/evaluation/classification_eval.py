@@ -2,8 +2,8 @@
 
 Each split is encoded once; the head (depth 2 by default) is trained in-process on
 the cached vectors and the epoch with the best dev accuracy is kept
-(`train_frozen_head`, the fast path of the `classifier` objective with
-`freeze_encoder=true`). The fine-tuned setting needs Ray Train:
+(`lmplatform.objectives.classifier.frozen_head.train_frozen_head`, the fast
+path of the `classifier` objective with `freeze_encoder=true`). The fine-tuned setting needs Ray Train:
 `lmplatform.evaluation.classification.frozen_vs_finetuned`.
 Test examples whose label never occurs in train cannot be predicted; they are
 left out and counted (`test_unknown_label`).
@@ -23,7 +23,6 @@ from lmplatform.evaluation.classification import (
     classification_metrics,
     confusion_matrix_png,
     read_labelled_texts,
-    train_frozen_head,
 )
 from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask, ClassifierHead
 from lmplatform.evaluation.task_common import ModelCache, TaskResult, artifact_name
@@ -82,6 +81,7 @@ def frozen_classification(encoder: Any, splits: dict[str, Split], head: Classifi
     import torch
 
     from lmplatform.models.classifier import KNNClassifier, count_parameters
+    from lmplatform.objectives.classifier.frozen_head import train_frozen_head
 
     start = time.perf_counter()
     cached = {key: encoder.encode(texts, batch_size, normalize=False, show_progress=True) for key, (texts, _) in splits.items()}
