@@ -11,11 +11,11 @@ from lmplatform.data.readers import DataError
 from lmplatform.evaluation.classification import (
     classification_metrics,
     confusion_matrix_png,
-    markdown_table,
     merge_rare_labels,
     read_asrs,
     read_demo_reports,
     read_labelled_texts,
+    settings_table,
 )
 from tests.conftest import SHARED_DATA
 
@@ -56,7 +56,7 @@ def test_multiclass_auc_is_macro_one_vs_rest_and_skips_undefined_classes() -> No
 def test_confusion_png_and_table(tmp_path: Path) -> None:
     png = confusion_matrix_png(["a", "b", "b"], ["a", "a", "b"], ["a", "b"], tmp_path / "cm.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    table = markdown_table([{"setting": "frozen", "trainable_parameters": 1234, "accuracy": 0.5}], ["accuracy"])
+    table = settings_table([{"setting": "frozen", "trainable_parameters": 1234, "accuracy": 0.5}], ["accuracy"])
     assert "| frozen | 1,234 | 0.5000 |" in table
 
 

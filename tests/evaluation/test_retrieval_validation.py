@@ -80,7 +80,7 @@ def _collapsed(encoder):  # noqa: ANN001,ANN202 - every text gets the same vecto
 
 def test_a_collapsed_encoder_scores_zero_not_one(tiny_bert: Path) -> None:
     from lmplatform.models.encoder import Encoder
-    from lmplatform.objectives.biencoder.objective import InBatchRetrievalEvaluator, PairCollator
+    from lmplatform.objectives.biencoder.objective import InBatchRetrievalEvaluator, QueryDocumentCollator
     from lmplatform.objectives.infonce import Temperature
 
     words = "printer database login timeout crash server disk memory network error".split()
@@ -93,7 +93,7 @@ def test_a_collapsed_encoder_scores_zero_not_one(tiny_bert: Path) -> None:
     chance = 1 / len(rset.candidate_texts)
     assert means["ir_mrr_at_3"] <= chance and means["ir_recall_at_3"] <= chance
     # the in-batch diagnostic no longer rewards ties either (it used to score 1.0 here)
-    collate = PairCollator(encoder.tokenizer, 32)
+    collate = QueryDocumentCollator(encoder.tokenizer, 32)
     batch = collate({"query": np.array([p.query for p in pairs[:8]]), "document": np.array([p.document for p in pairs[:8]])})
     sums = InBatchRetrievalEvaluator(Temperature(0.05, learnable=False))(encoder, [batch])
     assert sums["inbatch_accuracy"][0] == 0.0 and sums["inbatch_mrr"][0] / sums["inbatch_mrr"][1] == pytest.approx(1 / 8)

@@ -11,7 +11,7 @@ from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.biencoder.objective import (
     BiencoderObjective,
     InBatchRetrievalEvaluator,
-    PairCollator,
+    QueryDocumentCollator,
     count_pair_tokens,
 )
 from lmplatform.objectives.infonce import Temperature, info_nce
@@ -31,11 +31,11 @@ def _batch(hard: bool = False) -> dict[str, np.ndarray]:
 def test_collator_and_loss_use_hard_negatives(tiny_bert: Path) -> None:
     torch.manual_seed(0)
     model = Encoder.from_pretrained(tiny_bert, max_seq_length=16)
-    collate = PairCollator(model.tokenizer, 16, max_hard_negatives=1)
+    collate = QueryDocumentCollator(model.tokenizer, 16, max_hard_negatives=1)
     batch = collate(_batch(hard=True))
     assert batch["query_input_ids"].shape[0] == 6 and batch["negative_input_ids"].shape[0] == 6  # 1 per pair
     assert count_pair_tokens(batch) == int(sum(batch[k].sum() for k in batch if k.endswith("attention_mask")))
-    assert "negative_input_ids" not in PairCollator(model.tokenizer, 16)(_batch(hard=True))
+    assert "negative_input_ids" not in QueryDocumentCollator(model.tokenizer, 16)(_batch(hard=True))
 
     objective = BiencoderObjective(Temperature(0.05, learnable=False), symmetric=False)
     loss, metrics = objective(model, batch)
@@ -49,7 +49,7 @@ def test_collator_and_loss_use_hard_negatives(tiny_bert: Path) -> None:
 def test_training_raises_in_batch_retrieval(tiny_bert: Path) -> None:
     torch.manual_seed(0)
     model = Encoder.from_pretrained(tiny_bert, max_seq_length=16)
-    collate = PairCollator(model.tokenizer, 16)
+    collate = QueryDocumentCollator(model.tokenizer, 16)
     batch = collate(_batch())
     temperature = Temperature(0.1, learnable=True)
     objective = BiencoderObjective(temperature, symmetric=True)

@@ -10,18 +10,18 @@ import torch
 
 from lmplatform.config import load_run_config
 from lmplatform.config.loader import ConfigError
-from lmplatform.objectives.graph_cl.objective import freeze_lower_layers, info_nce, supervised_contrastive
+from lmplatform.objectives.graph_cl.objective import candidate_info_nce, freeze_lower_layers, supervised_contrastive
 from tests.graph.synthetic import write_synthetic_ade
 
 
-def test_info_nce_matches_the_hand_computation_and_ignores_invalid_candidates() -> None:
+def test_candidate_info_nce_matches_the_hand_computation_and_ignores_invalid_candidates() -> None:
     anchor = torch.tensor([[1.0, 0.0]])
     candidates = torch.tensor([[[2.0, 0.0], [0.0, 3.0], [1.0, 0.0]]])  # cosine 1, 0, and an invalid twin of the positive
     valid = torch.tensor([[True, True, False]])
-    loss = info_nce(anchor, candidates, valid, temperature=0.5)
+    loss = candidate_info_nce(anchor, candidates, valid, temperature=0.5)
     # -log(e^{1/0.5} / (e^{1/0.5} + e^{0}))
     assert loss.item() == pytest.approx(math.log(1 + math.exp(-2.0)), rel=1e-5)
-    all_valid = info_nce(anchor, candidates, torch.ones_like(valid), temperature=0.5)
+    all_valid = candidate_info_nce(anchor, candidates, torch.ones_like(valid), temperature=0.5)
     assert all_valid.item() == pytest.approx(-math.log(math.exp(2) / (2 * math.exp(2) + 1)), rel=1e-5)
 
 

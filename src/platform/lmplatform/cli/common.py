@@ -1,11 +1,11 @@
-"""What every `lmp` sub-command shares: the --set option and how a user error is reported."""
+"""What every `lmp` sub-command shares: the run config's --set option and how a user error is reported."""
 from __future__ import annotations
 
 import typer
 from rich.console import Console
 
 console = Console(stderr=True)
-SetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")
+RunConfigSetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from lmplatform.cli.common import SetOption, fail
+from lmplatform.cli.common import RunConfigSetOption, fail
 from lmplatform.config.loader import ConfigError, load_run_config
 
 app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs.")
@@ -24,7 +24,7 @@ def config_schema() -> None:
 @app.command("validate")
 def config_validate(
     config: Path = typer.Option(..., "--config", "-c"),
-    overrides: Optional[List[str]] = SetOption,
+    overrides: Optional[List[str]] = RunConfigSetOption,
 ) -> None:
     """Validate a config (with overrides) and print it fully resolved."""
     import yaml

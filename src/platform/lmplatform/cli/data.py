@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from lmplatform.cli.common import SetOption, fail, user_errors
+from lmplatform.cli.common import RunConfigSetOption, fail, user_errors
 
 DEFAULT_MAX_SPANS = [4, 8, 16, 32, 64, 128]
 
@@ -16,7 +16,7 @@ app = typer.Typer(no_args_is_help=True, help="Inspect corpora before training.")
 @app.command("report")
 def data_report(
     config: Path = typer.Option(..., "--config", "-c"),
-    overrides: Optional[List[str]] = SetOption,
+    overrides: Optional[List[str]] = RunConfigSetOption,
 ) -> None:
     """Scan a run's corpus: rows, bad rows with file and line, duplicates, split sizes."""
     from lmplatform.config.loader import load_run_config
@@ -40,7 +40,7 @@ def span_report_command(
         None, "--max-span", help="Max span lengths to report (repeatable; space-separated values also work)."
     ),
     num_anchors: Optional[int] = typer.Option(None, help="Anchors per document (default: objective.num_anchors, else 2)."),
-    overrides: Optional[List[str]] = SetOption,
+    overrides: Optional[List[str]] = RunConfigSetOption,
 ) -> None:
     """Documents kept and dropped by DeCLUTR's 2 x num_anchors x max_span minimum length, per max span."""
     from rich.console import Console

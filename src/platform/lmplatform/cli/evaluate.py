@@ -8,13 +8,13 @@ from typing import List, Optional
 import typer
 
 app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval, STS and classification metrics, reports, MLflow.")
-SetOption = typer.Option(None, "--set", help="Override a top-level field: --set output_dir=runs/eval/x (repeatable).")
+EvaluationSetOption = typer.Option(None, "--set", help="Override a top-level field: --set output_dir=runs/eval/x (repeatable).")
 
 
 @app.command("run")
 def evaluate_run(
     config: Path = typer.Option(..., "--config", "-c", help="Evaluation config YAML (configs/eval/...)."),
-    overrides: Optional[List[str]] = SetOption,
+    overrides: Optional[List[str]] = EvaluationSetOption,
     output_dir: Optional[Path] = typer.Option(None, help="Report folder (overrides output_dir)."),
     run_id: Optional[str] = typer.Option(None, help="Log into this MLflow run (the run of the model evaluated)."),
     limit_queries: Optional[int] = typer.Option(None, min=1, help="Retrieval: evaluate only the first N queries of each dataset."),
@@ -49,7 +49,7 @@ def evaluate_run(
 @app.command("validate")
 def evaluate_validate(
     config: Path = typer.Option(..., "--config", "-c"),
-    overrides: Optional[List[str]] = SetOption,
+    overrides: Optional[List[str]] = EvaluationSetOption,
 ) -> None:
     """Validate an evaluation config and print it fully resolved."""
     import yaml

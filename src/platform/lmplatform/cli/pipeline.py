@@ -8,13 +8,13 @@ from typing import List, Optional
 import typer
 
 app = typer.Typer(no_args_is_help=True, help="Multi-stage pipelines (domain MLM -> task, EWC, forgetting).")
-SetOption = typer.Option(None, "--set", help="pipeline field (tracking.experiment=x) or stages.<stage>.<section>.<field>=v; repeatable.")
+PipelineSetOption = typer.Option(None, "--set", help="pipeline field (tracking.experiment=x) or stages.<stage>.<section>.<field>=v; repeatable.")
 
 
 @app.command("run")
 def pipeline_run(
     config: Path = typer.Option(..., "--config", "-c", help="Pipeline YAML (see configs/pipelines/)."),
-    overrides: Optional[List[str]] = SetOption,
+    overrides: Optional[List[str]] = PipelineSetOption,
     resume: Optional[str] = typer.Option(None, help="Continue this pipeline run: finished stages are skipped."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
 ) -> None:
@@ -46,7 +46,7 @@ def pipeline_run(
 @app.command("validate")
 def pipeline_validate(
     config: Path = typer.Option(..., "--config", "-c"),
-    overrides: Optional[List[str]] = SetOption,
+    overrides: Optional[List[str]] = PipelineSetOption,
 ) -> None:
     """Validate a pipeline and every stage's run config; print the stage plan."""
     from lmplatform.cli.common import fail

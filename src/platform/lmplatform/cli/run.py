@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from lmplatform.cli.common import SetOption, fail, user_errors
+from lmplatform.cli.common import RunConfigSetOption, fail, user_errors
 from lmplatform.config.loader import load_run_config
 
 app = typer.Typer()
@@ -16,7 +16,7 @@ app = typer.Typer()
 @app.command()
 def train(
     config: Path = typer.Option(..., "--config", "-c", help="Run config YAML."),
-    overrides: Optional[List[str]] = SetOption,
+    overrides: Optional[List[str]] = RunConfigSetOption,
     resume: Optional[str] = typer.Option(None, help="Continue the named run from its latest checkpoint."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
 ) -> None:

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from lmplatform.config.schema import RunConfig, objective_configs
+from lmplatform.markdown import markdown_table
 
 
 def _type_name(annotation: object) -> str:
@@ -41,13 +42,13 @@ def _section(title: str, model: type[BaseModel]) -> list[str]:
     lines = [f"### `{title}`", ""]
     if model.__doc__:
         lines += [model.__doc__.strip().splitlines()[0], ""]
-    lines += ["| field | type | default | description |", "|---|---|---|---|"]
+    rows = []
     for name, field in model.model_fields.items():
         constraints = ", ".join(str(m) for m in field.metadata)
         description = (field.description or "") + (f" ({constraints})" if constraints else "")
         name = field.alias or name  # e.g. ewc.lambda, stored as lambda_
-        lines.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {description} |")
-    return lines + [""]
+        rows.append([f"`{name}`", _type_name(field.annotation), _default(field), description])
+    return lines + markdown_table(["field", "type", "default", "description"], rows).split("\n") + [""]
 
 
 def objective_models() -> list[type[BaseModel]]:

@@ -93,7 +93,7 @@ class OptimConfig(Section):
         return self
 
 
-class ScalingSection(Section):
+class ScalingConfig(Section):
     """How many Ray Train workers, and what each one reserves."""
 
     num_workers: int = Field(1, ge=1)
@@ -109,14 +109,14 @@ class ScalingSection(Section):
     )
 
 
-class CheckpointSection(Section):
+class CheckpointConfig(Section):
     every_n_steps: int = Field(200, ge=1)
     keep: int = Field(2, ge=1, description="Checkpoints kept on storage (the newest ones).")
     storage_path: str = Field("runs", description="Ray Train storage (local folder, NFS path or s3://...). Relative paths are under the project folder.")
     max_failures: int = Field(2, ge=-1, description="Worker failures to recover from (from the latest checkpoint); -1 is unlimited.")
 
 
-class TrackingSection(Section):
+class TrackingConfig(Section):
     tracking_uri: Optional[str] = Field(
         None, description="MLflow tracking URI. Default: $MLFLOW_TRACKING_URI, else sqlite under <project>/mlruns."
     )
@@ -133,8 +133,9 @@ class TrackingSection(Section):
 class EWCConfig(Section):
     """Elastic weight consolidation: penalise moving away from an earlier model (docs/ewc_pipelines.md)."""
 
-    # `lambda` is a Python keyword: the field is `lambda_`, written `lambda` in YAML and --set.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    # `lambda` is a Python keyword: the field is `lambda_`, written `lambda` in YAML and --set
+    # (merged with Section's config).
+    model_config = ConfigDict(populate_by_name=True)
 
     fisher_path: Optional[str] = Field(
         None, description="A saved Fisher diagonal: a local .safetensors file, or an MLflow URI (runs:/<id>/ewc/fisher.safetensors)."
@@ -227,9 +228,9 @@ class RunConfig(Section):
     data: DataConfig
     objective: ObjectiveConfig = Field(default_factory=MLMObjectiveConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
-    scaling: ScalingSection = Field(default_factory=ScalingSection)
-    checkpoint: CheckpointSection = Field(default_factory=CheckpointSection)
-    tracking: TrackingSection = Field(default_factory=TrackingSection)
+    scaling: ScalingConfig = Field(default_factory=ScalingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     ewc: Optional[EWCConfig] = Field(None, description="Add an EWC penalty to the objective's loss.")
     retrieval_validation: Optional[RetrievalValidationConfig] = Field(
         None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: biencoder, cross_encoder, declutr.")

@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Protocol, Sequence, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
+
+from lmplatform.config.base import Section
+from lmplatform.markdown import markdown_table
 
 MAX_FAILING_EXAMPLES = 10
 
@@ -41,14 +44,12 @@ class Classifier(Protocol):
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
-class _Test(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Test(Section):
     name: str = Field(..., min_length=1)
     description: str = ""
 
 
-class LabelledExample(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LabelledExample(Section):
     text: str = Field(..., min_length=1)
     label: str = Field(..., min_length=1)
 
@@ -58,8 +59,7 @@ class MFTTest(_Test):
     examples: list[LabelledExample] = Field(..., min_length=1)
 
 
-class Template(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Template(Section):
     text: str = Field(..., min_length=1)
     fill: dict[str, list[str]] = Field(..., min_length=1)
 
@@ -113,8 +113,7 @@ class DirectionalTest(_Test):
     pairs: list[tuple[str, str]] = Field(..., min_length=1)
 
 
-class Triple(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Triple(Section):
     anchor: str = Field(..., min_length=1)
     positive: str = Field(..., min_length=1)
     negative: str = Field(..., min_length=1)
@@ -275,10 +274,9 @@ def run_suite(suite: str | Path | tuple[str, list[Any]], classifier: Optional[Cl
 
 
 def report_markdown(report: dict[str, Any]) -> str:
-    lines = [f"## Behavioural suite `{report['suite']}`", "", "| test | type | cases | failures | failure rate |", "|---|---|---|---|---|"]
-    for r in report["tests"]:
-        rate = "skipped: " + r["skipped"] if r["skipped"] else f"{100 * r['failure_rate']:.1f}%"
-        lines.append(f"| {r['name']} | {r['type']} | {r['cases']} | {r['failures']} | {rate} |")
+    rows = [[str(r["name"]), str(r["type"]), str(r["cases"]), str(r["failures"]),
+             "skipped: " + r["skipped"] if r["skipped"] else f"{100 * r['failure_rate']:.1f}%"] for r in report["tests"]]
+    lines = [f"## Behavioural suite `{report['suite']}`", "", markdown_table(["test", "type", "cases", "failures", "failure rate"], rows)]
     for r in report["tests"]:
         if r["failing_examples"]:
             lines += ["", f"### Failing examples of `{r['name']}`", ""]

@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from lmplatform.data.readers import BadRow, DataError, read_rows
+from lmplatform.markdown import markdown_table
 
 
 def classification_metrics(y_true: Sequence[str], proba: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
@@ -187,13 +188,13 @@ TABLE_COLUMNS = ("accuracy", "roc_auc", "f1_weighted", "precision_weighted", "re
                  "precision_macro", "recall_macro")
 
 
-def markdown_table(rows: list[dict[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
-    head = "| setting | trainable params | " + " | ".join(columns) + " |"
-    lines = [head, "|" + "---|" * (len(columns) + 2)]
-    for row in rows:
-        cells = [f"{row[c]:.4f}" if isinstance(row.get(c), float) else str(row.get(c, "")) for c in columns]
-        lines.append(f"| {row['setting']} | {int(row.get('trainable_parameters', 0)):,} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def settings_table(rows: list[dict[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
+    """One line per setting (frozen, fine-tuned): its trainable parameters and its metrics."""
+    def cells(row: dict[str, Any]) -> list[str]:
+        metrics = [f"{row[c]:.4f}" if isinstance(row.get(c), float) else str(row.get(c, "")) for c in columns]
+        return [str(row["setting"]), f"{int(row.get('trainable_parameters', 0)):,}", *metrics]
+
+    return markdown_table(["setting", "trainable params", *columns], [cells(row) for row in rows])
 
 
 def frozen_vs_finetuned(cfg: Any, test_texts: Sequence[str], test_labels: Sequence[str], out_dir: str | Path,
@@ -227,7 +228,7 @@ def frozen_vs_finetuned(cfg: Any, test_texts: Sequence[str], test_labels: Sequen
             trainable += sum(p.numel() for p in classifier.model.encoder.parameters())
         rows.append({"setting": setting, "trainable_parameters": trainable, "mlflow_run_id": result.mlflow_run_id, **metrics})
         runs[setting] = result
-    table = markdown_table(rows)
+    table = settings_table(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "classification_table.json").write_text(json.dumps(rows, indent=2))
     (out_dir / "classification_table.md").write_text(table + "\n")

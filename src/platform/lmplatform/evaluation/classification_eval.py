@@ -24,8 +24,9 @@ from lmplatform.evaluation.classification import (
     confusion_matrix_png,
     read_labelled_texts,
 )
-from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask, ClassifierHead
+from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask, ClassifierHeadConfig
 from lmplatform.evaluation.task_common import ModelCache, TaskResult, artifact_name
+from lmplatform.markdown import markdown_table
 
 logger = logging.getLogger(__name__)
 Split = tuple[list[str], list[str]]  # texts, labels
@@ -71,7 +72,7 @@ def merge_rare_classes(splits: dict[str, Split], min_size: int, other: str = "Ot
     return {key: (texts, [next(merged) for _ in labels]) for key, (texts, labels) in splits.items()}
 
 
-def frozen_classification(encoder: Any, splits: dict[str, Split], head: ClassifierHead, knn_k: Optional[int],
+def frozen_classification(encoder: Any, splits: dict[str, Split], head: ClassifierHeadConfig, knn_k: Optional[int],
                           output_dir: Path, title: str, batch_size: int = 32) -> list[dict[str, Any]]:
     """Rows for the frozen encoder + MLP head and (unless `knn_k` is None) KNN, scored on the test split.
 
@@ -131,17 +132,16 @@ def run_classification_task(task: ClassificationTask, output_dir: Path, models: 
             results += rows
     flat = {f"{r['dataset']}.{r['encoder']}.{r['classifier']}.{name}": value for r in results for name, value in r["metrics"].items()}
     artifacts = [output_dir / r["confusion_png"] for r in results]
-    return TaskResult("classification", flat, markdown_table(results), {"results": results}, artifacts)
+    return TaskResult("classification", flat, classification_section(results), {"results": results}, artifacts)
 
 
-def markdown_table(results: list[dict[str, Any]]) -> str:
-    head = ["dataset", "encoder", "classifier", "train", "test", "trainable params", *TABLE_COLUMNS]
-    lines = ["## Classification", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in results:
-        cells = [r["dataset"], r["encoder"], r["setting"], str(r["train"]), str(r["test"]), f"{r['trainable_parameters']:,}"]
-        cells += [f"{r['metrics'][c]:.4f}" for c in TABLE_COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
+def classification_section(results: list[dict[str, Any]]) -> str:
+    """The report's classification section: a line per dataset x encoder x classifier, and how to read it."""
+    header = ["dataset", "encoder", "classifier", "train", "test", "trainable params", *TABLE_COLUMNS]
+    rows = [[r["dataset"], r["encoder"], r["setting"], str(r["train"]), str(r["test"]), f"{r['trainable_parameters']:,}",
+             *(f"{r['metrics'][c]:.4f}" for c in TABLE_COLUMNS)] for r in results]
     unknown = sum(r["test_unknown_label"] for r in results if r["classifier"] == "mlp")
+    lines = ["## Classification", "", markdown_table(header, rows)]
     lines += ["", "Frozen encoder; the MLP head is trained on cached embeddings and the best dev-accuracy epoch kept. ROC-AUC: "
               "binary, or the macro mean of one-vs-rest AUCs. Confusion matrices: confusion_*.png. "
               f"Test examples left out because their label is absent from train: {unknown}."]

@@ -192,7 +192,7 @@ class ClassificationDataset(Section):
         return self
 
 
-class ClassifierHead(Section):
+class ClassifierHeadConfig(Section):
     """The MLP head trained on the frozen encoder's cached embeddings (best dev-accuracy epoch kept)."""
 
     hidden: int = Field(256, ge=1)
@@ -208,7 +208,7 @@ class ClassificationTask(Section):
     task: Literal["classification"]
     datasets: list[ClassificationDataset] = Field(..., min_length=1)
     encoders: list[EncoderSpec] = Field(..., min_length=1)
-    head: ClassifierHead = Field(default_factory=ClassifierHead)
+    head: ClassifierHeadConfig = Field(default_factory=ClassifierHeadConfig)
     knn_k: Optional[int] = Field(5, ge=1, description="KNN baseline on normalised embeddings; null: no KNN.")
 
     @model_validator(mode="after")
@@ -221,7 +221,7 @@ class ClassificationTask(Section):
 TaskConfig = Annotated[Union[RetrievalTask, StsTask, ClassificationTask], Field(discriminator="task")]
 
 
-class EvaluationTracking(Section):
+class EvaluationTrackingConfig(Section):
     tracking_uri: Optional[str] = Field(None, description="Default: $MLFLOW_TRACKING_URI, else sqlite under <project>/mlruns.")
     experiment: str = Field("lmplatform-eval", min_length=1)
     run_id: Optional[str] = Field(
@@ -236,7 +236,7 @@ class EvaluationConfig(Section):
     name: str = Field("evaluation", min_length=1)
     output_dir: str = Field("runs/eval", description="Report folder: report.json, report.md, PNGs.")
     tasks: list[TaskConfig] = Field(..., min_length=1)
-    tracking: EvaluationTracking = Field(default_factory=EvaluationTracking)
+    tracking: EvaluationTrackingConfig = Field(default_factory=EvaluationTrackingConfig)
 
     @model_validator(mode="after")
     def _one_task_per_kind(self) -> "EvaluationConfig":

@@ -14,6 +14,7 @@ from lmplatform.evaluation.config import RetrievalTask, RetrieverSpec
 from lmplatform.evaluation.retrieval import retrieval_report
 from lmplatform.evaluation.retrieval_data import load_retrieval_data, scenario_inputs
 from lmplatform.evaluation.task_common import ModelCache, TaskResult
+from lmplatform.markdown import markdown_table
 from lmplatform.retrieval.index import IndexParams
 from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, Retriever, TwoStageRetriever
 
@@ -65,18 +66,17 @@ def run_retrieval_task(task: RetrievalTask, output_dir: Path, models: Optional[M
         for r in results for name, value in r["metrics"].items()
     }
     artifacts = plot_recall_curves(results, task.ks, output_dir)
-    return TaskResult("retrieval", metrics, markdown_table(results), {"results": results, "ks": task.ks, "mrr_ks": task.mrr_ks}, artifacts)
+    return TaskResult("retrieval", metrics, retrieval_section(results), {"results": results, "ks": task.ks, "mrr_ks": task.mrr_ks}, artifacts)
 
 
-def markdown_table(results: list[dict[str, Any]]) -> str:
+def retrieval_section(results: list[dict[str, Any]]) -> str:
+    """The report's retrieval section: a line per dataset x scenario x retriever, and how to read it."""
     present = [m for m in TABLE_METRICS if m in results[0]["metrics"]]
-    head = ["dataset", "scenario", "retriever", "queries", "corpus", *present]
-    lines = ["## Retrieval", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in results:
-        cells = [r["dataset"], r["scenario"], r["retriever"], str(r["queries_evaluated"]), str(r["corpus_size"])]
-        cells += [f"{r['metrics'][m]:.4f}" for m in present]
-        lines.append("| " + " | ".join(cells) + " |")
+    header = ["dataset", "scenario", "retriever", "queries", "corpus", *present]
+    rows = [[r["dataset"], r["scenario"], r["retriever"], str(r["queries_evaluated"]), str(r["corpus_size"]),
+             *(f"{r['metrics'][m]:.4f}" for m in present)] for r in results]
     skipped = sum(r["queries_skipped_no_relevant"] for r in results)
+    lines = ["## Retrieval", "", markdown_table(header, rows)]
     lines += ["", "Recall@K is the fraction of a query's relevant reports in the top K; MAP over the full returned "
               f"list (top {max(int(k.split('@')[1]) for k in results[0]['metrics'] if k.startswith('recall@'))}). "
               f"Queries skipped because no relevant report is in the searched corpus: {skipped}."]

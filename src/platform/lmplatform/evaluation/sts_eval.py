@@ -16,6 +16,7 @@ import numpy as np
 from lmplatform.evaluation.config import StsDataset, StsTask
 from lmplatform.evaluation.sts import CosineToScale, STSPairs, cosine_scores, read_pairs_jsonl, sts_metrics
 from lmplatform.evaluation.task_common import ModelCache, TaskResult, artifact_name
+from lmplatform.markdown import markdown_table
 
 logger = logging.getLogger(__name__)
 
@@ -60,19 +61,21 @@ def run_sts_task(task: StsTask, output_dir: Path, models: Optional[ModelCache] =
             results.append(row)
     flat = {f"{r['dataset']}.{r['encoder']}.{name}": value for r in results for name, value in r["metrics"].items()}
     artifacts = [plot_sts_scatter(ds.name, pairs, task.encoders, cosines, output_dir) for ds, pairs, _ in data]
-    return TaskResult("sts", flat, markdown_table(results), {"results": results}, artifacts)
+    return TaskResult("sts", flat, sts_section(results), {"results": results}, artifacts)
 
 
-def markdown_table(results: list[dict[str, Any]]) -> str:
-    lines = ["## STS", "", "| dataset | encoder | pairs | scale | Spearman | Pearson | EDRM (linear) | EDRM (isotonic) |",
-             "|---|---|---|---|---|---|---|---|"]
+def sts_section(results: list[dict[str, Any]]) -> str:
+    """The report's STS section: a line per dataset x encoder, and how to read it."""
+    header = ["dataset", "encoder", "pairs", "scale", "Spearman", "Pearson", "EDRM (linear)", "EDRM (isotonic)"]
+    rows = []
     for r in results:
         m = r["metrics"]
         iso = f"{m['edrm_isotonic']:.4f}" if "edrm_isotonic" in m else "n/a"
         scale = f"{r['scale'][0]:g}–{r['scale'][1]:g}"
-        lines.append(f"| {r['dataset']} | {r['encoder']} | {r['pairs']} | {scale} | {m['spearman']:.4f} | {m['pearson']:.4f} "
-                     f"| {m['edrm']:.4f} | {iso} |")
+        rows.append([r["dataset"], r["encoder"], str(r["pairs"]), scale, f"{m['spearman']:.4f}", f"{m['pearson']:.4f}",
+                     f"{m['edrm']:.4f}", iso])
     bad = sum(r["bad_rows"] for r in results)
+    lines = ["## STS", "", markdown_table(header, rows)]
     lines += ["", "Spearman/Pearson of cosine against gold; EDRM = mean(1 − |pred − gold| / dmax(gold)) after mapping cosine "
               "onto the gold scale (linear: a fixed cosine range, isotonic: fitted on the dataset's fit_path). "
               f"Rows skipped as unusable: {bad}."]

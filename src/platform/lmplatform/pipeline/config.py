@@ -19,12 +19,12 @@ STAGE_PREFIX = "stage:"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 
 
-class PipelineTracking(Section):
+class PipelineTrackingConfig(Section):
     tracking_uri: Optional[str] = Field(None, description="MLflow tracking URI for the parent run and every stage.")
     experiment: str = Field("lmplatform-pipelines", min_length=1)
 
 
-class EvaluationConfig(Section):
+class StageEvaluationConfig(Section):
     """An evaluation run after a stage (and on the stage's starting model, for 'before')."""
 
     name: str = Field(..., description="Which evaluation; see lmplatform.pipeline.evaluations.EVALUATIONS.")
@@ -44,7 +44,7 @@ class EvaluationConfig(Section):
     task: Optional[str] = Field(None, description="Column of the task-score matrix R this evaluation fills.")
 
     @model_validator(mode="after")
-    def _known(self) -> "EvaluationConfig":
+    def _known(self) -> "StageEvaluationConfig":
         from lmplatform.pipeline.evaluations import EVALUATIONS
 
         if self.name not in EVALUATIONS:
@@ -56,10 +56,10 @@ class EvaluationConfig(Section):
         return self.label or self.name
 
 
-class StageEWC(Section):
+class StageEWCConfig(Section):
     """EWC against an earlier stage's model, or against a model trained outside this pipeline."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)  # ewc.lambda is stored as lambda_; merged with Section's config
 
     anchor: Optional[str] = Field(None, description="The earlier stage whose model is θ* (and where the Fisher is computed).")
     anchor_model: Optional[str] = Field(
@@ -73,7 +73,7 @@ class StageEWC(Section):
     batch_size: int = Field(1, ge=1)
 
     @model_validator(mode="after")
-    def _one_source(self) -> "StageEWC":
+    def _one_source(self) -> "StageEWCConfig":
         if (self.data is None) == (self.fisher_path is None):
             raise ValueError("set exactly one of ewc.data (compute the Fisher) or ewc.fisher_path (reuse one)")
         if (self.anchor is None) == (self.anchor_model is None):
@@ -94,8 +94,8 @@ class StageConfig(Section):
     init_from: str = Field(
         "default", description="stage:<name> (that stage's model), models:/<name>@<alias>, a folder, or 'default'."
     )
-    ewc: Optional[StageEWC] = None
-    evaluations: list[EvaluationConfig] = Field(default_factory=list)
+    ewc: Optional[StageEWCConfig] = None
+    evaluations: list[StageEvaluationConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_run_source(self) -> "StageConfig":
@@ -109,10 +109,10 @@ class PipelineConfig(Section):
 
     name: str = Field(..., pattern=_NAME)
     description: str = ""
-    tracking: PipelineTracking = Field(default_factory=PipelineTracking)
+    tracking: PipelineTrackingConfig = Field(default_factory=PipelineTrackingConfig)
     storage_path: str = Field("runs/pipelines", description="Pipeline state and every stage's Ray Train runs go here.")
     stages: list[StageConfig] = Field(..., min_length=1)
-    tasks: list[EvaluationConfig] = Field(
+    tasks: list[StageEvaluationConfig] = Field(
         default_factory=list,
         description="Evaluations with a `task` run on the start model and after every stage: they fill R for A/BWT/FWT/REM.",
     )

@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
-    from lmplatform.pipeline.config import EvaluationConfig
+    from lmplatform.pipeline.config import StageEvaluationConfig
 
 
 @dataclass
-class EvaluationResult:
+class StageEvaluationResult:
     metrics: dict[str, float]
     score: float
 
 
-def old_domain_mlm_loss_evaluation(model_dir: str, cfg: "EvaluationConfig", head_from: Optional[str]) -> EvaluationResult:
+def old_domain_mlm_loss_evaluation(model_dir: str, cfg: "StageEvaluationConfig", head_from: Optional[str]) -> StageEvaluationResult:
     """MLM loss on held-out text with fixed masks; the score for R is the masked-token accuracy."""
     from lmplatform.data.sampling import sample_texts
     from lmplatform.evaluation.forgetting import old_domain_mlm_loss
@@ -30,19 +30,19 @@ def old_domain_mlm_loss_evaluation(model_dir: str, cfg: "EvaluationConfig", head
                          "(is data.validation_fraction 0?)")
     metrics = old_domain_mlm_loss(model_dir, texts, mlm_head_from=head_from, batch_size=cfg.batch_size,
                                   max_seq_length=cfg.max_seq_length, mask_seed=cfg.mask_seed)
-    return EvaluationResult(metrics, score=metrics["mlm_accuracy"])
+    return StageEvaluationResult(metrics, score=metrics["mlm_accuracy"])
 
 
-EVALUATIONS: dict[str, Callable[[str, "EvaluationConfig", Optional[str]], EvaluationResult]] = {
+EVALUATIONS: dict[str, Callable[[str, "StageEvaluationConfig", Optional[str]], StageEvaluationResult]] = {
     "old_domain_mlm_loss": old_domain_mlm_loss_evaluation,
 }
 
 
-def run_evaluation(model_dir: str, cfg: "EvaluationConfig", head_from: Optional[str] = None) -> EvaluationResult:
+def run_stage_evaluation(model_dir: str, cfg: "StageEvaluationConfig", head_from: Optional[str] = None) -> StageEvaluationResult:
     """Run one evaluation as a Ray task (one CPU), so it runs wherever the cluster has room."""
     import ray
 
-    def _run(model_dir: str, cfg: "EvaluationConfig", head_from: Optional[str]) -> EvaluationResult:
+    def _run(model_dir: str, cfg: "StageEvaluationConfig", head_from: Optional[str]) -> StageEvaluationResult:
         import torch
 
         torch.set_num_threads(1)

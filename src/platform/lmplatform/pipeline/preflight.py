@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from lmplatform.config.loader import ConfigError
 from lmplatform.config.schema import DataConfig, DistractorConfig, RunConfig
-from lmplatform.pipeline.config import STAGE_PREFIX, EvaluationConfig, PipelineConfig, StageConfig, build_stage_config
+from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, StageEvaluationConfig, build_stage_config
 
 REGISTRY_PREFIXES = ("models:/", "runs:/")
 NOT_YET = "that stage has not run by the time this is needed"
@@ -190,7 +190,7 @@ def run_config_problems(run: RunConfig, where: str, skip: Sequence[str] = ()) ->
     return problems
 
 
-def _evaluation_problems(evaluation: EvaluationConfig, prefix: str, where: str, will_run: Sequence[str],
+def _evaluation_problems(evaluation: StageEvaluationConfig, prefix: str, where: str, will_run: Sequence[str],
                          finished: Mapping[str, str], not_yet: str = NOT_YET) -> list[Problem]:
     return (data_problems(evaluation.data.train_paths, f"{prefix}.data.train_paths", where)
             + data_problems(evaluation.data.validation_paths, f"{prefix}.data.validation_paths", where)

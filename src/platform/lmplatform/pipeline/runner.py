@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from lmplatform.pipeline.config import STAGE_PREFIX, EvaluationConfig, PipelineConfig, StageConfig, build_stage_config
+from lmplatform.markdown import markdown_table
+from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, StageEvaluationConfig, build_stage_config
 from lmplatform.pipeline.preflight import preflight_pipeline
 from lmplatform.pipeline.state import FAILED, FINISHED, RUNNING, PipelineState, StageState
 
@@ -166,12 +167,12 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
     print(f"[lmp] {label}: finished; model {record.model_dir}", flush=True)
 
 
-def _evaluate(evaluation: EvaluationConfig, model: str, init: str, state: PipelineState):  # noqa: ANN202
+def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):  # noqa: ANN202
     from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.pipeline.evaluations import run_evaluation
+    from lmplatform.pipeline.evaluations import run_stage_evaluation
 
     head = _resolve_model(evaluation.mlm_head_from, state) if evaluation.mlm_head_from else init
-    return run_evaluation(str(resolve_model_path(model)), evaluation, str(resolve_model_path(head)))
+    return run_stage_evaluation(str(resolve_model_path(model)), evaluation, str(resolve_model_path(head)))
 
 
 def _task_scores(cfg: PipelineConfig, model: str, init: str, state: PipelineState) -> dict[str, float]:
@@ -228,9 +229,7 @@ def format_table(rows: list[dict[str, object]]) -> str:
         return "(no evaluations)"
     columns = list(rows[0])
     cell = lambda v: "" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(columns, [[cell(r[c]) for c in columns] for r in rows])
 
 
 def task_matrix(cfg: PipelineConfig, state: PipelineState) -> Optional[list[list[float]]]:

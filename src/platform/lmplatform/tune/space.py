@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, load_run_config
 from lmplatform.config.schema import RetrievalValidationConfig, RunConfig
 from lmplatform.runtime import project_root
@@ -25,11 +26,7 @@ class SpaceError(ConfigError):
     """A search space that cannot be run; the message names file, line and the allowed values."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Parameter(_Strict):
+class Parameter(Section):
     """One searched value. `when` makes it conditional on other values (searched or from the base config)."""
 
     distribution: Literal["uniform", "loguniform", "int", "randint", "choice"]
@@ -78,12 +75,12 @@ class Parameter(_Strict):
         return trial.suggest_float(name, self.low, self.high, step=self.step)
 
 
-class ObjectiveTarget(_Strict):
+class ObjectiveTarget(Section):
     metric: str
     mode: Literal["min", "max"]
 
 
-class SchedulerSpec(_Strict):
+class SchedulerSpec(Section):
     name: Literal["asha", "fifo"] = "fifo"
     grace_period: int = Field(1, ge=1, description="Reports a trial always gets before ASHA may stop it.")
     reduction_factor: float = Field(2.0, gt=1.0)
@@ -96,7 +93,7 @@ class SchedulerSpec(_Strict):
         return self
 
 
-class TrialResources(_Strict):
+class TrialResources(Section):
     """What one trial's driver (train trials) or the whole trial (function trials) reserves."""
 
     cpu: float = Field(0.01, ge=0.0, description="Train trials: 0 (the driver only waits; its Ray Train workers "
@@ -104,7 +101,7 @@ class TrialResources(_Strict):
     gpu: float = Field(0.0, ge=0.0)
 
 
-class ScoredPairsSpec(_Strict):
+class ScoredPairsSpec(Section):
     """A file of scored sentence pairs (STS-B, SICK), for the general-capability probes."""
 
     path: str
@@ -116,7 +113,7 @@ class ScoredPairsSpec(_Strict):
     limit: Optional[int] = Field(None, ge=1, description="Read at most this many pairs.")
 
 
-class GeneralPackSpec(_Strict):
+class GeneralPackSpec(Section):
     """What the champion must not forget: probes scored for the candidate and the model it would replace.
 
     Each probe present is run; the candidate is refused if any probe drops by more than `tolerance`.
@@ -140,7 +137,7 @@ class GeneralPackSpec(_Strict):
         return self
 
 
-class ChampionSpec(_Strict):
+class ChampionSpec(Section):
     """How the study's best trial is registered and when it takes the alias (docs/tuning.md#the-champion-gate)."""
 
     registered_model: Optional[str] = Field(None, description="Default: the base config's registered model name.")
@@ -160,7 +157,7 @@ class ChampionSpec(_Strict):
     general: Optional[GeneralPackSpec] = Field(None, description="Forgetting check: probes the candidate must not regress on.")
 
 
-class SearchSpace(_Strict):
+class SearchSpace(Section):
     study: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     trial: Literal["train", "function"] = "train"

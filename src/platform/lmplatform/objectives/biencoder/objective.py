@@ -27,7 +27,7 @@ def _texts(column: np.ndarray) -> list[str]:
     return [str(t) for t in column]
 
 
-class PairCollator:
+class QueryDocumentCollator:
     """Pairs -> query_*, document_* and (when present) negative_* token tensors."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: int, max_hard_negatives: int = 0):
@@ -152,7 +152,7 @@ def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     return TrainingRecipe(
         model=model,
         objective=objective,
-        collate=PairCollator(model.tokenizer, cfg.model.max_seq_length, objective_cfg.max_hard_negatives),
+        collate=QueryDocumentCollator(model.tokenizer, cfg.model.max_seq_length, objective_cfg.max_hard_negatives),
         export=export,
         evaluate=InBatchRetrievalEvaluator(temperature),
         count_tokens=count_pair_tokens,

@@ -38,10 +38,14 @@ HEAD_FILE = "graph_cl_head.pt"
 HEAD_CONFIG = "graph_cl_head.json"
 
 
-def info_nce(anchors: torch.Tensor, candidates: torch.Tensor, valid: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Per-anchor -log softmax of the positive (candidate 0) over the valid candidates, cosine similarity.
+def candidate_info_nce(anchors: torch.Tensor, candidates: torch.Tensor, valid: torch.Tensor, temperature: float) -> torch.Tensor:
+    """InfoNCE of each anchor against its own candidate list, the positive first; per anchor, not averaged.
 
-    anchors [n, d], candidates [n, c, d], valid [n, c] (column 0 must be True).
+    loss_i = -log( exp(cos(a_i, c_i0) / τ) / Σ_{j valid} exp(cos(a_i, c_ij) / τ) )
+
+    anchors [n, d], candidates [n, c, d], valid [n, c] (column 0 must be True) -> [n].
+    Unlike `objectives.infonce.info_nce` (every other key of the batch is a negative), each anchor
+    here has explicit candidates: its hard-negative graphs or pairs.
     """
     sims = F.cosine_similarity(anchors.unsqueeze(1), candidates, dim=-1) / temperature
     sims = sims.masked_fill(~valid, float("-inf"))
@@ -205,7 +209,7 @@ class GraphContrastiveObjective(nn.Module):
             index = torch.arange(len(sentences), device=graphs.device).repeat(len(sentences), 1)[others].reshape(len(sentences), -1)
             candidates.append(graphs[index])
             valid.append(torch.ones_like(index, dtype=torch.bool))
-        losses = info_nce(text, torch.cat(candidates, 1), torch.cat(valid, 1), self.temperature)
+        losses = candidate_info_nce(text, torch.cat(candidates, 1), torch.cat(valid, 1), self.temperature)
         correct = _positive_beats_hard(text, graphs, hard, valid_hard)
         return losses.mean(), correct, len(sentences)
 
@@ -219,8 +223,8 @@ class GraphContrastiveObjective(nn.Module):
         always = torch.ones(len(rel), 1, dtype=torch.bool, device=rel.device)
         valid = torch.cat([always, valid_hard], 1)
         # text -> graphs and graph -> texts, each with the same hard negatives
-        to_graph = info_nce(text_pos, torch.cat([graph_pos.unsqueeze(1), graph_neg], 1), valid, self.temperature)
-        to_text = info_nce(graph_pos, torch.cat([text_pos.unsqueeze(1), text_neg], 1), valid, self.temperature)
+        to_graph = candidate_info_nce(text_pos, torch.cat([graph_pos.unsqueeze(1), graph_neg], 1), valid, self.temperature)
+        to_text = candidate_info_nce(graph_pos, torch.cat([text_pos.unsqueeze(1), text_neg], 1), valid, self.temperature)
         per_relation = to_graph + to_text
         sentences = int(batch["rel_sentence"].unique().numel())
         loss = per_relation.sum() / max(sentences, 1)  # eq. 5: summed over a sentence's relations

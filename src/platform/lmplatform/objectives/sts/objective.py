@@ -92,7 +92,9 @@ def _gather(values: list[float]) -> list[float]:
     return [v for part in parts for v in part]
 
 
-class PairCollator:
+class ScoredPairCollator:
+    """Scored sentence pairs -> input_ids_a/attention_mask_a, input_ids_b/attention_mask_b and `scores`."""
+
     def __init__(self, tokenizer: Any, max_length: int):
         from lmplatform.train.collate import TextCollator
 
@@ -152,7 +154,7 @@ def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     return TrainingRecipe(
         model=encoder,
         objective=STSObjective(objective.loss, objective.cosent_scale, tuple(objective.scale)),
-        collate=PairCollator(encoder.tokenizer, cfg.model.max_seq_length),
+        collate=ScoredPairCollator(encoder.tokenizer, cfg.model.max_seq_length),
         export=export,
         evaluate=STSEvaluator(),
         count_tokens=lambda batch: int(batch["attention_mask_a"].sum() + batch["attention_mask_b"].sum()),
