@@ -64,7 +64,7 @@ def test_crafted_models_pass_and_fail_as_expected() -> None:
     assert results["inv_swap"]["cases"] == 2 and results["inv_swap"]["failures"] == 2
     assert results["dir"]["failures"] == 1 and results["dir"]["failing_examples"][0]["perturbed"] == "vpn down postgres"
     assert results["emb"]["failures"] == 1 and results["emb"]["failing_examples"][0]["positive"] == "the network fails"
-    assert report["summary"] == {"tests": 5, "skipped": 0, "tests_failing": 4, "cases": 10, "failures": 5}
+    assert report["summary"] == {"tests": 5, "skipped": 0, "tests_failing": 4, "cases": 10, "failures": 5, "capabilities": {}}
     markdown = report_markdown(report)
     assert "| mft | mft | 3 | 1 | 33.3% |" in markdown and "screen crash" in markdown
 
@@ -105,3 +105,13 @@ def test_starter_suite_is_valid() -> None:
     name, tests = load_suite(REPO / "configs" / "behavioural" / "starter.yaml")
     assert name == "trouble-reports-starter"
     assert {t.type for t in tests} == {"mft", "invariance", "directional", "embedding"}
+
+
+def test_capability_sums_its_tests_and_leaves_skipped_ones_out() -> None:
+    tests = [dict(test, capability="vpn") for test in SUITE["tests"] if test["name"] in ("inv_pronoun", "emb")]
+    tests.append({"name": "emb2", "type": "embedding", "capability": "vpn", "triples": [
+        {"anchor": "vpn tunnel down", "positive": "the network fails", "negative": "postgres query slow"}]})  # no shared word: 0 > 0 fails
+    report = run_suite(parse_suite({"name": "caps", "tests": tests}), encoder=BagOfWordsEncoder())
+    # inv_pronoun is skipped (no classifier): its case must not count towards "vpn"
+    assert report["summary"]["capabilities"] == {"vpn": {"tests": 2, "cases": 3, "failures": 2, "failure_rate": pytest.approx(2 / 3)}}
+    assert "| vpn | 2 | 3 | 2 | 66.7% |" in report_markdown(report)

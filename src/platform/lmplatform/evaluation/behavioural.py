@@ -13,6 +13,10 @@ Four test types (`type:` in each test):
 - `embedding`: triples {anchor, positive, negative} with cos(anchor, positive) >
   cos(anchor, negative) + `margin`, on the encoder's normalised embeddings.
 
+A test may name its `capability` (negation, typos, ...): several tests can probe one capability
+with different constructions, and the summary adds their cases up per capability, which is the
+number a reader of the report wants ("how often does this model miss negation?").
+
 A classifier is anything with `labels` and `predict_proba(texts)` (`TextClassifier`,
 `KNNClassifier`); an encoder anything with `encode(texts, normalize=True)`. Tests whose
 model is not given are reported as skipped, not passed.
@@ -47,6 +51,7 @@ class Classifier(Protocol):
 class _Test(Section):
     name: str = Field(..., min_length=1)
     description: str = ""
+    capability: str = Field("", description="What the test probes; tests that share it are summed in the summary.")
 
 
 class LabelledExample(Section):
@@ -179,6 +184,7 @@ def _result(test: Any, cases: int, failing: list[dict[str, Any]], skipped: Optio
     return {
         "name": test.name,
         "type": test.type,
+        "capability": test.capability,
         "cases": cases,
         "failures": len(failing),
         "failure_rate": (len(failing) / cases) if cases and not skipped else None,
@@ -269,14 +275,34 @@ def run_suite(suite: str | Path | tuple[str, list[Any]], classifier: Optional[Cl
             "tests_failing": sum(1 for r in ran if r["failures"]),
             "cases": sum(r["cases"] for r in ran),
             "failures": sum(r["failures"] for r in ran),
+            "capabilities": _by_capability(ran),
         },
     }
+
+
+def _by_capability(ran: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Cases and failures summed over the tests that declare each capability (skipped tests are left out)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for r in ran:
+        if r["capability"]:
+            total = totals.setdefault(r["capability"], {"tests": 0, "cases": 0, "failures": 0})
+            total["tests"] += 1
+            total["cases"] += r["cases"]
+            total["failures"] += r["failures"]
+    for total in totals.values():
+        total["failure_rate"] = total["failures"] / total["cases"] if total["cases"] else None
+    return totals
 
 
 def report_markdown(report: dict[str, Any]) -> str:
     rows = [[str(r["name"]), str(r["type"]), str(r["cases"]), str(r["failures"]),
              "skipped: " + r["skipped"] if r["skipped"] else f"{100 * r['failure_rate']:.1f}%"] for r in report["tests"]]
     lines = [f"## Behavioural suite `{report['suite']}`", "", markdown_table(["test", "type", "cases", "failures", "failure rate"], rows)]
+    capabilities = report["summary"].get("capabilities") or {}
+    if capabilities:
+        rows = [[name, str(c["tests"]), str(c["cases"]), str(c["failures"]),
+                 "-" if c["failure_rate"] is None else f"{100 * c['failure_rate']:.1f}%"] for name, c in capabilities.items()]
+        lines += ["", "### By capability", "", markdown_table(["capability", "tests", "cases", "failures", "failure rate"], rows)]
     for r in report["tests"]:
         if r["failing_examples"]:
             lines += ["", f"### Failing examples of `{r['name']}`", ""]
