@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import httpx
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from lmplatform.models.encoder import Encoder
 from tests.serving import hostile
 from tests.serving.servable import (
     LABELS,
@@ -48,6 +50,7 @@ class Service:
     documents: list[dict[str, str]]
     runs: dict[str, str]
     tmp: Path
+    model_dir: Path  # version 1, the champion at the start
 
 
 def _free_port() -> int:
@@ -76,6 +79,7 @@ def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFacto
     settings = ServeSettings(
         model=f"models:/{MODEL_NAME}@champion", tracking_uri=tracking_uri, reranker=str(tiny_bert),
         cache_dir=str(tmp / "cache"), auth_token_sha256=token_sha256(TOKEN), num_threads=1,
+        encoder={"backend": "onnx"},  # the torch backend is served in tests/cluster (the shipped config)
         limits={"max_k": 20, "max_texts": 4, "max_text_chars": 300, "max_query_chars": 200, "rerank_candidates": 8,
                 "max_body_bytes": MAX_BODY_BYTES},
         batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
@@ -88,7 +92,7 @@ def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFacto
     control.deploy(control.application_config(settings, name=APP, deployments=deployments), timeout_s=240)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     yield Service(f"http://127.0.0.1:{port}", client, tracking_uri, documents,
-                  {"1": v1.run_id, "2": v2.run_id, "3": v3.run_id}, tmp)
+                  {"1": v1.run_id, "2": v2.run_id, "3": v3.run_id}, tmp, tiny_bert)
     client.close()
     serve.shutdown()  # frees the replicas' CPUs for later tests
 
@@ -143,6 +147,10 @@ def test_endpoints_answer_with_real_values(service: Service) -> None:
     embedded = _ok(client.post("/v1/embed", json={"texts": [docs[0]["text"], docs[1]["text"]]}))
     assert embedded["dim"] == 32 and len(embedded["vectors"]) == 2
     assert sum(x * x for x in embedded["vectors"][0]) == pytest.approx(1.0, abs=1e-4)
+    # The replicas run the ONNX backend: its vectors are the PyTorch encoder's.
+    assert info["encoder_backend"] == "onnx"
+    torch_vectors = Encoder.from_pretrained(service.model_dir).encode([docs[0]["text"], docs[1]["text"]])
+    assert np.abs(np.asarray(embedded["vectors"]) - torch_vectors).max() < 1e-5
 
     same = _ok(client.post("/v1/similarity", json={"a": docs[2]["text"], "b": docs[2]["text"]}))
     assert same["cosine"] == pytest.approx(1.0, abs=1e-4)

@@ -20,11 +20,14 @@ def test_bad_settings_name_the_field() -> None:
         ({"model": "m", "limits": {"max_texts": 64}, "batching": {"max_batch_size": 8}}, "max_texts"),
         ({"model": "m", "auth_token_sha256": "plain-token"}, "auth_token_sha256"),
         ({"model": "m", "colour": "red"}, "colour"),
+        ({"model": "m", "encoder": {"backend": "tensorrt"}}, "encoder.backend"),
+        ({"model": "m", "encoder": {"quantize": "int4"}}, "encoder.quantize"),
     ]
     for args, field in cases:
         with pytest.raises(ServeConfigError, match=field):
             parse_settings(args)
     assert parse_settings({"model": "m"}).batching.enabled is True
+    assert parse_settings({"model": "m"}).encoder.backend == "torch"
 
 
 def test_shipped_config_is_valid_and_binds_loopback() -> None:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from lmplatform.cli import behavioural, config, data, evaluate, graph, models, pipeline, run, serve, tune
+from lmplatform.cli import behavioural, config, data, evaluate, export, graph, models, pipeline, run, serve, tune
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="lmplatform: adapt, tune, track and serve text encoders on Ray.")
@@ -25,7 +25,8 @@ def _runtime_defaults() -> None:
 
 app.add_typer(run.app)  # train, demo: at the root
 for name, group in (("config", config), ("data", data), ("evaluate", evaluate), ("pipeline", pipeline),
-                    ("behavioural", behavioural), ("graph", graph), ("tune", tune), ("models", models), ("serve", serve)):
+                    ("behavioural", behavioural), ("graph", graph), ("tune", tune), ("models", models), ("serve", serve),
+                    ("export", export)):
     app.add_typer(group.app, name=name)
 
 

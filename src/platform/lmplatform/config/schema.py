@@ -128,6 +128,9 @@ class TrackingConfig(Section):
     register_model: bool = Field(True, description="Register the final model as a new version.")
     log_every_n_steps: int = Field(10, ge=1)
     eval_every_n_steps: Optional[int] = Field(None, ge=1, description="Validation during training; always run at the start and end.")
+    exports: list[Literal["sentence-transformers", "onnx", "onnx-int8"]] = Field(
+        default_factory=list, description="Also log the final model in these formats beside model/ (model-onnx/, ...; "
+        "see `lmp export`). A cross-encoder exports as sentence-transformers only.")
 
 
 class EWCConfig(Section):
@@ -258,6 +261,14 @@ class RunConfig(Section):
         defaults = RetrievalValidationConfig.model_fields
         if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
             raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
+        return self
+
+    @model_validator(mode="after")
+    def _exports_fit(self) -> "RunConfig":
+        graphs = [f for f in self.tracking.exports if f != "sentence-transformers"]
+        if self.objective.name == "cross_encoder" and graphs:
+            raise ValueError(f"tracking.exports {graphs}: a cross-encoder exports as sentence-transformers only "
+                             "(the ONNX graph ends in a sentence embedding)")
         return self
 
     def registered_model_name(self) -> str:

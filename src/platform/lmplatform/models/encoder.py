@@ -9,11 +9,18 @@ backbone (all but `KEEP_FP32_LINEARS`) for dynamically quantized int8 ones (CPU
 only): weights are stored in int8 and activations are quantized per batch, which
 roughly halves the time in the matrix multiplies that dominate a BERT forward pass
 on CPU.
+
+`backend="onnx"` runs the same encoder as an ONNX Runtime graph (`onnx_backend`): a folder
+exported by `lmp export --format onnx|onnx-int8` is loaded as it is; any other model folder
+is exported on load (with `quantize="int8"`, quantized too). Tokenization, batching and the
+order of the result are the same code for both backends; the ONNX one only encodes (no
+training, no un-normalised vectors: the normalisation is part of the graph).
 """
 from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +31,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from lmplatform.models.onnx_backend import OnnxSession, export_onnx, has_onnx_graph, quantize_onnx
 from lmplatform.models.pooling import Pooling, pool
 from lmplatform.models.resolve import DEFAULT_MODEL, resolve_model_path
 
@@ -31,6 +39,8 @@ logger = logging.getLogger(__name__)
 ENCODER_CONFIG = "lmplatform_encoder.json"
 Quantization = Literal["int8"]
 QUANTIZATIONS = ("int8",)
+Backend = Literal["torch", "onnx"]
+BACKENDS = ("torch", "onnx")
 
 
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
@@ -41,16 +51,20 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
 class Encoder(nn.Module):
     def __init__(
         self,
-        backbone: PreTrainedModel,
+        backbone: Optional[PreTrainedModel],
         tokenizer: PreTrainedTokenizerBase,
         pooling: Pooling = "mean",
         max_seq_length: int = 128,
+        onnx: Optional[OnnxSession] = None,
     ):
         super().__init__()
+        if (backbone is None) == (onnx is None):
+            raise ValueError("an Encoder runs either a PyTorch backbone or an ONNX session: give exactly one")
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.pooling: Pooling = pooling
         self.max_seq_length = max_seq_length
+        self.onnx = onnx
 
     @classmethod
     def from_pretrained(
@@ -59,14 +73,22 @@ class Encoder(nn.Module):
         pooling: Optional[Pooling] = None,
         max_seq_length: Optional[int] = None,
         quantize: Optional[Quantization] = None,
+        backend: Backend = "torch",
     ) -> "Encoder":
         """Load an encoder; pooling and length default to what the folder was saved with.
 
-        `quantize="int8"` returns a CPU encoder with dynamically quantized Linear layers.
+        `quantize="int8"` returns a CPU encoder with dynamically quantized Linear layers
+        (backend "torch") or the int8 ONNX graph (backend "onnx"; see the module doc).
         """
         if quantize is not None and quantize not in QUANTIZATIONS:
             raise ValueError(f"quantize={quantize!r} is not supported; allowed: None, {', '.join(QUANTIZATIONS)}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r} is not supported; allowed: {', '.join(BACKENDS)}")
         path = resolve_model_path(str(name_or_path))
+        if backend == "onnx":
+            return cls._from_onnx(path, quantize, max_seq_length)
+        if has_onnx_graph(path):
+            raise ValueError(f"{path} holds an ONNX export, not PyTorch weights: load it with backend='onnx'")
         saved = {}
         if (path / ENCODER_CONFIG).is_file():
             saved = json.loads((path / ENCODER_CONFIG).read_text())
@@ -80,16 +102,46 @@ class Encoder(nn.Module):
         )
         return quantize_encoder(encoder) if quantize == "int8" else encoder
 
+    @classmethod
+    def _from_onnx(cls, path: Path, quantize: Optional[Quantization], max_seq_length: Optional[int]) -> "Encoder":
+        """The ONNX backend over `path`'s graph, or over a graph exported from `path` now (kept in memory only)."""
+        from lmplatform.models.onnx_backend import OnnxGraphConfig
+
+        with tempfile.TemporaryDirectory(prefix="lmp-onnx-") as tmp:
+            folder = path
+            if not has_onnx_graph(path):
+                export_onnx(cls.from_pretrained(path), tmp)
+                folder = Path(tmp)
+            config = OnnxGraphConfig.read(folder)
+            if quantize == "int8" and config.quantization is None:
+                quantize_onnx(folder, KEEP_FP32_LINEARS, Path(tmp) / "int8")
+                folder = Path(tmp) / "int8"
+            # The session holds the graph in memory: the temporary files can go.
+            session = OnnxSession(folder, torch.get_num_threads())
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        return cls(None, tokenizer, pooling=config.pooling,  # type: ignore[arg-type]
+                   max_seq_length=max_seq_length or config.max_seq_length, onnx=session)
+
     @property
     def quantized(self) -> bool:
+        if self.onnx is not None:
+            return self.onnx.config.quantization is not None
         return getattr(self, "_quantized", False)
 
     @property
+    def backend(self) -> Backend:
+        return "onnx" if self.onnx is not None else "torch"
+
+    @property
     def dim(self) -> int:
+        if self.onnx is not None:
+            return self.onnx.config.dim
         return int(self.backbone.config.hidden_size)
 
     @property
     def device(self) -> torch.device:
+        if self.onnx is not None:
+            return torch.device("cpu")
         return next(self.backbone.parameters()).device
 
     def tokenize(self, texts: Sequence[str], max_length: Optional[int] = None) -> dict[str, torch.Tensor]:
@@ -102,6 +154,8 @@ class Encoder(nn.Module):
         )
 
     def token_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
+        if self.backbone is None:
+            raise ValueError("an ONNX-backed Encoder only encodes (Encoder.encode); load backend='torch' for tensors")
         return self.backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
@@ -124,6 +178,9 @@ class Encoder(nn.Module):
         texts = list(texts)
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if self.onnx is not None and normalize != self.onnx.config.normalized:
+            raise ValueError(f"this ONNX graph returns {'' if self.onnx.config.normalized else 'un'}normalised vectors; "
+                             f"encode(normalize={normalize}) needs backend='torch'")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
@@ -156,11 +213,15 @@ class Encoder(nn.Module):
                         attention_mask[row, :n] = 1
                         for k in extra_keys:
                             features[k][row, :n] = torch.as_tensor(encoded[k][i])
-                    features = {k: v.to(device) for k, v in features.items()}
-                    vectors = self(input_ids.to(device), attention_mask.to(device), **features).float()
-                    if normalize:
-                        vectors = torch.nn.functional.normalize(vectors, dim=-1)
-                    out[index] = vectors.cpu().numpy()
+                    if self.onnx is not None:
+                        tensors = {"input_ids": input_ids, "attention_mask": attention_mask, **features}
+                        out[index] = self.onnx.run({k: v.numpy() for k, v in tensors.items()})
+                    else:
+                        features = {k: v.to(device) for k, v in features.items()}
+                        vectors = self(input_ids.to(device), attention_mask.to(device), **features).float()
+                        if normalize:
+                            vectors = torch.nn.functional.normalize(vectors, dim=-1)
+                        out[index] = vectors.cpu().numpy()
                     if progress is not None:
                         progress.update(len(index))
         finally:
@@ -170,6 +231,8 @@ class Encoder(nn.Module):
         return out
 
     def save_pretrained(self, path: str | Path) -> Path:
+        if self.onnx is not None:
+            raise ValueError("an ONNX-backed encoder is saved by `lmp export`, not as a Hugging Face folder")
         if self.quantized:
             raise ValueError("a quantized encoder cannot be saved as a Hugging Face folder; save the fp32 model "
                              "and load it with quantize='int8'")
@@ -194,6 +257,8 @@ KEEP_FP32_LINEARS = ("encoder.layer.0.output.dense",)
 
 def quantize_encoder(encoder: Encoder) -> Encoder:
     """Dynamic int8 quantization of the backbone's Linear layers but `KEEP_FP32_LINEARS`, in place (CPU only)."""
+    if encoder.onnx is not None:
+        raise ValueError("quantize_encoder quantizes PyTorch layers; for ONNX load with backend='onnx', quantize='int8'")
     if encoder.device.type != "cpu":
         raise ValueError(f"int8 dynamic quantization runs on CPU; the encoder is on {encoder.device}")
     with warnings.catch_warnings():

@@ -40,7 +40,7 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
     cpus = {"ray_actor_options": {"num_cpus": settings.replica_cpus}} if settings.replica_cpus else {}
     models = model_user_config([release])
     retriever = RetrieverDeployment.options(user_config=models, **cpus).bind(
-        settings.batching.model_dump(), settings.num_threads, settings.cache_dir)
+        settings.batching.model_dump(), settings.num_threads, settings.cache_dir, settings.encoder.model_dump())
     classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(retriever, settings.knn_k, settings.cache_dir)
     reranker = None
     if settings.reranker:

@@ -101,10 +101,11 @@ def _texts_in(items: list[tuple[Any, ...]]) -> int:
 class _LoadedRetriever:
     """One release in a replica: the bi-encoder, its FAISS index and the document store."""
 
-    def __init__(self, release: Release, cache_dir: Optional[str]):
+    def __init__(self, release: Release, cache_dir: Optional[str], encoder: Optional[dict[str, Any]] = None):
         from lmplatform.models.encoder import Encoder
 
-        self.encoder = Encoder.from_pretrained(fetch(release.model_uri, release.tracking_uri, cache_dir)).eval()
+        folder = fetch(release.model_uri, release.tracking_uri, cache_dir)
+        self.encoder = Encoder.from_pretrained(folder, **(encoder or {})).eval()
         self.index, self.store, folder = load_index_and_store(release, cache_dir)
         built = (folder / "index.faiss").stat().st_mtime
         self.built_at = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
@@ -142,7 +143,9 @@ class RetrieverDeployment:
     the next batch, also when user code shares the request loop (direct ingress).
     """
 
-    def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None):
+    def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None,
+                 encoder: Optional[dict[str, Any]] = None):
+        """encoder: `EncoderSettings` as a dict (backend, quantize), for every release this replica loads."""
         import torch
 
         if num_threads:
@@ -152,7 +155,7 @@ class RetrieverDeployment:
         for method in (self._embed_batched, self._search_batched):
             method.set_max_batch_size(self.max_batch_size)
             method.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.0)))
-        self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(lambda r: _LoadedRetriever(r, cache_dir), "retriever")
+        self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(lambda r: _LoadedRetriever(r, cache_dir, encoder), "retriever")
         self.isolate_embed, self.isolate_search = BatchIsolation("retriever embed"), BatchIsolation("retriever search")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -239,6 +242,7 @@ class RetrieverDeployment:
     def info(self, release_id: str) -> dict[str, Any]:
         loaded = self.releases.get(release_id)
         return {"index_size": len(loaded.index), "index_kind": loaded.index.kind, "dim": loaded.index.dim,
+                "encoder_backend": loaded.encoder.backend + ("-int8" if loaded.encoder.quantized else ""),
                 "index_built_at": loaded.built_at, "index_build_seconds": loaded.index.stats.build_seconds,
                 "loaded_at": loaded.loaded_at, "labels": loaded.labels}
 

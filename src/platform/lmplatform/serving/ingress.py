@@ -170,7 +170,8 @@ class ServeIngress:
             registered_name=release.registered_name, version=release.version, alias=release.alias,
             mlflow_run_id=release.run_id, model_uri=release.model_uri, release_id=release.id,
             index_size=info["index_size"], index_kind=info["index_kind"], index_built_at=info["index_built_at"],
-            index_build_seconds=info["index_build_seconds"], dim=info["dim"], loaded_at=self.switched_at,
+            index_build_seconds=info["index_build_seconds"], dim=info["dim"], encoder_backend=info["encoder_backend"],
+            loaded_at=self.switched_at,
             reranker=reranker, classifier=method if method == "head" or info["labels"] else "unavailable",
         )
 

@@ -6,7 +6,7 @@ Validated on the driver before anything is deployed; a bad value raises
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -30,6 +30,16 @@ class BatchingSettings(Section):
                                         "On a GPU, 2-10 ms lets batches fill.")
 
 
+class EncoderSettings(Section):
+    """How the retriever replicas run the bi-encoder (the same vectors either way, see models/encoder.py)."""
+
+    backend: Literal["torch", "onnx"] = Field("torch", description="'onnx': ONNX Runtime on the model's graph (an "
+                                              "`lmp export` ONNX folder is used as it is; any other model is exported "
+                                              "when a replica loads it).")
+    quantize: Optional[Literal["int8"]] = Field(None, description="'int8': dynamically quantized weights (CPU; "
+                                                "slightly different vectors: build the index with the same setting).")
+
+
 class ServeSettings(Section):
     """Everything the application needs to start; see docs/serving.md."""
 
@@ -43,6 +53,7 @@ class ServeSettings(Section):
                                      "Default: documents.jsonl inside the index folder.")
     reranker: Optional[str] = Field(None, description="Cross-encoder folder or models:/ URI; unset: no re-ranking.")
     knn_k: int = Field(10, ge=1, le=200, description="Neighbours that vote when the model has no classifier head.")
+    encoder: EncoderSettings = Field(default_factory=EncoderSettings)
     limits: ServeLimits = Field(default_factory=ServeLimits)
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     num_threads: Optional[int] = Field(None, ge=1, description="torch threads per replica (default: Ray's OMP_NUM_THREADS).")

@@ -188,6 +188,11 @@ def run_training(
             shutil.rmtree(model_dir)
         shutil.copytree(exported, model_dir)
     artifact_uri = tracker.log_artifacts(model_dir, "model")
+    if cfg.tracking.exports:
+        from lmplatform.tracking.exports import export_and_log
+
+        logged = export_and_log(tracking_uri, tracker.run_id, model_dir, cfg.tracking.exports)
+        print(f"[lmp] exports logged beside model/: {', '.join(u.rsplit('/', 1)[-1] for u in logged.values())}", flush=True)
     metrics = {k: float(v) for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
     version = None
     registered = cfg.registered_model_name() if cfg.tracking.register_model else None

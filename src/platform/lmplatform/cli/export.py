@@ -1,0 +1,64 @@
+"""`lmp export`: a model as a sentence-transformers, ONNX or int8 ONNX folder (see lmplatform.models.export)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, invoke_without_command=True,
+                  help="Export a model for sentence-transformers, TEI/Infinity or ONNX Runtime.")
+
+
+@app.callback()
+def export(
+    model: str = typer.Option(..., "--model", "-m", help="models:/<name>@<alias>, models:/<name>/<version>, runs:/..., "
+                              "a model folder, or 'default'."),
+    fmt: str = typer.Option(..., "--format", "-f", help="sentence-transformers, onnx or onnx-int8."),
+    out: Path = typer.Option(..., "--out", "-o", help="A new (or empty) folder."),
+    log: bool = typer.Option(False, "--log", help="Also log the export to the model's MLflow run, beside model/ "
+                             "(models:/ and runs:/ only)."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+) -> None:
+    """Write the export; print what it holds and how to load it."""
+    from mlflow.exceptions import MlflowException
+
+    from lmplatform.cli.common import fail, user_errors
+    from lmplatform.models.export import FORMATS, ExportError, export_model
+
+    if fmt not in FORMATS:
+        fail(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
+    run_id = None
+    try:
+        if log:
+            from lmplatform.tracking.exports import source_run
+
+            run_id = source_run(model, tracking_uri)
+            if run_id is None:
+                fail(f"--log needs a models:/ or runs:/ model (its run receives the export); {model} is neither")
+        if model.startswith(("models:/", "runs:/")) and tracking_uri:
+            from lmplatform.tracking.registry import download_model
+
+            model = str(download_model(model, tracking_uri))
+        result = export_model(model, fmt, out)  # type: ignore[arg-type]
+    except (*user_errors(), ExportError, MlflowException) as exc:
+        fail(str(getattr(exc, "message", exc)))
+        return
+    typer.echo(f"[lmp] {result.describe()}")
+    if result.format == "sentence-transformers":
+        loader = "CrossEncoder" if result.kind == "cross-encoder" else "SentenceTransformer"
+        typer.echo(f"[lmp] load it: from sentence_transformers import {loader}; {loader}({str(out)!r})")
+    else:
+        from lmplatform.models.onnx_backend import OnnxGraphConfig
+
+        graph = OnnxGraphConfig.read(out)
+        typer.echo(f"[lmp] load it: Encoder.from_pretrained({str(out)!r}, backend='onnx'), or ONNX Runtime on "
+                   f"{out / graph.file} (inputs {', '.join(graph.inputs)}; output {graph.output})")
+    if run_id is not None:
+        from mlflow.tracking import MlflowClient
+
+        from lmplatform.tracking.exports import log_export
+        from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+        uri = log_export(MlflowClient(resolve_tracking_uri(tracking_uri)), run_id, result)
+        typer.echo(f"[lmp] logged to MLflow run {run_id}: {uri}")
