@@ -1,4 +1,4 @@
-"""Hypothesis strategies for hostile request bodies, as raw bytes, for the four POST routes.
+"""Hypothesis strategies for hostile request bodies, as raw bytes, for the five POST routes.
 
 `st.text()` never draws a surrogate, and `httpx.post(json=...)` could not send one (it
 encodes UTF-8), so bodies are written here with `json.dumps`, which escapes a lone
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from tests.serving.servable import WORDS
 
-ROUTES = ("/v1/search", "/v1/classify", "/v1/embed", "/v1/similarity")
+ROUTES = ("/v1/search", "/v1/classify", "/v1/embed", "/v1/similarity", "/v1/embeddings")
 FIELDS = {"/v1/search": ("query", "k", "rerank"), "/v1/classify": ("texts",), "/v1/embed": ("texts",),
-          "/v1/similarity": ("a", "b")}
+          "/v1/similarity": ("a", "b"), "/v1/embeddings": ("input", "model", "encoding_format", "dimensions", "user")}
 
 _word = st.sampled_from(sorted({w for words in WORDS.values() for w in words})).map(lambda w: w + " ")
 _surrogate = st.characters(categories=["Cs"])
@@ -47,6 +47,9 @@ json_value = st.recursive(
 )
 
 
+_encoding_format = st.sampled_from(["float", "base64"])
+
+
 def _texts() -> st.SearchStrategy[Any]:
     return st.one_of(st.lists(readable, min_size=1, max_size=4), st.lists(text, min_size=1, max_size=4),
                      st.lists(st.one_of(text, json_value), max_size=6), json_value)
@@ -61,6 +64,10 @@ def _shaped(route: str) -> st.SearchStrategy[dict[str, Any]]:
     elif route == "/v1/similarity":
         required = {"a": st.one_of(text, text, json_value), "b": st.one_of(text, text, json_value)}
         optional = {}
+    elif route == "/v1/embeddings":
+        required = {"input": st.one_of(text, _texts()), "model": st.one_of(text, text, json_value)}
+        optional = {"encoding_format": st.one_of(_encoding_format, json_value), "dimensions": st.one_of(number, json_value),
+                    "user": st.one_of(text, json_value)}
     else:
         required, optional = {"texts": _texts()}, {}
     shaped = st.fixed_dictionaries(required, optional=optional)
@@ -74,6 +81,10 @@ def _well_formed(route: str) -> st.SearchStrategy[dict[str, Any]]:
         return st.fixed_dictionaries({"query": field_text}, optional={"k": st.integers(1, 20), "rerank": st.booleans()})
     if route == "/v1/similarity":
         return st.fixed_dictionaries({"a": field_text, "b": field_text})
+    if route == "/v1/embeddings":  # the OpenAI SDK's shape: a text or a list, a model name, often base64
+        one_or_many = st.one_of(field_text, st.lists(readable, min_size=1, max_size=4), st.lists(field_text, min_size=1, max_size=4))
+        return st.fixed_dictionaries({"input": one_or_many, "model": st.one_of(st.just("text-embedding-3-small"), field_text)},
+                                     optional={"encoding_format": _encoding_format})
     texts = st.one_of(st.lists(readable, min_size=1, max_size=4), st.lists(field_text, min_size=1, max_size=4))
     return st.fixed_dictionaries({"texts": texts})
 

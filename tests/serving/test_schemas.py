@@ -4,7 +4,15 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from lmplatform.serving.schemas import RequestLimitError, SearchRequest, ServeLimits, SimilarityRequest, TextsRequest, snippet
+from lmplatform.serving.schemas import (
+    EmbeddingsRequest,
+    RequestLimitError,
+    SearchRequest,
+    ServeLimits,
+    SimilarityRequest,
+    TextsRequest,
+    snippet,
+)
 
 LIMITS = ServeLimits(max_query_chars=10, max_k=5, max_texts=2, max_text_chars=8)
 
@@ -60,11 +68,15 @@ def test_snippet_cuts_at_a_word_boundary() -> None:
 
 
 def test_every_text_field_refuses_lone_surrogates_naming_the_field() -> None:
-    good = {"query": "vpn", "texts": ["vpn"], "a": "vpn", "b": "vpn"}
+    good = {"query": "vpn", "texts": ["vpn"], "a": "vpn", "b": "vpn", "input": "vpn", "model": "m", "user": "u"}
     cases = [(SearchRequest, {"query": "vpn \ud800 down"}, ("query",)),
              (TextsRequest, {"texts": ["fine", "\udfff"]}, ("texts", 1)),
              (SimilarityRequest, {"a": "\udbff\udbff", "b": "vpn"}, ("a",)),
-             (SimilarityRequest, {"a": "vpn", "b": "x\udc00"}, ("b",))]
+             (SimilarityRequest, {"a": "vpn", "b": "x\udc00"}, ("b",)),
+             (EmbeddingsRequest, {"input": "vpn \ud800", "model": "m"}, ("input", 0)),
+             (EmbeddingsRequest, {"input": ["ok", "\udfff"], "model": "m"}, ("input", 1)),
+             (EmbeddingsRequest, {"input": "ok", "model": "m\ud800"}, ("model",)),
+             (EmbeddingsRequest, {"input": "ok", "model": "m", "user": "\udc00"}, ("user",))]
     for model, body, loc in cases:
         with pytest.raises(ValidationError) as caught:
             model.model_validate(body)
@@ -73,3 +85,18 @@ def test_every_text_field_refuses_lone_surrogates_naming_the_field() -> None:
         model.model_validate({k: good[k] for k in body})
     # A JSON surrogate *pair* is one valid character; control and private-use characters are text.
     assert SearchRequest.model_validate({"query": "vpn \U0001F600 \x00\x1b \ue000 \ufffe"}).query.startswith("vpn")
+
+
+def test_embeddings_request_takes_what_the_openai_sdk_sends_and_nothing_looser() -> None:
+    sdk = EmbeddingsRequest.model_validate({"input": ["a", "b"], "model": "text-embedding-3-small", "encoding_format": "base64"})
+    assert sdk.input == ["a", "b"] and sdk.encoding_format == "base64"
+    assert EmbeddingsRequest.model_validate({"input": "one text", "model": "m"}).input == ["one text"]
+    assert EmbeddingsRequest.model_validate({"input": "x", "model": "m", "dimensions": 384, "user": "u"}).dimensions == 384
+    for body, field in [({"model": "m"}, "input"), ({"input": "x"}, "model"), ({"input": [[1, 2]], "model": "m"}, "input"),
+                        ({"input": [101, 2023], "model": "m"}, "input"), ({"input": 5, "model": "m"}, "input"),
+                        ({"input": "x", "model": "m", "encoding_format": "int8"}, "encoding_format"),
+                        ({"input": "x", "model": "m", "dimensions": "384"}, "dimensions"),
+                        ({"input": "x", "model": "m", "temperature": 1}, "temperature")]:
+        with pytest.raises(ValidationError) as caught:
+            EmbeddingsRequest.model_validate(body)
+        assert caught.value.errors()[0]["loc"][0] == field, (body, caught.value.errors())

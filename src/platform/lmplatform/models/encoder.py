@@ -153,6 +153,11 @@ class Encoder(nn.Module):
             return_tensors="pt",
         )
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text is encoded with (special tokens included, after truncation to max_seq_length)."""
+        encoded = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length, padding=False)
+        return [len(ids) for ids in encoded["input_ids"]]
+
     def token_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
         if self.backbone is None:
             raise ValueError("an ONNX-backed Encoder only encodes (Encoder.encode); load backend='torch' for tensors")

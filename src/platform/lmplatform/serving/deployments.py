@@ -176,6 +176,11 @@ class RetrieverDeployment:
             return self._encode(release_id, texts)
         return unwrap(await self._embed_batched((release_id, texts)))
 
+    async def embed_counted(self, release_id: str, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        """`embed`, and the tokens each text was encoded with (the usage an OpenAI-style answer reports)."""
+        vectors = await self.embed(release_id, texts)
+        return vectors, self.releases.get(release_id).encoder.token_counts(texts)
+
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
     async def _embed_batched(self, items: list[tuple[str, list[str]]]) -> list[Any]:
         return await asyncio.to_thread(self.isolate_embed, self._embed_items, items)

@@ -9,6 +9,7 @@ retried member by member (`batch_isolation`), so only the request that caused it
 """
 # No `from __future__ import annotations`: FastAPI reads these annotations in the replica,
 # from a pickled copy of the app, where string annotations cannot be resolved.
+import base64
 import logging
 import time
 from typing import Any, Optional
@@ -25,6 +26,10 @@ from lmplatform.serving.http_guard import RequestGuard
 from lmplatform.serving.release import Release
 from lmplatform.serving.schemas import (
     ClassifyResponse,
+    Embedding,
+    EmbeddingsRequest,
+    EmbeddingsResponse,
+    EmbeddingsUsage,
     EmbedResponse,
     ErrorResponse,
     Hit,
@@ -210,6 +215,27 @@ class ServeIngress:
         release = self._release()
         vectors = await self._call(self.retriever.embed.remote(release.id, body.texts))
         return EmbedResponse(vectors=vectors.tolist(), dim=int(vectors.shape[1]), model_version=release.id)
+
+    @api.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERRORS, tags=["embedding"])
+    async def embeddings(self, body: EmbeddingsRequest) -> EmbeddingsResponse:
+        """OpenAI-compatible embeddings: the limits, batching and errors of /v1/embed, OpenAI's shapes."""
+        self.limits.check_texts("input", body.input)
+        if body.dimensions is not None and body.dimensions < 1:
+            raise RequestLimitError("dimensions", f"must be positive, got {body.dimensions}")
+        release = self._release()
+        vectors, tokens = await self._call(self.retriever.embed_counted.remote(release.id, body.input))
+        if body.dimensions is not None and body.dimensions != vectors.shape[1]:
+            raise RequestLimitError("dimensions", f"this model's vectors have {vectors.shape[1]} dimensions, "
+                                    f"not {body.dimensions} (vectors are not shortened)")
+        if body.encoding_format == "base64":
+            # What OpenAI sends: the float32 array's bytes, little-endian.
+            encoded = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in vectors]
+        else:
+            encoded = vectors.tolist()
+        return EmbeddingsResponse(
+            data=[Embedding(index=i, embedding=e) for i, e in enumerate(encoded)], model=release.id,
+            usage=EmbeddingsUsage(prompt_tokens=sum(tokens), total_tokens=sum(tokens)),
+        )
 
     @api.post("/v1/similarity", response_model=SimilarityResponse, responses=ERRORS, tags=["embedding"])
     async def similarity(self, body: SimilarityRequest) -> SimilarityResponse:

@@ -8,9 +8,9 @@ after parsing rather than baked into the models; every violation names its field
 """
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from lmplatform.config.base import Section
 
@@ -99,6 +99,26 @@ class SimilarityRequest(_Request):
     b: Text
 
 
+def _one_text_is_a_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class EmbeddingsRequest(_Request):
+    """OpenAI's embeddings request (`POST /v1/embeddings`), as its SDKs and gateways send it.
+
+    `model` is required, as OpenAI requires it, and answered with the served model: one service
+    serves one model. Token-id inputs (lists of integers) are refused: the texts are tokenized here.
+    """
+
+    input: Annotated[list[Text], BeforeValidator(_one_text_is_a_list)] = Field(
+        ..., description="One text, or 1..limits.max_texts texts (each non-empty, at most limits.max_text_chars).")
+    model: Text = Field(..., description="Any name; the response names the model that answered.")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="'base64': each vector as little-endian float32 bytes, base64-encoded (what the OpenAI SDK asks for).")
+    dimensions: Optional[StrictInt] = Field(None, description="If set, must equal the model's dimension (vectors are not cut).")
+    user: Optional[Text] = Field(None, description="Accepted and ignored.")
+
+
 class Hit(BaseModel):
     id: str
     score: float
@@ -128,6 +148,24 @@ class EmbedResponse(BaseModel):
     vectors: list[list[float]]
     dim: int
     model_version: str
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: Union[list[float], str]
+
+
+class EmbeddingsUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingsUsage
 
 
 class SimilarityResponse(BaseModel):
