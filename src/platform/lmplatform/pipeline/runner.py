@@ -59,8 +59,7 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineR
         if unknown:
             raise ValueError(f"--resume {resume}: finished stage(s) {', '.join(unknown)} are not in this config")
         preflight_pipeline(cfg, {n: r.model_dir for n, r in state.stages.items() if r.status == FINISHED and r.model_dir})
-        parent = TrackedRun(state.tracking_uri, state.parent_run_id)
-        parent.client.update_run(parent.run_id, status="RUNNING")
+        parent, _ = TrackedRun.start_or_resume(state.tracking_uri, cfg.tracking.experiment, state.run_name, state.parent_run_id)
         print(f"[lmp] pipeline {resume}: resuming; finished stages: "
               f"{', '.join(n for n, s in state.stages.items() if s.status == FINISHED) or 'none'}", flush=True)
     else:
@@ -69,8 +68,8 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineR
         run_name = new_pipeline_run_name(cfg)
         folder = root / run_name
         tracking_uri = resolve_tracking_uri(cfg.tracking.tracking_uri)
-        parent = TrackedRun.start(tracking_uri, cfg.tracking.experiment, run_name,
-                                  {PIPELINE_TAG: run_name, "lmp.pipeline": cfg.name})
+        parent, _ = TrackedRun.start_or_resume(tracking_uri, cfg.tracking.experiment, run_name, None,
+                                               lambda: {PIPELINE_TAG: run_name, "lmp.pipeline": cfg.name})
         dumped = cfg.model_dump(mode="json", by_alias=True)
         parent.log_params(flatten({k: v for k, v in dumped.items() if k != "stages"})
                           | {f"stage.{i}": s["name"] for i, s in enumerate(dumped["stages"])})

@@ -10,7 +10,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from lmplatform.runtime import project_root
 
@@ -114,6 +114,28 @@ class TrackedRun:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = MlflowClient(tracking_uri).create_run(experiment_id, tags=all_tags, run_name=run_name)
         return cls(tracking_uri, run.info.run_id)
+
+    @classmethod
+    def start_or_resume(
+        cls,
+        tracking_uri: str,
+        experiment: str,
+        run_name: str,
+        resume_run_id: Optional[str],
+        new_run_tags: Callable[[], Mapping[str, str]] = dict,
+        parent_run_id: Optional[str] = None,
+    ) -> tuple["TrackedRun", bool]:
+        """The run a job logs into, and whether it is new (a training run, a study's or a pipeline's parent run).
+
+        With `resume_run_id` (the job is continued), that run, marked RUNNING again; otherwise a new run
+        in `experiment` tagged with `new_run_tags()`, called only then. The caller logs what a run records
+        once (params, the data report, the config) when it is new.
+        """
+        if resume_run_id:
+            run = cls(tracking_uri, resume_run_id)
+            run.client.update_run(resume_run_id, status="RUNNING")
+            return run, False
+        return cls.start(tracking_uri, experiment, run_name, new_run_tags(), parent_run_id), True
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param

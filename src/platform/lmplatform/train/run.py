@@ -116,11 +116,9 @@ def run_training(
     tracking_uri = resolve_tracking_uri(cfg.tracking.tracking_uri)
     run_name = resume or run_name or new_run_name(cfg)
     mlflow_run_id = _find_tracked_run(tracking_uri, cfg.tracking.experiment, run_name) if resume else None
-    if mlflow_run_id:
-        tracker = TrackedRun(tracking_uri, mlflow_run_id)
-        tracker.client.update_run(mlflow_run_id, status="RUNNING")
-    else:
-        tags = {
+
+    def new_run_tags() -> dict[str, str]:
+        return {
             RUN_TAG: run_name,
             "lmp.objective": cfg.objective.name,
             "lmp.git_commit": git_commit(),
@@ -129,7 +127,10 @@ def run_training(
             "lmp.model_source": cfg.model.name_or_path,
             **(extra_tags or {}),
         }
-        tracker = TrackedRun.start(tracking_uri, cfg.tracking.experiment, cfg.tracking.run_name or run_name, tags, parent_run_id)
+
+    tracker, new_run = TrackedRun.start_or_resume(tracking_uri, cfg.tracking.experiment, cfg.tracking.run_name or run_name,
+                                                  mlflow_run_id, new_run_tags, parent_run_id)
+    if new_run:
         tracker.log_params(flatten(cfg.model_dump(mode="json")) | {"total_steps": total_steps})
         tracker.log_metrics(data.metrics, step=0)
         tracker.log_dict(data.report, "data_report.json")

@@ -265,20 +265,21 @@ def run_study(
 
         check_held_out(space.champion, loaded.base)
     storage = Path(resolve_project_path(storage_path or space.storage_path))
+    resumed_run_id = None
     if resume:
         experiment_path = _find_study(storage, space.study, resume)
         state = json.loads((experiment_path / STUDY_FILE).read_text())
-        study_name, parent_run_id = experiment_path.name, state["parent_run_id"]
+        study_name, resumed_run_id = experiment_path.name, state["parent_run_id"]
         tracking_uri, experiment = state["tracking_uri"], state["experiment"]
-        TrackedRun(tracking_uri, parent_run_id).client.update_run(parent_run_id, status="RUNNING")
     else:
         tracking_uri, experiment = _tracking(loaded, tracking_uri, experiment)
         study_name = f"{space.study}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
         experiment_path = storage / study_name
-        parent = TrackedRun.start(tracking_uri, experiment, study_name, {
-            STUDY_TAG: study_name, "lmp.tune_space": str(loaded.path), "lmp.git_commit": git_commit(),
-        })
-        parent_run_id = parent.run_id
+    parent, new_study = TrackedRun.start_or_resume(tracking_uri, experiment, study_name, resumed_run_id, lambda: {
+        STUDY_TAG: study_name, "lmp.tune_space": str(loaded.path), "lmp.git_commit": git_commit(),
+    })
+    parent_run_id = parent.run_id
+    if new_study:
         parent.log_params(flatten({"space": space.model_dump(mode="json")}) | {"space.set": json.dumps(list(overrides))})
         parent.log_artifact(loaded.path, "space")
         experiment_path.mkdir(parents=True, exist_ok=True)
