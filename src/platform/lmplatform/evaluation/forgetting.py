@@ -143,15 +143,13 @@ def load_mlm_for_evaluation(model_dir: str | Path, mlm_head_from: Optional[str |
     `mlm_head_from` such a folder is an error rather than a loss from a random head.
     """
     from transformers import AutoModel, AutoModelForMaskedLM
-    from transformers.utils import logging as hf_logging
 
     from lmplatform.models.masked_lm import MaskedLanguageModel
+    from lmplatform.models.quiet import quiet_transformers
     from lmplatform.models.resolve import resolve_model_path
 
     path = resolve_model_path(str(model_dir))
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
+    with quiet_transformers():
         mlm, info = AutoModelForMaskedLM.from_pretrained(str(path), output_loading_info=True)
         prefix = mlm.base_model_prefix + "."
         head_missing = [k for k in info.get("missing_keys", ()) if not k.startswith(prefix)]
@@ -163,8 +161,6 @@ def load_mlm_for_evaluation(model_dir: str | Path, mlm_head_from: Optional[str |
         head_path = resolve_model_path(str(mlm_head_from))
         mlm = AutoModelForMaskedLM.from_pretrained(str(head_path))
         backbone = AutoModel.from_pretrained(str(path))
-    finally:
-        hf_logging.set_verbosity(previous)
     state = {k: v for k, v in backbone.state_dict().items() if not k.startswith("pooler.")}  # the MLM model has no pooler
     missing, unexpected = mlm.base_model.load_state_dict(state, strict=False)
     if missing:

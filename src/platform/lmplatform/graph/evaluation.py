@@ -64,17 +64,13 @@ def _fold_path(template: Optional[str], fold: int) -> Optional[str]:
 
 def load_backbone(name_or_path: str) -> tuple[Any, Any]:
     from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
+    from lmplatform.models.quiet import quiet_transformers
     from lmplatform.models.resolve import resolve_model_path
 
     path = resolve_model_path(name_or_path)
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # MLM checkpoints load into AutoModel with a long, expected report
-    try:
+    with quiet_transformers():  # an MLM checkpoint loads into AutoModel
         return AutoModel.from_pretrained(str(path)).eval(), AutoTokenizer.from_pretrained(str(path))
-    finally:
-        hf_logging.set_verbosity(previous)
 
 
 class _Encoders:

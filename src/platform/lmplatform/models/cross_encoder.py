@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
 
+from lmplatform.models.quiet import quiet_transformers
 from lmplatform.models.resolve import DEFAULT_MODEL, resolve_model_path
 
 
@@ -28,12 +28,8 @@ class CrossEncoder(nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path = DEFAULT_MODEL, max_seq_length: int = 256) -> "CrossEncoder":
         path = resolve_model_path(str(name_or_path))
-        previous = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # a new classifier head is expected when starting from an encoder
-        try:
+        with quiet_transformers():  # a new classifier head is expected when starting from an encoder
             model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1)
-        finally:
-            hf_logging.set_verbosity(previous)
         return cls(model, AutoTokenizer.from_pretrained(str(path)), max_seq_length)
 
     def tokenize(self, queries: Sequence[str], documents: Sequence[str]) -> dict[str, torch.Tensor]:

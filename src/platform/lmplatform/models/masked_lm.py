@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForMaskedLM, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
 
 from lmplatform.models.encoder import write_encoder_config
+from lmplatform.models.quiet import quiet_transformers
 from lmplatform.objectives.masking import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
@@ -26,12 +26,8 @@ _HEAD_ATTRIBUTES = ("cls", "lm_head", "generator_lm_head")
 
 def _load_masked_lm(path: str | Path) -> tuple[PreTrainedModel, list[str]]:
     """The model with its MLM head, and the head tensors the checkpoint lacks (initialised at random)."""
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # callers give their own account of the head
-    try:
+    with quiet_transformers():  # callers give their own account of the head
         mlm, info = AutoModelForMaskedLM.from_pretrained(str(path), output_loading_info=True)
-    finally:
-        hf_logging.set_verbosity(previous)
     missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(mlm.base_model_prefix + "."))
     return mlm, missing
 

@@ -134,20 +134,16 @@ def prepare_ewc(cfg: RunConfig, tracker: Any, run_dir: Path) -> RunConfig:
 def load_anchor_parameters(model_path: str) -> dict[str, torch.Tensor]:
     """θ* by canonical name from a model folder; head tensors the folder does not hold are left out."""
     from transformers import AutoModel, AutoModelForMaskedLM
-    from transformers.utils import logging as hf_logging
 
+    from lmplatform.models.quiet import quiet_transformers
     from lmplatform.models.resolve import resolve_model_path
 
     path = resolve_model_path(model_path)
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
+    with quiet_transformers():
         try:
             model, info = AutoModelForMaskedLM.from_pretrained(str(path), output_loading_info=True)
         except (ValueError, KeyError):
             model, info = AutoModel.from_pretrained(str(path), output_loading_info=True)
-    finally:
-        hf_logging.set_verbosity(previous)
     missing = set(info.get("missing_keys", ()))
     names = canonical_parameter_names(model)
     return {names[n]: p.detach().clone() for n, p in model.named_parameters() if n not in missing}

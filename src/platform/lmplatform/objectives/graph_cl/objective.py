@@ -30,6 +30,7 @@ from lmplatform.graph.data import AdeReport, Sentence, read_ade, read_folds, spl
 from lmplatform.graph.gcn import GCNLayer, edge_adjacency, normalized_adjacency, pair_adjacency
 from lmplatform.models.encoder import Encoder
 from lmplatform.models.pooling import pool
+from lmplatform.models.quiet import quiet_transformers
 from lmplatform.models.resolve import resolve_model_path
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
@@ -324,17 +325,12 @@ def _check_frozen_layers(cfg: RunConfig) -> None:
 
 def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     from transformers import AutoModel
-    from transformers.utils import logging as hf_logging
 
     objective_cfg = cfg.objective
     path = resolve_model_path(cfg.model.name_or_path)
-    previous = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # an MLM checkpoint loads into AutoModel with a long, expected report
-    try:
+    with quiet_transformers():  # an MLM checkpoint loads into AutoModel
         encoder = Encoder.from_pretrained(path, pooling=cfg.model.pooling, max_seq_length=cfg.model.max_seq_length)
         node_encoder = AutoModel.from_pretrained(str(path))
-    finally:
-        hf_logging.set_verbosity(previous)
     layers = encoder.backbone.config.num_hidden_layers
     frozen = layers // 2 if objective_cfg.frozen_layers is None else objective_cfg.frozen_layers
     freeze_lower_layers(encoder.backbone, frozen)
