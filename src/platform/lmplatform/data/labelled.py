@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from lmplatform.config.schema import DataConfig
-from lmplatform.data.cleaning import clean_text
 from lmplatform.data.corpus import TRAIN, VALIDATION, DataReport, split_of, text_hash
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
 
@@ -50,15 +49,6 @@ class LabelledData(DataReport):
         return {"files": self.files, "rows_read": self.rows_read, "bad_rows": self.bad_rows,
                 "bad_examples": self.bad_examples, "left_out": self.left_out,
                 "train": len(self.train), "validation": len(self.validation)}
-
-
-def text_field_value(fields: dict[str, Any], name: str, clean: bool) -> Optional[str]:
-    """A cleaned non-empty string from `fields[name]`, or None when missing/empty/not text."""
-    value = fields.get(name)
-    if not isinstance(value, str):
-        return None
-    value = clean_text(value) if clean else value
-    return value if value.strip() else None
 
 
 def read_labelled(cfg: DataConfig, extract: Extractor, split_field: Optional[str] = None,

@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.data.readers import BadRow, DataError, read_rows
+from lmplatform.data.fields import labelled_text, read_jsonl_examples
+from lmplatform.data.readers import DataError
 from lmplatform.markdown import markdown_table
 
 
@@ -100,32 +101,18 @@ def read_labelled_texts(path: str | Path, name: str, text_fields: Sequence[str],
                         split_field: Optional[str] = "split", limit: Optional[int] = None) -> LabelledTexts:
     """Rows -> (text, label, split); text fields are joined with '. '; bad rows are listed as file:line."""
     path = str(path)
-    if not Path(path).is_file():
-        raise DataError(f"classification file not found: {path}")
-    texts: list[str] = []
-    labels: list[str] = []
-    splits: list[str] = []
-    bad: list[str] = []
-    for row in read_rows(path, "jsonl"):
-        if isinstance(row, BadRow):
-            bad.append(str(row))
-            continue
-        parts = [row.fields.get(f) for f in text_fields]
-        parts = [p.strip() for p in parts if isinstance(p, str) and p.strip()]
-        label = row.fields.get(label_field)
-        if not parts:
-            bad.append(f"{path}:{row.line}: no text in {list(text_fields)}")
-        elif label is None or isinstance(label, (list, dict)) or not str(label).strip():
-            bad.append(f"{path}:{row.line}: missing label field {label_field!r}")
-        else:
-            texts.append(". ".join(parts))
-            labels.append(str(label).strip())
-            splits.append(str(row.fields.get(split_field, "")) if split_field else "")
-            if limit and len(texts) >= limit:
-                break
-    if not texts:
+
+    def extract(fields: dict[str, Any]) -> tuple[str, str, str] | str:
+        example = labelled_text(fields, text_fields, label_field, clean=False)
+        if isinstance(example, str):
+            return example
+        split = str(fields.get(split_field, "")) if split_field else ""
+        return example[0].strip(), example[1], split  # evaluation texts are stripped, not cleaned
+
+    rows, bad = read_jsonl_examples(path, "classification", extract, limit=limit)
+    if not rows:
         raise DataError(f"no usable rows in {path}" + (f"; first problem: {bad[0]}" if bad else ""))
-    return LabelledTexts(name, texts, labels, splits, bad)
+    return LabelledTexts(name, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], bad)
 
 
 def read_medical_abstracts(root: Path, limit: Optional[int] = None) -> LabelledTexts:

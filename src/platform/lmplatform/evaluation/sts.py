@@ -27,7 +27,8 @@ from typing import Literal, Optional, Sequence
 import numpy as np
 from scipy import stats
 
-from lmplatform.data.readers import BadRow, DataError, read_rows
+from lmplatform.data.fields import read_jsonl_examples, scored_pair
+from lmplatform.data.readers import DataError
 
 
 @dataclass(frozen=True)
@@ -154,31 +155,14 @@ def read_pairs_jsonl(
     set that uses its whole scale (STS-B, SICK), too narrow for a small sample of one.
     """
     path = str(path)
-    if not Path(path).is_file():
-        raise DataError(f"STS file not found: {path}")
-    s1: list[str] = []
-    s2: list[str] = []
-    scores: list[float] = []
-    bad: list[str] = []
-    for row in read_rows(path, "jsonl"):
-        if isinstance(row, BadRow):
-            bad.append(str(row))
-            continue
-        fields = row.fields
-        if where and not all(_matches(fields.get(k), v) for k, v in where.items()):
-            continue
-        reason = _pair_problem(fields, score_field, sentence1_field, sentence2_field, scale)
-        if reason:
-            bad.append(f"{path}:{row.line}: {reason}")
-            continue
-        s1.append(fields[sentence1_field])
-        s2.append(fields[sentence2_field])
-        scores.append(float(fields[score_field]))
-        if limit and len(scores) >= limit:
-            break
-    if not scores:
+    keep = (lambda fields: all(_matches(fields.get(k), v) for k, v in where.items())) if where else None
+    pairs, bad = read_jsonl_examples(
+        path, "STS", lambda fields: scored_pair(fields, sentence1_field, sentence2_field, score_field, scale, clean=False),
+        keep, limit)
+    if not pairs:
         raise DataError(f"no usable pairs in {path}" + (f" matching {where}" if where else "") + (f"; first problem: {bad[0]}" if bad else ""))
-    gold = np.asarray(scores, dtype=np.float64)
+    s1, s2 = [p[0] for p in pairs], [p[1] for p in pairs]
+    gold = np.asarray([p[2] for p in pairs], dtype=np.float64)
     if scale is None:
         if gold.min() == gold.max():
             raise DataError(f"cannot infer the score scale of {path}: every gold score is {gold.min()}; set the scale")
@@ -188,19 +172,6 @@ def read_pairs_jsonl(
 
 def _matches(value: object, wanted: object) -> bool:
     return value in wanted if isinstance(wanted, (set, frozenset, list, tuple)) else value == wanted
-
-
-def _pair_problem(fields: dict, score_field: str, f1: str, f2: str, scale: Optional[tuple[float, float]]) -> Optional[str]:
-    for key in (f1, f2):
-        value = fields.get(key)
-        if not isinstance(value, str) or not value.strip():
-            return f"field {key!r} is missing or not a non-empty string"
-    value = fields.get(score_field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"score field {score_field!r} is missing or not a number ({value!r})"
-    if scale is not None and not scale[0] <= float(value) <= scale[1]:
-        return f"score {value} outside the scale {scale}"
-    return None
 
 
 def read_stsb(root: Path, split: Literal["train", "dev", "test"] = "test", limit: Optional[int] = None) -> STSPairs:

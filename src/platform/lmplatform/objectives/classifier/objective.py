@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmplatform.config.schema import RunConfig
-from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled, text_field_value
+from lmplatform.data.fields import labelled_text
+from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled
 from lmplatform.data.readers import DataError
 from lmplatform.models.classifier import ClassifierModel, MLPHead, count_parameters
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
@@ -67,26 +68,15 @@ class LabelledCollator:
         return features
 
 
-def _label_text(value: Any) -> Optional[str]:
-    if value is None or isinstance(value, (list, dict)):
-        return None
-    text = str(value).strip()
-    return text or None
-
-
 def read_classification_data(cfg: RunConfig) -> tuple[LabelledData, list[str]]:
     """Rows -> {text, label id}; the label list is config's or the sorted training labels."""
     objective = cfg.objective
-    text_field, label_field = cfg.data.text_field, objective.label_field
 
     def extract(fields: dict[str, Any]) -> Union[dict[str, Any], str]:
-        text = text_field_value(fields, text_field, cfg.data.clean)
-        if text is None:
-            return f"missing text field {text_field!r} (or empty, or not text)"
-        label = _label_text(fields.get(label_field))
-        if label is None:
-            return f"missing label field {label_field!r} (or null, or not a scalar)"
-        return {"text": text, "label_name": label}
+        example = labelled_text(fields, [cfg.data.text_field], objective.label_field, cfg.data.clean)
+        if isinstance(example, str):
+            return example
+        return {"text": example[0], "label_name": example[1]}
 
     data = read_labelled(cfg.data, extract, objective.split_field)
     labels = list(objective.labels) if objective.labels else sorted({ex["label_name"] for ex in data.train})

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmplatform.config.schema import RunConfig
-from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled, text_field_value
+from lmplatform.data.fields import scored_pair
+from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled
 from lmplatform.models.encoder import Encoder
 from lmplatform.train import distributed as D
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
@@ -113,21 +114,14 @@ class ScoredPairCollator:
 def read_sts_data(cfg: RunConfig) -> LabelledData:
     """Scored pairs of the run's files; rows without both texts or with a score off the scale are bad rows."""
     objective = cfg.objective
-    low, high = objective.scale
 
     def extract(fields: dict[str, Any]) -> Union[dict[str, Any], str]:
-        texts = []
-        for name in (objective.sentence1_field, objective.sentence2_field):
-            text = text_field_value(fields, name, cfg.data.clean)
-            if text is None:
-                return f"missing text field {name!r} (or empty, or not text)"
-            texts.append(text)
-        score = fields.get(objective.score_field)
-        if isinstance(score, bool) or not isinstance(score, (int, float)):
-            return f"missing score field {objective.score_field!r} (or not a number)"
-        if not low <= float(score) <= high:
-            return f"score outside the scale ({score} not in [{low}, {high}])"
-        return {"sentence1": texts[0], "sentence2": texts[1], "score": float(score), "text": texts[0] + "\n" + texts[1]}
+        pair = scored_pair(fields, objective.sentence1_field, objective.sentence2_field, objective.score_field,
+                           tuple(objective.scale), cfg.data.clean)
+        if isinstance(pair, str):
+            return pair
+        sentence1, sentence2, score = pair
+        return {"sentence1": sentence1, "sentence2": sentence2, "score": score, "text": sentence1 + "\n" + sentence2}
 
     return read_labelled(cfg.data, extract, objective.split_field)
 
