@@ -32,7 +32,3 @@ for name, group in (("config", config), ("data", data), ("evaluate", evaluate), 
 
 def main(argv: Optional[list[str]] = None) -> None:
     app(args=argv if argv is not None else sys.argv[1:], prog_name="lmp")
-
-
-if __name__ == "__main__":
-    main()
