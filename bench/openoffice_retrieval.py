@@ -268,6 +268,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "openoffice_retrieval")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--skip-study", action="store_true")
+    parser.add_argument("--speed-only", action="store_true",
+                        help="Only the two trainings back to back, for their seconds per step (on an otherwise idle machine).")
     parser.add_argument("--toy", action="store_true", help="A few pairs and steps: checks the script, measures nothing.")
     args = parser.parse_args(argv)
 
@@ -281,6 +283,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     counts = {name: sum(1 for _ in open(path, encoding="utf-8")) for name, path in files.items()}
     print(f"[bench] pairs per split: {counts}", flush=True)
 
+    if args.speed_only:
+        peer = train_peer(files, args.out, max_steps)
+        ours = train_ours(files, args.out, tracking_uri, max_steps)
+        ratio = peer["seconds_per_step"] / ours["seconds_per_step"]
+        print(f"[bench] speed: ours {ours['seconds_per_step']:.2f} s/step, peer {peer['seconds_per_step']:.2f} s/step: "
+              f"{ratio:.2f}x the peer's throughput", flush=True)
+        write_result("openoffice_retrieval_speed", {"budget": BUDGET, "peer": peer, "ours": ours,
+                                                    "speed_ratio_ours_over_peer": ratio})
+        return
     test = TestSet(files, max_distractors)
     print(f"[bench] test: {test.rset.summary()}", flush=True)
     zero_shot = test.score("default", BUDGET["max_seq_length"])
