@@ -8,6 +8,7 @@ process without Ray (`FolderReporter`: tests of exact resume, debugging).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import shutil
@@ -226,8 +227,27 @@ class Trainer:
         self.progress.step += 1
         return norm
 
+    def _micro_batches(self, train_batches: Any) -> Iterator[Batch]:
+        """Training micro-batches on the device, epoch after epoch, from the checkpointed position on.
+
+        A batch counts as consumed (`progress.batches_in_epoch`) when it is handed out, so a checkpoint
+        taken after its optimizer step records it; an exhausted epoch moves `progress.epoch` on.
+        """
+        progress = self.progress
+        while True:
+            handed_out = 0
+            for batch in D.while_all_have_batches(train_batches(progress.epoch, progress.batches_in_epoch), self.device):
+                progress.batches_in_epoch += 1
+                handed_out += 1
+                yield place(batch, self.device)
+            if handed_out == 0 and progress.batches_in_epoch == 0:
+                raise RuntimeError("the training dataset produced no batches; check data and batch_size")
+            progress.epoch += 1
+            progress.batches_in_epoch = 0
+
     def fit(self, train_batches: Any, validation_batches: Any) -> dict[str, float]:
-        """Train to total_steps; `*_batches(epoch)` return fresh iterators of collated batches."""
+        """Train to total_steps; `train_batches(epoch, skip)` and `validation_batches()` return fresh
+        iterators of collated batches. One optimizer step takes `grad_accum_steps` micro-batches."""
         cfg, progress = self.cfg, self.progress
         accum = cfg.optim.grad_accum_steps
         ckpt_every, log_every = cfg.checkpoint.every_n_steps, cfg.tracking.log_every_n_steps
@@ -240,14 +260,11 @@ class Trainer:
         timer = StepTimer(progress.step)
         window: dict[str, list[float]] = {}
         self.model.train()
-        micro = 0
+        batches = self._micro_batches(train_batches)
         while progress.step < self.total_steps:
-            batches = D.while_all_have_batches(train_batches(progress.epoch, progress.batches_in_epoch), self.device)
-            for batch in batches:
-                batch = place(batch, self.device)
+            for batch in itertools.islice(batches, accum):
                 loss, metrics = self._loss(batch)
                 (loss / accum).backward()
-                progress.batches_in_epoch += 1
                 tokens = self.recipe.count_tokens(batch)
                 samples = int(next(iter(batch.values())).shape[0])
                 timer.add(tokens, samples)
@@ -255,48 +272,20 @@ class Trainer:
                 progress.samples += samples
                 for key, value in metrics.items():
                     window.setdefault(key, []).append(value)
-                micro += 1
-                if micro % accum:
-                    continue
-                grad_norm = self._optimizer_step()
-                step = progress.step
-                done = step >= self.total_steps
-                if step % log_every == 0 or done:
-                    logged = {k: sum(v) / len(v) for k, v in window.items()}
-                    logged = D.mean_over_workers(logged, self.device)
-                    speed = timer.window(step, self.total_steps)
-                    world = D.world_size()
-                    logged |= {
-                        "lr": self.scheduler.get_last_lr()[0],
-                        "grad_norm": grad_norm,
-                        "tokens_per_s": speed["tokens_per_s"] * world,
-                        "samples_per_s": speed["samples_per_s"] * world,
-                    }
-                    window.clear()
-                    self._log(logged, step)
-                    self._print(
-                        f"step {step}/{self.total_steps} epoch {progress.epoch} loss {logged['loss']:.4f} "
-                        f"lr {logged['lr']:.2e} tokens/s {logged['tokens_per_s']:.0f} "
-                        f"samples/s {logged['samples_per_s']:.1f} ETA {format_eta(speed['eta_s'])}"
-                    )
-                if eval_every and step % eval_every == 0 and not done:
-                    val = self.evaluate(validation_batches())
-                    self._log(val, step)
-                    self._print(f"step {step}: " + _fmt(val))
-                    # Every worker evaluates at the same steps, so each calls report equally often.
-                    self._report({"loss": metrics["loss"]}, with_checkpoint=False)
-                    self.model.train()
-                if done:
-                    break
-                if step % ckpt_every == 0:
-                    self._report({"loss": metrics["loss"]}, with_checkpoint=True)
-            else:
-                progress.epoch += 1
-                progress.batches_in_epoch = 0
-                if micro == 0:
-                    raise RuntimeError("the training dataset produced no batches; check data and batch_size")
-                continue
-            break
+            grad_norm = self._optimizer_step()
+            step = progress.step
+            done = step >= self.total_steps
+            if step % log_every == 0 or done:
+                self._log_window(window, timer, grad_norm)
+            if eval_every and step % eval_every == 0 and not done:
+                val = self.evaluate(validation_batches())
+                self._log(val, step)
+                self._print(f"step {step}: " + _fmt(val))
+                # Every worker evaluates at the same steps, so each calls report equally often.
+                self._report({"loss": metrics["loss"]}, with_checkpoint=False)
+                self.model.train()
+            if step % ckpt_every == 0 and not done:
+                self._report({"loss": metrics["loss"]}, with_checkpoint=True)
         final = self.evaluate(validation_batches())
         self._log(final, progress.step)
         if final:
@@ -306,6 +295,26 @@ class Trainer:
         summary = {**{f"{k}_initial": v for k, v in initial.items()}, **final, "tokens": tokens}
         self._report(summary, with_checkpoint=True, final=True)
         return summary
+
+    def _log_window(self, window: dict[str, list[float]], timer: StepTimer, grad_norm: float) -> None:
+        """Mean of the window's micro-batch metrics over workers, with lr, grad norm and throughput: logged and printed."""
+        step = self.progress.step
+        logged = D.mean_over_workers({k: sum(v) / len(v) for k, v in window.items()}, self.device)
+        speed = timer.window(step, self.total_steps)
+        world = D.world_size()
+        logged |= {
+            "lr": self.scheduler.get_last_lr()[0],
+            "grad_norm": grad_norm,
+            "tokens_per_s": speed["tokens_per_s"] * world,
+            "samples_per_s": speed["samples_per_s"] * world,
+        }
+        window.clear()
+        self._log(logged, step)
+        self._print(
+            f"step {step}/{self.total_steps} epoch {self.progress.epoch} loss {logged['loss']:.4f} "
+            f"lr {logged['lr']:.2e} tokens/s {logged['tokens_per_s']:.0f} "
+            f"samples/s {logged['samples_per_s']:.1f} ETA {format_eta(speed['eta_s'])}"
+        )
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         if self.tracker is not None and self.rank == 0 and metrics:
