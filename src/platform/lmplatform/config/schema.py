@@ -218,10 +218,14 @@ class RetrievalValidationConfig(Section):
         """How many candidates a ranking must hold for every metric."""
         return max(*self.recall_ks, self.mrr_k, self.ndcg_k, self.map_k)
 
-    def metric_names(self) -> tuple[str, ...]:
-        """The `ir_*` metric names (without the `val_` prefix) this config produces."""
+    def per_query_metric_names(self) -> tuple[str, ...]:
+        """The `ir_*` metrics scored query by query (the gate can compare models on any of them)."""
         return (*(f"ir_recall_at_{k}" for k in self.recall_ks), f"ir_mrr_at_{self.mrr_k}",
-                f"ir_ndcg_at_{self.ndcg_k}", f"ir_map_at_{self.map_k}", "ir_queries", "ir_candidates")
+                f"ir_ndcg_at_{self.ndcg_k}", f"ir_map_at_{self.map_k}")
+
+    def metric_names(self) -> tuple[str, ...]:
+        """Every `ir_*` metric name (without the `val_` prefix) a validation reports: the per-query ones and the set's size."""
+        return (*self.per_query_metric_names(), "ir_queries", "ir_candidates")
 
 
 class RunConfig(Section):

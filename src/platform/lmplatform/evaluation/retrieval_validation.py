@@ -78,13 +78,8 @@ def rank_against_query(ids: Sequence[T], scores: Sequence[float], relevant: Coll
     return [ids[i] for i in order if complete or not (ids[i] in relevant and float(scores[i]) == floor)]
 
 
-def metric_names(cfg: RetrievalValidationConfig) -> tuple[str, ...]:
-    """The per-query metrics `score_rankings` returns, in the `ir_*` naming of `val_ir_*` metrics."""
-    return tuple(name for name in cfg.metric_names() if name not in ("ir_queries", "ir_candidates"))
-
-
 def score_rankings(rankings: Sequence[Sequence[int]], rset: RetrievalSet, cfg: RetrievalValidationConfig) -> dict[str, np.ndarray]:
-    """Per-query metrics [queries] for each name of `metric_names(cfg)`."""
+    """Per-query metrics [queries] for each name of `cfg.per_query_metric_names()`."""
     out: dict[str, list[float]] = defaultdict(list)
     for ranking, relevant in zip(rankings, rset.relevant):
         for k in cfg.recall_ks:

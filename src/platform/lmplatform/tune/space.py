@@ -411,7 +411,7 @@ def _check_champion(loaded: LoadedSpace, lines: _Lines) -> None:
         )
     if champion.confirm is not None:
         metric = gate_metric(space)
-        known = {f"val_{m}" for m in champion.confirm.metric_names()}
+        known = {f"val_{m}" for m in champion.confirm.per_query_metric_names()}
         if f"val_{metric}" not in known:
             raise SpaceError(
                 f"{_where(source, lines, ('champion', 'confirm_metric'))}: the gate's metric {metric!r} is not one the "
