@@ -1,7 +1,7 @@
-"""The row rules shared by the training and evaluation readers: texts, labels, scored pairs, and the reasons."""
+"""The row rules shared by the training and evaluation readers: texts, labels, scored pairs, joined fields, and the reasons."""
 from __future__ import annotations
 
-from lmplatform.data.fields import label_value, labelled_text, scored_pair, text_field_value
+from lmplatform.data.fields import join_fields, label_value, labelled_text, scored_pair, text_field_value
 
 
 def test_text_and_label_values() -> None:
@@ -28,3 +28,9 @@ def test_scored_pair_checks_texts_the_score_and_the_scale() -> None:
     assert scored_pair(row | {"s": 9}, "a", "b", "s", None, clean=False) == ("one", "two", 9.0)  # scale inferred later
     assert scored_pair(row | {"s": True}, "a", "b", "s", None, clean=False) == "missing score field 's' (or not a number)"
     assert scored_pair(row | {"b": ""}, "a", "b", "s", None, clean=False) == "missing text field 'b' (or empty, or not text)"
+
+
+def test_join_fields_keeps_the_non_empty_values_as_text() -> None:
+    row = {"title": " Disk full ", "text": "", "code": 7, "blank": "  ", "none": None}
+    assert join_fields(row, ["title", "text", "missing", "code", "blank", "none"]) == "Disk full. 7"
+    assert join_fields(row, ["text", "blank"]) == ""

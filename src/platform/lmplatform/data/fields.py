@@ -35,6 +35,12 @@ def label_value(fields: dict[str, Any], name: str) -> Optional[str]:
     return text or None
 
 
+def join_fields(fields: dict[str, Any], names: Sequence[str]) -> str:
+    """The values of `names` that are not empty, each as text and stripped, joined with '. ' (a missing field
+    counts as empty). A report's title and body become one text this way wherever one is searched or indexed."""
+    return ". ".join(str(fields[n]).strip() for n in names if fields.get(n) not in (None, "") and str(fields[n]).strip())
+
+
 def labelled_text(fields: dict[str, Any], text_fields: Sequence[str], label_field: str,
                   clean: bool) -> Union[tuple[str, str], Reason]:
     """(text, label) of one row, or why it is unusable.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lmplatform.data.fields import join_fields
 from lmplatform.data.readers import BadRow, DataError, read_rows
 from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
 
@@ -132,11 +133,6 @@ def load_retrieval_data(ds: RetrievalDataset) -> RetrievalData:
         ds.name, reports, {q: query_fields[q] for q in query_ids}, {q: related[q] for q in query_ids},
         groups, targets, dict(counts), bad,
     )
-
-
-def join_fields(fields: dict[str, Any], names: list[str]) -> str:
-    """Non-empty field values joined with '. ' (a missing field counts as empty)."""
-    return ". ".join(str(fields[n]).strip() for n in names if fields.get(n) not in (None, "") and str(fields[n]).strip())
 
 
 def scenario_inputs(data: RetrievalData, ds: RetrievalDataset, scenario: RetrievalScenario) -> ScenarioInputs:

@@ -24,6 +24,7 @@ import numpy as np
 
 from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig
 from lmplatform.data.cleaning import clean_text
+from lmplatform.data.fields import join_fields
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
 from lmplatform.evaluation.retrieval import average_precision, mrr_at_k, ndcg_at_k, recall_at_k
@@ -191,8 +192,7 @@ def read_distractors(cfg: DistractorConfig, clean: bool) -> tuple[list[str], int
             if isinstance(row, BadRow):
                 skipped += 1
                 continue
-            parts = [str(row.fields[n]).strip() for n in names if row.fields.get(n) not in (None, "")]
-            text = ". ".join(p for p in parts if p)
+            text = join_fields(row.fields, names)
             text = clean_text(text) if clean else text
             if text.strip():
                 texts[text] = None

@@ -39,7 +39,7 @@ class EncodeBatch:
     def __call__(self, batch: dict[str, np.ndarray]) -> Any:
         import pyarrow as pa
 
-        from lmplatform.evaluation.retrieval_data import join_fields
+        from lmplatform.data.fields import join_fields
 
         n = len(batch[self.id_field])
         rows = ({f: batch[f][i] for f in self.text_fields if f in batch} for i in range(n))

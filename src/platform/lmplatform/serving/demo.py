@@ -34,8 +34,8 @@ def curl_command(base_url: str, path: str, body: dict[str, Any]) -> str:
 def build_demo_index(model: str, corpus: str | Path, out: Path, text_fields: Sequence[str] = ("title", "text"),
                      label_field: Optional[str] = "component") -> Path:
     """Encode `corpus` (JSONL with id and text fields) with `model`; save index + document store in `out`."""
+    from lmplatform.data.fields import join_fields
     from lmplatform.data.readers import Record, read_rows
-    from lmplatform.evaluation.retrieval_data import join_fields
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
     from lmplatform.serving.store import DOCUMENTS_FILE, write_document_store

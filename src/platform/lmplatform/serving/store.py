@@ -74,7 +74,7 @@ def write_document_store(corpus: str | Path | Iterable[str | Path], out_file: st
                          title_field: str = "title", text_fields: Sequence[str] = ("text",),
                          label_field: Optional[str] = None) -> int:
     """Copy id, title, text (text fields joined with '. ') and label of a corpus into a store; returns rows written."""
-    from lmplatform.evaluation.retrieval_data import join_fields
+    from lmplatform.data.fields import join_fields
 
     paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
     out_file = Path(out_file)
