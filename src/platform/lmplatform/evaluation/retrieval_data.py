@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lmplatform.data.fields import join_fields
+from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.readers import BadRow, DataError, read_rows
 from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
 
@@ -73,15 +74,7 @@ def load_retrieval_data(ds: RetrievalDataset) -> RetrievalData:
     relations = _rows(ds.relations, bad)
 
     # Groups span all splits: a report related to the query through training pairs is still a duplicate.
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    linked: DuplicateGroups[str] = DuplicateGroups()
     directed: list[tuple[str, str, dict[str, Any]]] = []
     targets: set[str] = set()
     for row in relations:
@@ -89,7 +82,7 @@ def load_retrieval_data(ds: RetrievalDataset) -> RetrievalData:
             counts["relations_missing_field"] += 1
             continue
         a, b = str(row[ds.query_id_field]), str(row[ds.target_id_field])
-        parent[find(a)] = find(b)
+        linked.link(a, b)
         in_split = ds.split is None or ds.split_field is None or str(row.get(ds.split_field)) == ds.split
         if ds.format == "pairs":
             pairs = [(a, b)]
@@ -102,10 +95,7 @@ def load_retrieval_data(ds: RetrievalDataset) -> RetrievalData:
         if in_split:
             directed.extend((q, t, row) for q, t in pairs)
 
-    groups_by_root: dict[str, set[str]] = defaultdict(set)
-    for x in list(parent):
-        groups_by_root[find(x)].add(x)
-    groups = {x: groups_by_root[find(x)] for x in parent}
+    groups = linked.members()
 
     query_fields: dict[str, dict[str, Any]] = {}
     related: dict[str, set[str]] = defaultdict(set)

@@ -25,6 +25,7 @@ import numpy as np
 from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig
 from lmplatform.data.cleaning import clean_text
 from lmplatform.data.fields import join_fields
+from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
 from lmplatform.evaluation.retrieval import average_precision, mrr_at_k, ndcg_at_k, recall_at_k
@@ -164,23 +165,6 @@ def evaluate_model(model: object, rset: RetrievalSet, cfg: RetrievalValidationCo
 
 
 # -- building the set --------------------------------------------------------------------------------
-class _Groups:
-    """Union-find over texts: texts linked through any pair are one duplicate group."""
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, x: str) -> str:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def link(self, a: str, b: str) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-
 def read_distractors(cfg: DistractorConfig, clean: bool) -> tuple[list[str], int]:
     """(distinct document texts, rows skipped as unusable) from the distractor files."""
     texts: dict[str, None] = {}
@@ -215,7 +199,7 @@ def retrieval_set_from_pairs(
 
     Relevance 'group': the other texts of the query's group, linked through any of `all_pairs`.
     """
-    groups = _Groups()
+    groups: DuplicateGroups[str] = DuplicateGroups()
     for pair in all_pairs:
         groups.link(pair.query, pair.document)
     candidates: dict[str, int] = {}
@@ -223,7 +207,7 @@ def retrieval_set_from_pairs(
         candidates.setdefault(text, len(candidates))
     members: dict[str, list[int]] = defaultdict(list)
     for text, index in candidates.items():
-        if text in groups.parent:
+        if text in groups:
             members[groups.find(text)].append(index)
     own: dict[str, set[int]] = defaultdict(set)
     for pair in query_pairs:

@@ -1,0 +1,41 @@
+"""Duplicate groups: items linked through any chain of duplicate pairs are one group (union-find).
+
+Relevance in retrieval evaluation is a group, not a pair: when A duplicates B and B duplicates C,
+C is a correct answer for A although no row says so. Both the retrieval task's reader and the
+corpus-level validation set build their groups here.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Generic, Hashable, TypeVar
+
+T = TypeVar("T", bound=Hashable)
+
+
+class DuplicateGroups(Generic[T]):
+    """Union-find with path halving over the items seen by `link` (or `find`)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[T, T] = {}
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.parent
+
+    def find(self, item: T) -> T:
+        """The representative of `item`'s group; an item not seen yet starts a group of its own."""
+        self.parent.setdefault(item, item)
+        while self.parent[item] != item:
+            self.parent[item] = self.parent[self.parent[item]]
+            item = self.parent[item]
+        return item
+
+    def link(self, a: T, b: T) -> None:
+        """Put `a` and `b` (and everything already grouped with either) in one group."""
+        self.parent[self.find(a)] = self.find(b)
+
+    def members(self) -> dict[T, set[T]]:
+        """Every item seen -> the items of its group (itself included); items of one group share one set."""
+        by_root: dict[T, set[T]] = defaultdict(set)
+        for item in list(self.parent):
+            by_root[self.find(item)].add(item)
+        return {item: by_root[self.find(item)] for item in self.parent}
