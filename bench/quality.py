@@ -10,7 +10,7 @@
   under 10 reports merged into Other), test split: accuracy, ROC-AUC, weighted/macro F1/P/R,
   confusion PNGs under bench/results/quality/.
 
-Every part is the library's evaluation task (`lmplatform.evaluation.*_eval`), as run by
+Every part is the library's evaluation task (`lmplatform.evaluation.tasks.*`), as run by
 `lmp evaluate run`; one model load serves all three.
 
     python bench/quality.py [--limit N] [--limit-queries N] [--max-seq-length 128]
@@ -83,10 +83,10 @@ def main() -> None:
 
     import torch
 
-    from lmplatform.evaluation.classification_eval import run_classification_task
-    from lmplatform.evaluation.retrieval_eval import run_retrieval_task
-    from lmplatform.evaluation.sts_eval import run_sts_task
-    from lmplatform.evaluation.task_common import ModelCache
+    from lmplatform.evaluation.tasks.classification import run_classification_task
+    from lmplatform.evaluation.tasks.common import ModelCache
+    from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
+    from lmplatform.evaluation.tasks.sts import run_sts_task
 
     torch.set_num_threads(args.threads)
     tasks = task_configs(Path(args.data), args.limit, args.limit_queries, args.max_seq_length)

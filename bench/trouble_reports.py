@@ -240,7 +240,7 @@ def run_spec(spec: dict[str, Any], out: Path, args: argparse.Namespace) -> Any:
 def retrieval_rows(models: dict[str, str], corpus: Path, pairs: Path, limit_queries: Optional[int], out: Path,
                    max_seq_length: int) -> dict[str, dict[str, Any]]:
     from lmplatform.evaluation.config import RetrievalTask
-    from lmplatform.evaluation.retrieval_eval import run_retrieval_task
+    from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
 
     retrievers = [{"name": "bm25", "kind": "bm25"}]
     retrievers += [{"name": name, "kind": "dense", "model": path, "max_seq_length": max_seq_length} for name, path in models.items()]

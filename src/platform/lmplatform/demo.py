@@ -51,7 +51,7 @@ def heldout_relations(out: Path) -> Path:
 def evaluate_retrieval(models: dict[str, str], out: Path) -> list[dict[str, Any]]:
     """Duplicate retrieval (title + text of the new report -> the reports) for each model, BM25 and the base."""
     from lmplatform.evaluation.config import RetrievalTask
-    from lmplatform.evaluation.retrieval_eval import run_retrieval_task
+    from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
 
     relations = heldout_relations(out / "duplicates_split.jsonl")
     retrievers = [{"name": "bm25", "kind": "bm25"}, {"name": "base MiniLM", "kind": "dense", "model": "default"}]

@@ -1,7 +1,7 @@
 """Run an `EvaluationConfig`: each task writes its part, the runner writes the report and logs to MLflow.
 
 Extension point: a task is `TASK_RUNNERS[task_name](task_config, output_dir, models) -> TaskResult`
-(see `task_common.TaskResult`; `models` is a `ModelCache` shared by all tasks of one
+(see `tasks.common.TaskResult`; `models` is a `ModelCache` shared by all tasks of one
 evaluation). Register new tasks here next to their config class in `evaluation/config.py`.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from lmplatform.data.readers import DataError
-from lmplatform.evaluation.classification_eval import run_classification_task
 from lmplatform.evaluation.config import EvaluationConfig
-from lmplatform.evaluation.retrieval_eval import run_retrieval_task
-from lmplatform.evaluation.sts_eval import run_sts_task
-from lmplatform.evaluation.task_common import ModelCache, TaskResult
+from lmplatform.evaluation.tasks.classification import run_classification_task
+from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
+from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
+from lmplatform.evaluation.tasks.sts import run_sts_task
 
 logger = logging.getLogger(__name__)
 

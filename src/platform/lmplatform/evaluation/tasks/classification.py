@@ -25,7 +25,7 @@ from lmplatform.evaluation.classification import (
     read_labelled_texts,
 )
 from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask, ClassifierHeadConfig
-from lmplatform.evaluation.task_common import ModelCache, TaskResult, artifact_name
+from lmplatform.evaluation.tasks.common import ModelCache, TaskResult, artifact_name
 from lmplatform.markdown import markdown_table
 
 logger = logging.getLogger(__name__)

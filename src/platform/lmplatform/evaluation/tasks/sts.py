@@ -15,7 +15,7 @@ import numpy as np
 
 from lmplatform.evaluation.config import StsDataset, StsTask
 from lmplatform.evaluation.sts import CosineToScale, STSPairs, cosine_scores, read_pairs_jsonl, sts_metrics
-from lmplatform.evaluation.task_common import ModelCache, TaskResult, artifact_name
+from lmplatform.evaluation.tasks.common import ModelCache, TaskResult, artifact_name
 from lmplatform.markdown import markdown_table
 
 logger = logging.getLogger(__name__)

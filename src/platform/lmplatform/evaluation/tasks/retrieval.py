@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 from lmplatform.evaluation.config import RetrievalTask, RetrieverSpec
 from lmplatform.evaluation.retrieval import retrieval_report
-from lmplatform.evaluation.retrieval_data import load_retrieval_data, scenario_inputs
-from lmplatform.evaluation.task_common import ModelCache, TaskResult
+from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
+from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
 from lmplatform.markdown import markdown_table
 from lmplatform.retrieval.index import IndexParams
 from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, Retriever, TwoStageRetriever

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from lmplatform.evaluation.config import StsDataset, StsTask
-from lmplatform.evaluation.sts_eval import read_sts_dataset, run_sts_task
+from lmplatform.evaluation.tasks.sts import read_sts_dataset, run_sts_task
 
 # Two identical pairs (cosine 1) with gold 5, two different pairs (cosine < 1) with gold 2, scale 1-5.
 # The identical pairs share one sentence so that their cosines tie exactly (1 +- float rounding otherwise).
