@@ -10,7 +10,7 @@ import pytest
 from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig
 from lmplatform.data.pairs import Pair
 from lmplatform.data.readers import DataError
-from lmplatform.evaluation.retrieval import ndcg_at_k
+from lmplatform.evaluation.metrics.retrieval import ndcg_at_k
 from lmplatform.evaluation.retrieval_validation import (
     build_retrieval_set,
     dense_rankings,

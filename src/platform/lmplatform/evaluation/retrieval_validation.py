@@ -28,7 +28,7 @@ from lmplatform.data.fields import join_fields
 from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
-from lmplatform.evaluation.retrieval import average_precision, mrr_at_k, ndcg_at_k, recall_at_k
+from lmplatform.evaluation.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, recall_at_k
 
 T = TypeVar("T", bound=Hashable)
 

@@ -27,7 +27,7 @@ from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.evaluation.retrieval import rank_by_score
+from lmplatform.evaluation.metrics.retrieval import rank_by_score
 from lmplatform.retrieval.faiss_import import import_faiss
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.evaluation.retrieval import rank_by_score
+from lmplatform.evaluation.metrics.retrieval import rank_by_score
 from lmplatform.retrieval.index import IndexParams, VectorIndex
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lmplatform.evaluation.config import RetrievalTask, RetrieverSpec
-from lmplatform.evaluation.retrieval import retrieval_report
+from lmplatform.evaluation.metrics.retrieval import retrieval_report
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
 from lmplatform.markdown import markdown_table

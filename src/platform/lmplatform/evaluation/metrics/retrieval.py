@@ -1,5 +1,8 @@
 """Retrieval metrics over ranked id lists and relevance sets.
 
+Notation: R is a query's relevance set, d_1, d_2, ... its ranking (duplicates removed, see below),
+top_k = {d_1, ..., d_k}.
+
 Conventions (shared by every function here):
 - A *ranking* is a sequence of document ids, best first. If an id appears more
   than once only its first occurrence counts (later copies are ignored, so a
@@ -46,25 +49,28 @@ def _check(relevant: set[str] | frozenset[str], k: int | None = None) -> None:
 
 
 def recall_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int) -> float:
-    """Fraction of the relevant documents found in the top k."""
+    """Fraction of the relevant documents found in the top k: recall@k = |top_k ∩ R| / |R|."""
     _check(relevant, k)
     return len(set(_dedupe(ranking)[:k]) & set(relevant)) / len(relevant)
 
 
 def hit_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int) -> float:
-    """1.0 if any relevant document is in the top k (the duplicate-detection "recall rate")."""
+    """hit@k = 1 if |top_k ∩ R| > 0 else 0: whether any relevant document is in the top k (the
+    duplicate-detection "recall rate")."""
     _check(relevant, k)
     return 1.0 if set(_dedupe(ranking)[:k]) & set(relevant) else 0.0
 
 
 def precision_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int = 1) -> float:
-    """Fraction of the top k that is relevant; the denominator is k even if fewer were returned."""
+    """P@k = |top_k ∩ R| / k: the fraction of the top k that is relevant; the denominator is k even if fewer
+    were returned."""
     _check(relevant, k)
     return len(set(_dedupe(ranking)[:k]) & set(relevant)) / k
 
 
 def mrr_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int) -> float:
-    """Reciprocal rank of the first relevant document, 0 if none is in the top k."""
+    """MRR@k = 1 / min{i <= k : d_i ∈ R}, the reciprocal rank of the first relevant document; 0 if none is in
+    the top k."""
     _check(relevant, k)
     for position, doc in enumerate(_dedupe(ranking)[:k], start=1):
         if doc in relevant:
@@ -73,8 +79,8 @@ def mrr_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int
 
 
 def ndcg_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int) -> float:
-    """Binary-relevance nDCG@k: DCG = sum over relevant documents at ranks i <= k of 1/log2(i + 1),
-    divided by the DCG of the ideal ranking (min(|relevant|, k) relevant documents first)."""
+    """Binary-relevance nDCG@k = DCG@k / IDCG@k, DCG@k = Σ_{i <= k, d_i ∈ R} 1 / log2(i + 1), and IDCG@k the
+    DCG of the ideal ranking: Σ_{i=1}^{min(|R|, k)} 1 / log2(i + 1) (every relevant document first)."""
     _check(relevant, k)
     gains = sum(1.0 / math.log2(position + 1)
                 for position, doc in enumerate(_dedupe(ranking)[:k], start=1) if doc in relevant)
@@ -83,7 +89,7 @@ def ndcg_at_k(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: in
 
 
 def average_precision(ranking: Sequence[str], relevant: set[str] | frozenset[str], k: int | None = None) -> float:
-    """Mean of precision@i over the ranks i of relevant documents, divided by |relevant|.
+    """AP = (1 / |R|) Σ_{i : d_i ∈ R} P@i, over the ranks i (<= k when k is given) of relevant documents.
 
     Relevant documents that were not retrieved (or fall below k) contribute 0.
     """
@@ -103,7 +109,8 @@ def average_precision(ranking: Sequence[str], relevant: set[str] | frozenset[str
 def mean_average_precision(
     rankings: Mapping[str, Sequence[str]], qrels: Mapping[str, set[str] | frozenset[str]], k: int | None = None
 ) -> float:
-    """MAP over the queries of `qrels` with a non-empty relevance set (a missing ranking scores 0)."""
+    """MAP = the mean of AP over the queries of `qrels` with a non-empty relevance set (a missing ranking
+    scores 0)."""
     values = [average_precision(rankings.get(q, []), rel, k) for q, rel in qrels.items() if rel]
     if not values:
         raise ValueError("no query has a relevant document")

@@ -1,6 +1,6 @@
 import pytest
 
-from lmplatform.evaluation.retrieval import (
+from lmplatform.evaluation.metrics.retrieval import (
     average_precision,
     hit_at_k,
     mean_average_precision,
