@@ -1,23 +1,20 @@
-"""STS metrics against hand-computed values, EDRM worked cases, readers and cosine scoring."""
+"""STS metrics against hand-computed values, EDRM worked cases and cosine scoring."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lmplatform.data.readers import DataError
+from lmplatform.data.sts_pairs import STSPairs
 from lmplatform.evaluation.sts import (
     CosineToScale,
     cosine_scores,
     edrm,
     evaluate_sts,
     pearson,
-    read_pairs_jsonl,
     spearman,
 )
-from tests.conftest import SHARED_DATA
 
 
 @pytest.mark.parametrize(
@@ -67,25 +64,6 @@ def test_cosine_to_scale_linear_and_isotonic() -> None:
         CosineToScale((0.0, 4.0), method="isotonic")([0.1])
 
 
-def test_reader_counts_bad_rows_by_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "pairs.jsonl"
-    rows = [
-        {"sentence1": "a cat", "sentence2": "a dog", "score": 2.0, "split": "test"},
-        "not json",
-        {"sentence1": "a cat", "sentence2": "", "score": 2.0, "split": "test"},
-        {"sentence1": "x", "sentence2": "y", "score": 9.0, "split": "test"},
-        {"sentence1": "x", "sentence2": "y", "score": 1.0, "split": "train"},
-        {"sentence1": "x", "sentence2": "y", "score": "high", "split": "test"},
-    ]
-    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
-    pairs = read_pairs_jsonl(path, "toy", (0.0, 5.0), where={"split": "test"})
-    assert pairs.sentence1 == ["a cat"] and pairs.scores.tolist() == [2.0]
-    assert [b.split(": ")[0].rsplit(":", 1)[1] for b in pairs.bad_rows] == ["2", "3", "4", "6"]
-    assert "outside the scale" in pairs.bad_rows[2] and "not a number" in pairs.bad_rows[3]
-    with pytest.raises(DataError, match="no usable pairs"):
-        read_pairs_jsonl(path, "toy", (0.0, 5.0), where={"split": "dev"})
-
-
 def test_cosine_scores_and_evaluate_with_a_tiny_encoder(tiny_bert: Path) -> None:
     from lmplatform.models.encoder import Encoder
 
@@ -96,19 +74,7 @@ def test_cosine_scores_and_evaluate_with_a_tiny_encoder(tiny_bert: Path) -> None
     vectors = encoder.encode(s1 + s2)
     expected = np.sum(vectors[:3] * vectors[3:], axis=1)
     assert cos == pytest.approx(expected, abs=1e-5) and cos[0] == pytest.approx(1.0, abs=1e-5)
-    from lmplatform.evaluation.sts import STSPairs
-
     pairs = STSPairs("toy", s1, s2, np.array([5.0, 0.0, 1.0]), (0.0, 5.0))
     metrics = evaluate_sts(encoder, pairs)
     assert set(metrics) == {"spearman", "pearson", "edrm", "pairs"} and metrics["pairs"] == 3
     assert metrics["spearman"] == pytest.approx(spearman(cos, [5.0, 0.0, 1.0]))
-
-
-@pytest.mark.skipif(not (SHARED_DATA / "biosses" / "biosses.jsonl").is_file(), reason="shared data not present")
-def test_shared_readers_know_the_scales() -> None:
-    from lmplatform.evaluation.sts import read_biosses, read_sick, read_stsb
-
-    assert len(read_stsb(SHARED_DATA, "test")) == 1379 and read_stsb(SHARED_DATA, "dev", limit=5).scale == (0.0, 5.0)
-    sick = read_sick(SHARED_DATA, "test")
-    assert len(sick) == 4906 and sick.scale == (1.0, 5.0)
-    assert len(read_biosses(SHARED_DATA)) == 100 and len(read_biosses(SHARED_DATA, folds=[0, 1])) == 20

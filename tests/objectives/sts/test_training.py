@@ -15,7 +15,8 @@ WORDS = "printer database login timeout crash server disk memory network error v
 def test_sts_on_two_workers_reports_global_spearman(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.evaluation.sts import STSPairs, evaluate_sts
+    from lmplatform.data.sts_pairs import STSPairs
+    from lmplatform.evaluation.sts import evaluate_sts
     from lmplatform.models.encoder import Encoder
 
     rng = random.Random(0)

@@ -145,7 +145,7 @@ def load_ranker(model_dir: str | Path, objective: str) -> object:
 def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]:
     from scipy.stats import spearmanr
 
-    from lmplatform.evaluation.sts import read_pairs_jsonl
+    from lmplatform.data.sts_pairs import read_pairs_jsonl
 
     pairs = read_pairs_jsonl(spec.path, "sts", spec.scale, spec.score_field, spec.sentence1_field,
                              spec.sentence2_field, where=spec.where or None, limit=spec.limit)
@@ -161,8 +161,8 @@ def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]
 def _paraphrase_probe(specs: Sequence[ScoredPairsSpec], min_share: float, encoders: Sequence[object]) -> list[float]:
     from lmplatform.config.schema import RetrievalValidationConfig
     from lmplatform.data.pairs import Pair
+    from lmplatform.data.sts_pairs import read_pairs_jsonl
     from lmplatform.evaluation.retrieval_validation import evaluate_model, retrieval_set_from_pairs
-    from lmplatform.evaluation.sts import read_pairs_jsonl
 
     paraphrases: list[Pair] = []
     others: list[str] = []

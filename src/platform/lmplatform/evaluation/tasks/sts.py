@@ -13,8 +13,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from lmplatform.data.sts_pairs import STSPairs, read_pairs_jsonl
 from lmplatform.evaluation.config import StsDataset, StsTask
-from lmplatform.evaluation.sts import CosineToScale, STSPairs, cosine_scores, read_pairs_jsonl, sts_metrics
+from lmplatform.evaluation.sts import CosineToScale, cosine_scores, sts_metrics
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult, artifact_name
 from lmplatform.markdown import markdown_table
 
