@@ -1,11 +1,15 @@
+"""The sts task: cosine scoring, Spearman and EDRM computed by hand, the scale inferred."""
 import json
 from math import sqrt
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from lmplatform.data.sts_pairs import STSPairs
 from lmplatform.evaluation.config import StsDataset, StsTask
-from lmplatform.evaluation.tasks.sts import read_sts_dataset, run_sts_task
+from lmplatform.evaluation.metrics.sts import spearman
+from lmplatform.evaluation.tasks.sts import cosine_scores, read_sts_dataset, run_sts_task, score_sts
 
 # Two identical pairs (cosine 1) with gold 5, two different pairs (cosine < 1) with gold 2, scale 1-5.
 # The identical pairs share one sentence so that their cosines tie exactly (1 +- float rounding otherwise).
@@ -51,3 +55,20 @@ def test_sts_scale_is_inferred_from_gold(tmp_path: Path) -> None:
     rows = [{"sentence1": "a", "sentence2": "b", "score": s} for s in (0.5, 3.0, 4.0)]
     pairs, fit = read_sts_dataset(StsDataset(name="x", path=write_pairs(tmp_path / "p.jsonl", rows)))
     assert pairs.scale == (0.5, 4.0) and fit is None
+
+
+def test_cosine_scores_and_score_sts_with_a_tiny_encoder(tiny_bert: Path) -> None:
+    from lmplatform.models.encoder import Encoder
+
+    encoder = Encoder.from_pretrained(tiny_bert)
+    s1 = ["disk full on server", "vpn tunnel down", "disk full on server"]
+    s2 = ["disk full on server", "printer jam", "memory error"]
+    cos = cosine_scores(encoder, s1, s2)
+    vectors = encoder.encode(s1 + s2)
+    expected = np.sum(vectors[:3] * vectors[3:], axis=1)
+    assert cos == pytest.approx(expected, abs=1e-5) and cos[0] == pytest.approx(1.0, abs=1e-5)
+    pairs = STSPairs("toy", s1, s2, np.array([5.0, 0.0, 1.0]), (0.0, 5.0))
+    metrics, cosines = score_sts(encoder, pairs)
+    assert cosines == pytest.approx(cos)
+    assert set(metrics) == {"spearman", "pearson", "edrm", "pairs"} and metrics["pairs"] == 3
+    assert metrics["spearman"] == pytest.approx(spearman(cos, [5.0, 0.0, 1.0]))

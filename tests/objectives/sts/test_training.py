@@ -16,7 +16,7 @@ def test_sts_on_two_workers_reports_global_spearman(ray_session, tiny_bert, mlfl
     from mlflow.tracking import MlflowClient
 
     from lmplatform.data.sts_pairs import STSPairs
-    from lmplatform.evaluation.sts import evaluate_sts
+    from lmplatform.evaluation.tasks.sts import score_sts
     from lmplatform.models.encoder import Encoder
 
     rng = random.Random(0)
@@ -43,6 +43,6 @@ def test_sts_on_two_workers_reports_global_spearman(ray_session, tiny_bert, mlfl
     dev = [r for r in rows if r["split"] == "dev"]
     pairs = STSPairs("dev", [r["sentence1"] for r in dev], [r["sentence2"] for r in dev],
                      __import__("numpy").array([r["score"] for r in dev]), (0.0, 5.0))
-    expected = evaluate_sts(Encoder.from_pretrained(result.model_dir), pairs)["spearman"]
+    expected = score_sts(Encoder.from_pretrained(result.model_dir), pairs)[0]["spearman"]
     assert result.metrics["val_spearman"] == pytest.approx(expected, abs=1e-3)
     assert "val_spearman_initial" in result.metrics and "val_pearson" in result.metrics

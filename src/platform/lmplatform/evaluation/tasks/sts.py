@@ -2,20 +2,20 @@
 
 Spearman and Pearson of the raw cosines, EDRM of the cosines mapped linearly onto
 the gold scale and, when a labelled `fit_path` is given, EDRM of an isotonic map
-fitted on it (see `lmplatform.evaluation.sts`). One scatter PNG per dataset.
+fitted on it (see `lmplatform.evaluation.metrics.sts`). One scatter PNG per dataset.
 """
 from __future__ import annotations
 
 import logging
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from lmplatform.data.sts_pairs import STSPairs, read_pairs_jsonl
 from lmplatform.evaluation.config import StsDataset, StsTask
-from lmplatform.evaluation.sts import CosineToScale, cosine_scores, sts_metrics
+from lmplatform.evaluation.metrics.sts import CosineToScale, sts_metrics
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult, artifact_name
 from lmplatform.markdown import markdown_table
 
@@ -32,14 +32,25 @@ def read_sts_dataset(ds: StsDataset) -> tuple[STSPairs, Optional[STSPairs]]:
     return pairs, fit
 
 
+def cosine_scores(encoder: Any, sentence1: Sequence[str], sentence2: Sequence[str], batch_size: int = 32) -> np.ndarray:
+    """Cosine similarity of each pair under `encoder` (an `Encoder`); each distinct sentence is encoded once."""
+    unique = list(dict.fromkeys([*sentence1, *sentence2]))
+    position = {text: i for i, text in enumerate(unique)}
+    vectors = encoder.encode(unique, batch_size=batch_size, normalize=True)
+    a = vectors[[position[t] for t in sentence1]]
+    b = vectors[[position[t] for t in sentence2]]
+    return np.sum(a * b, axis=1).astype(np.float64)
+
+
 def score_sts(encoder: Any, pairs: STSPairs, fit: Optional[STSPairs] = None, batch_size: int = 32,
               cosine_range: tuple[float, float] = (0.0, 1.0)) -> tuple[dict[str, float], np.ndarray]:
-    """Metrics of one encoder on one pair set, and the cosines (for plots)."""
+    """Metrics of one encoder on one pair set (`sts_metrics`; with `fit`, also `edrm_isotonic`), and the
+    cosines (for plots)."""
     cosines = cosine_scores(encoder, pairs.sentence1, pairs.sentence2, batch_size)
-    metrics = sts_metrics(cosines, pairs, CosineToScale(pairs.scale, "linear", cosine_range))
+    metrics = sts_metrics(cosines, pairs.scores, pairs.scale, CosineToScale(pairs.scale, "linear", cosine_range))
     if fit is not None:
         mapping = CosineToScale(pairs.scale, "isotonic").fit(cosine_scores(encoder, fit.sentence1, fit.sentence2, batch_size), fit.scores)
-        metrics["edrm_isotonic"] = sts_metrics(cosines, pairs, mapping)["edrm"]
+        metrics["edrm_isotonic"] = sts_metrics(cosines, pairs.scores, pairs.scale, mapping)["edrm"]
     return metrics, cosines
 
 

@@ -66,7 +66,7 @@ class STSEvaluator:
     The caller sets eval and inference mode and places the batches (the training loop does)."""
 
     def __call__(self, model: Encoder, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
-        from lmplatform.evaluation.sts import pearson, spearman
+        from lmplatform.evaluation.metrics.sts import pearson, spearman
 
         cos: list[float] = []
         gold: list[float] = []

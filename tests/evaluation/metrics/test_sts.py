@@ -1,20 +1,10 @@
-"""STS metrics against hand-computed values, EDRM worked cases and cosine scoring."""
+"""STS metrics against hand-computed values and EDRM worked cases."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lmplatform.data.sts_pairs import STSPairs
-from lmplatform.evaluation.sts import (
-    CosineToScale,
-    cosine_scores,
-    edrm,
-    evaluate_sts,
-    pearson,
-    spearman,
-)
+from lmplatform.evaluation.metrics.sts import CosineToScale, edrm, pearson, spearman, sts_metrics
 
 
 @pytest.mark.parametrize(
@@ -64,17 +54,10 @@ def test_cosine_to_scale_linear_and_isotonic() -> None:
         CosineToScale((0.0, 4.0), method="isotonic")([0.1])
 
 
-def test_cosine_scores_and_evaluate_with_a_tiny_encoder(tiny_bert: Path) -> None:
-    from lmplatform.models.encoder import Encoder
-
-    encoder = Encoder.from_pretrained(tiny_bert)
-    s1 = ["disk full on server", "vpn tunnel down", "disk full on server"]
-    s2 = ["disk full on server", "printer jam", "memory error"]
-    cos = cosine_scores(encoder, s1, s2)
-    vectors = encoder.encode(s1 + s2)
-    expected = np.sum(vectors[:3] * vectors[3:], axis=1)
-    assert cos == pytest.approx(expected, abs=1e-5) and cos[0] == pytest.approx(1.0, abs=1e-5)
-    pairs = STSPairs("toy", s1, s2, np.array([5.0, 0.0, 1.0]), (0.0, 5.0))
-    metrics = evaluate_sts(encoder, pairs)
-    assert set(metrics) == {"spearman", "pearson", "edrm", "pairs"} and metrics["pairs"] == 3
-    assert metrics["spearman"] == pytest.approx(spearman(cos, [5.0, 0.0, 1.0]))
+def test_sts_metrics_correlate_raw_cosines_and_map_them_for_edrm() -> None:
+    cosines, gold = [0.2, 0.9, 0.5], [1.0, 5.0, 2.0]
+    metrics = sts_metrics(cosines, gold, (0.0, 5.0))
+    assert metrics["spearman"] == pytest.approx(1.0) and metrics["pairs"] == 3.0
+    assert metrics["pearson"] == pytest.approx(pearson(cosines, gold))
+    # linear map [0, 1] -> [0, 5]: predictions 1.0, 4.5, 2.5
+    assert metrics["edrm"] == pytest.approx(edrm([1.0, 4.5, 2.5], gold, (0.0, 5.0)))

@@ -1,4 +1,5 @@
-"""Semantic textual similarity: cosine scoring of sentence pairs, Spearman/Pearson, EDRM.
+"""Semantic textual similarity metrics: Spearman, Pearson and EDRM of predicted similarities against gold
+scores, and the maps from cosine to a gold scale that EDRM needs.
 
 EDRM ("exactitude en distance relative à la solution moyenne", DEFT 2020 / CLISTER)
 scores how close each predicted similarity is to the gold one, relative to the
@@ -25,19 +26,21 @@ from typing import Literal, Optional, Sequence
 import numpy as np
 from scipy import stats
 
-from lmplatform.data.sts_pairs import STSPairs
-
 
 def spearman(predicted: Sequence[float], gold: Sequence[float]) -> float:
+    """Spearman's ρ = the Pearson correlation of the ranks of `predicted` and `gold` (ties get their average rank);
+    with no ties, ρ = 1 − 6 Σ d_i² / (n (n² − 1)), d_i the difference of pair i's two ranks."""
     return float(stats.spearmanr(predicted, gold).statistic)
 
 
 def pearson(predicted: Sequence[float], gold: Sequence[float]) -> float:
+    """Pearson's r = Σ (x_i − x̄)(y_i − ȳ) / sqrt(Σ (x_i − x̄)² Σ (y_i − ȳ)²), x = predicted, y = gold."""
     return float(stats.pearsonr(predicted, gold).statistic)
 
 
 def edrm(predicted: Sequence[float], gold: Sequence[float], scale: tuple[float, float] = (0.0, 5.0)) -> float:
-    """Mean of 1 - |pred - gold| / dmax(gold) with both on `scale`; see the module docstring."""
+    """EDRM = (1/N) Σ_i (1 − |pred_i − gold_i| / dmax_i), dmax_i = max(gold_i − low, high − gold_i), with the
+    predictions clipped to `scale` = (low, high) first; see the module docstring."""
     low, high = scale
     if not high > low:
         raise ValueError(f"scale must be (low, high) with high > low, got {scale}")
@@ -52,7 +55,11 @@ def edrm(predicted: Sequence[float], gold: Sequence[float], scale: tuple[float, 
 
 
 class CosineToScale:
-    """Maps cosine similarities onto a gold scale for EDRM (see the module docstring)."""
+    """Maps cosine similarities onto a gold scale (low, high) for EDRM (see the module docstring).
+
+    linear: low + (cos − c_low) / (c_high − c_low) · (high − low), clipped to the scale, with
+    (c_low, c_high) = `cosine_range`; isotonic: a monotone step function fitted on labelled pairs.
+    """
 
     def __init__(self, scale: tuple[float, float], method: Literal["linear", "isotonic"] = "linear",
                  cosine_range: tuple[float, float] = (0.0, 1.0)):
@@ -81,26 +88,15 @@ class CosineToScale:
         return np.clip(low + (cos - c_low) / (c_high - c_low) * (high - low), low, high)
 
 
-def cosine_scores(encoder, sentence1: Sequence[str], sentence2: Sequence[str], batch_size: int = 32) -> np.ndarray:  # noqa: ANN001 - an Encoder
-    """Cosine similarity of each pair; each distinct sentence is encoded once."""
-    unique = list(dict.fromkeys([*sentence1, *sentence2]))
-    position = {text: i for i, text in enumerate(unique)}
-    vectors = encoder.encode(unique, batch_size=batch_size, normalize=True)
-    a = vectors[[position[t] for t in sentence1]]
-    b = vectors[[position[t] for t in sentence2]]
-    return np.sum(a * b, axis=1).astype(np.float64)
-
-
-def sts_metrics(cosines: Sequence[float], pairs: STSPairs, mapping: Optional[CosineToScale] = None) -> dict[str, float]:
-    """Spearman and Pearson of raw cosines, EDRM of the mapped ones (linear by default)."""
-    mapping = mapping or CosineToScale(pairs.scale)
+def sts_metrics(cosines: Sequence[float], gold: Sequence[float], scale: tuple[float, float],
+                mapping: Optional[CosineToScale] = None) -> dict[str, float]:
+    """Spearman and Pearson of the raw cosines against `gold`, EDRM of the cosines mapped onto `scale` by
+    `mapping` (by default linearly from [0, 1]), and the number of pairs."""
+    mapping = mapping or CosineToScale(scale)
+    gold = np.asarray(gold, dtype=np.float64)
     return {
-        "spearman": spearman(cosines, pairs.scores),
-        "pearson": pearson(cosines, pairs.scores),
-        "edrm": edrm(mapping(cosines), pairs.scores, pairs.scale),
-        "pairs": float(len(pairs)),
+        "spearman": spearman(cosines, gold),
+        "pearson": pearson(cosines, gold),
+        "edrm": edrm(mapping(cosines), gold, scale),
+        "pairs": float(len(gold)),
     }
-
-
-def evaluate_sts(encoder, pairs: STSPairs, mapping: Optional[CosineToScale] = None, batch_size: int = 32) -> dict[str, float]:  # noqa: ANN001
-    return sts_metrics(cosine_scores(encoder, pairs.sentence1, pairs.sentence2, batch_size), pairs, mapping)
