@@ -3,7 +3,7 @@ row is unusable (a reason string, which the readers record with the row's file a
 
 One place for these rules, used by the training readers (the `sts` and `classifier` objectives through
 `data.labelled.read_labelled`) and the evaluation readers (`data.sts_pairs.read_pairs_jsonl`,
-`evaluation.classification.read_labelled_texts`).
+`data.labelled_texts.read_labelled_texts`).
 """
 from __future__ import annotations
 

@@ -17,13 +17,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from lmplatform.data.labelled_texts import merge_rare_labels, read_labelled_texts
 from lmplatform.data.readers import DataError
-from lmplatform.evaluation.classification import (
-    TABLE_COLUMNS,
-    classification_metrics,
-    confusion_matrix_png,
-    read_labelled_texts,
-)
+from lmplatform.evaluation.classification import TABLE_COLUMNS, classification_metrics, confusion_matrix_png
 from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask, ClassifierHeadConfig
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult, artifact_name
 from lmplatform.markdown import markdown_table
@@ -65,8 +61,6 @@ def read_classification_splits(ds: ClassificationDataset) -> tuple[dict[str, Spl
 def merge_rare_classes(splits: dict[str, Split], min_size: int, other: str = "Other") -> dict[str, Split]:
     """Classes with fewer than `min_size` examples in the train split become `other`, in every split
     (`merge_rare_labels`: held-out labels never decide which classes exist)."""
-    from lmplatform.evaluation.classification import merge_rare_labels
-
     names = [key for key, (texts, _) in splits.items() for _ in texts]
     merged = iter(merge_rare_labels([y for _, labels in splits.values() for y in labels], names, min_size, "train", other))
     return {key: (texts, [next(merged) for _ in labels]) for key, (texts, labels) in splits.items()}
