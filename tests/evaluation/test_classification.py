@@ -1,12 +1,10 @@
-"""Classification metrics against hand-computed values, the confusion PNG and the settings table."""
+"""Classification metrics against hand-computed values, and the settings table."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lmplatform.evaluation.classification import classification_metrics, confusion_matrix_png, settings_table
+from lmplatform.evaluation.classification import classification_metrics, settings_table
 
 
 def test_binary_metrics_by_hand() -> None:
@@ -39,8 +37,6 @@ def test_multiclass_auc_is_macro_one_vs_rest_and_skips_undefined_classes() -> No
         classification_metrics(y, proba[:, :3], labels)
 
 
-def test_confusion_png_and_table(tmp_path: Path) -> None:
-    png = confusion_matrix_png(["a", "b", "b"], ["a", "a", "b"], ["a", "b"], tmp_path / "cm.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_settings_table() -> None:
     table = settings_table([{"setting": "frozen", "trainable_parameters": 1234, "accuracy": 0.5}], ["accuracy"])
     assert "| frozen | 1,234 | 0.5000 |" in table

@@ -1,4 +1,4 @@
-"""Classification metrics, confusion-matrix plots and the frozen-vs-fine-tuned study.
+"""Classification metrics and the frozen-vs-fine-tuned study.
 
 Metrics follow the incident-report study's tables: accuracy, ROC-AUC, and F1 /
 precision / recall both weighted and macro. ROC-AUC is the binary AUC for two
@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from lmplatform.evaluation.plots import confusion_matrix_png
 from lmplatform.markdown import markdown_table
 
 
@@ -45,38 +46,6 @@ def classification_metrics(y_true: Sequence[str], proba: np.ndarray, labels: Seq
         out["roc_auc"] = float(np.mean(aucs)) if aucs else float("nan")
         out["roc_auc_classes"] = float(len(aucs))
     return out
-
-
-def confusion_matrix_png(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str], path: str | Path,
-                         title: str = "Confusion matrix") -> Path:
-    """Counts with row-normalised colours (recall per class on the diagonal), saved as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.metrics import confusion_matrix
-
-    labels = [str(label) for label in labels]
-    matrix = confusion_matrix([str(y) for y in y_true], [str(y) for y in y_pred], labels=labels)
-    rates = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
-    size = max(4.0, 0.6 * len(labels) + 2)
-    fig, ax = plt.subplots(figsize=(size + 1, size))
-    image = ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
-    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
-    ax.set_yticks(range(len(labels)), labels)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(title)
-    for i in range(len(labels)):
-        for j in range(len(labels)):
-            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", color="white" if rates[i, j] > 0.5 else "black", fontsize=8)
-    fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 # -- the incident-report study ---------------------------------------------

@@ -19,9 +19,10 @@ import numpy as np
 
 from lmplatform.data.labelled_texts import merge_rare_labels, read_labelled_texts
 from lmplatform.data.readers import DataError
-from lmplatform.evaluation.classification import TABLE_COLUMNS, classification_metrics, confusion_matrix_png
+from lmplatform.evaluation.classification import TABLE_COLUMNS, classification_metrics
 from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask, ClassifierHeadConfig
-from lmplatform.evaluation.tasks.common import ModelCache, TaskResult, artifact_name
+from lmplatform.evaluation.plots import artifact_name, confusion_matrix_png
+from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.markdown import markdown_table
 
 logger = logging.getLogger(__name__)

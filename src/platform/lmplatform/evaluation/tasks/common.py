@@ -1,7 +1,6 @@
-"""What every evaluation task shares: the `TaskResult` contract, a model cache, file names for artifacts."""
+"""What every evaluation task shares: the `TaskResult` contract and a model cache."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
@@ -47,8 +46,3 @@ class ModelCache:
         if path not in self._rerankers:
             self._rerankers[path] = CrossEncoder.from_pretrained(path)
         return self._rerankers[path]
-
-
-def artifact_name(*parts: str) -> str:
-    """A file-name-safe join of user-given labels (dataset, encoder names may hold '/' or spaces)."""
-    return "_".join(re.sub(r"[^\w.-]+", "-", p).strip("-") or "x" for p in parts)

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from lmplatform.evaluation.config import RetrievalTask, RetrieverSpec
 from lmplatform.evaluation.metrics.retrieval import retrieval_report
+from lmplatform.evaluation.plots import plot_recall_curves
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
 from lmplatform.markdown import markdown_table
@@ -81,26 +82,3 @@ def retrieval_section(results: list[dict[str, Any]]) -> str:
               f"list (top {max(int(k.split('@')[1]) for k in results[0]['metrics'] if k.startswith('recall@'))}). "
               f"Queries skipped because no relevant report is in the searched corpus: {skipped}."]
     return "\n".join(lines) + "\n"
-
-
-def plot_recall_curves(results: list[dict[str, Any]], ks: list[int], output_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    output_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for key in dict.fromkeys((r["dataset"], r["scenario"]) for r in results):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for r in (r for r in results if (r["dataset"], r["scenario"]) == key):
-            ax.plot(ks, [r["metrics"][f"recall@{k}"] for k in ks], marker="o", label=r["retriever"])
-        ax.set(xlabel="K", ylabel="Recall@K", title=f"{key[0]} / {key[1]}", ylim=(0, 1))
-        ax.grid(alpha=0.3)
-        ax.legend()
-        path = output_dir / f"recall_at_k_{key[0]}_{key[1]}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths

@@ -16,7 +16,8 @@ import numpy as np
 from lmplatform.data.sts_pairs import STSPairs, read_pairs_jsonl
 from lmplatform.evaluation.config import StsDataset, StsTask
 from lmplatform.evaluation.metrics.sts import CosineToScale, sts_metrics
-from lmplatform.evaluation.tasks.common import ModelCache, TaskResult, artifact_name
+from lmplatform.evaluation.plots import plot_sts_scatter
+from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.markdown import markdown_table
 
 logger = logging.getLogger(__name__)
@@ -92,23 +93,3 @@ def sts_section(results: list[dict[str, Any]]) -> str:
               "onto the gold scale (linear: a fixed cosine range, isotonic: fitted on the dataset's fit_path). "
               f"Rows skipped as unusable: {bad}."]
     return "\n".join(lines) + "\n"
-
-
-def plot_sts_scatter(dataset: str, pairs: STSPairs, encoders: list[Any], cosines: dict[tuple[str, str], np.ndarray],
-                     output_dir: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    output_dir.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, len(encoders), figsize=(4.5 * len(encoders), 4), squeeze=False)
-    for ax, spec in zip(axes[0], encoders):
-        ax.scatter(pairs.scores, cosines[(dataset, spec.name)], s=6, alpha=0.4)
-        ax.set(xlabel="gold score", ylabel="cosine", title=f"{dataset} / {spec.name}")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = output_dir / f"sts_scatter_{artifact_name(dataset)}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
