@@ -1,4 +1,5 @@
-"""Real Ray Train runs of the classifier (tiny BERT), frozen then fine-tuned, compared on a test set and logged to MLflow."""
+"""Real Ray Train runs of the classifier (tiny BERT), frozen then fine-tuned, compared on a test set and logged to MLflow;
+the table that sets them side by side."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ import random
 import pytest
 
 from lmplatform.config import load_run_config
-from lmplatform.evaluation.classification import frozen_vs_finetuned
+from lmplatform.evaluation.frozen_vs_finetuned import frozen_vs_finetuned, settings_table
 
 VOCAB = {
     "storage": "disk backup queue memory".split(),
@@ -64,3 +65,8 @@ def test_frozen_and_finetuned_classifiers_beat_chance(ray_session, tiny_bert, ml
     assert "evaluation/confusion_frozen.png" in artifacts
     model_files = {a.path for a in client.list_artifacts(frozen["mlflow_run_id"], "model")}
     assert {"model/classifier_head.pt", "model/labels.json"} <= model_files
+
+
+def test_settings_table() -> None:
+    table = settings_table([{"setting": "frozen", "trainable_parameters": 1234, "accuracy": 0.5}], ["accuracy"])
+    assert "| frozen | 1,234 | 0.5000 |" in table

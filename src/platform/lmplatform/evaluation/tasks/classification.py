@@ -4,7 +4,7 @@ Each split is encoded once; the head (depth 2 by default) is trained in-process 
 the cached vectors and the epoch with the best dev accuracy is kept
 (`lmplatform.objectives.classifier.frozen_head.train_frozen_head`, the fast
 path of the `classifier` objective with `freeze_encoder=true`). The fine-tuned setting needs Ray Train:
-`lmplatform.evaluation.classification.frozen_vs_finetuned`.
+`lmplatform.evaluation.frozen_vs_finetuned`.
 Test examples whose label never occurs in train cannot be predicted; they are
 left out and counted (`test_unknown_label`).
 """
@@ -19,8 +19,8 @@ import numpy as np
 
 from lmplatform.data.labelled_texts import merge_rare_labels, read_labelled_texts
 from lmplatform.data.readers import DataError
-from lmplatform.evaluation.classification import TABLE_COLUMNS, classification_metrics
 from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask, ClassifierHeadConfig
+from lmplatform.evaluation.metrics.classification import TABLE_COLUMNS, classification_metrics
 from lmplatform.evaluation.plots import artifact_name, confusion_matrix_png
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.markdown import markdown_table

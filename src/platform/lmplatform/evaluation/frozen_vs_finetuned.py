@@ -1,10 +1,8 @@
-"""Classification metrics and the frozen-vs-fine-tuned study.
+"""The incident-report study: the classifier trained with its encoder frozen, then fine-tuned, compared on a test set.
 
-Metrics follow the incident-report study's tables: accuracy, ROC-AUC, and F1 /
-precision / recall both weighted and macro. ROC-AUC is the binary AUC for two
-classes and the macro mean of one-vs-rest AUCs otherwise; a class with no
-positive (or no negative) example in `y_true` has no defined AUC and is left
-out of the mean (the number of classes used is reported as `roc_auc_classes`).
+Each setting is one Ray Train run of the `classifier` objective; its test metrics
+(`metrics.classification.classification_metrics`) and confusion matrix go to its own MLflow run,
+and the two settings side by side to `classification_table.{json,md}`.
 """
 from __future__ import annotations
 
@@ -14,41 +12,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from lmplatform.evaluation.metrics.classification import TABLE_COLUMNS, classification_metrics
 from lmplatform.evaluation.plots import confusion_matrix_png
 from lmplatform.markdown import markdown_table
 
-
-def classification_metrics(y_true: Sequence[str], proba: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
-    """Metrics of class probabilities `proba` [n, len(labels)] against true label names."""
-    from sklearn.metrics import accuracy_score, precision_recall_fscore_support, roc_auc_score
-
-    labels = [str(label) for label in labels]
-    proba = np.asarray(proba, dtype=np.float64)
-    if proba.shape != (len(y_true), len(labels)):
-        raise ValueError(f"proba must be [{len(y_true)}, {len(labels)}], got {list(proba.shape)}")
-    index = {name: i for i, name in enumerate(labels)}
-    unknown = sorted({str(y) for y in y_true} - set(index))
-    if unknown:
-        raise ValueError(f"true labels not among the classifier's classes: {unknown}")
-    true_ids = np.array([index[str(y)] for y in y_true])
-    pred_ids = proba.argmax(axis=1)
-    out: dict[str, float] = {"accuracy": float(accuracy_score(true_ids, pred_ids)), "examples": float(len(true_ids))}
-    present = sorted(set(true_ids.tolist()) | set(pred_ids.tolist()))
-    for average in ("macro", "weighted"):
-        p, r, f, _ = precision_recall_fscore_support(true_ids, pred_ids, labels=present, average=average, zero_division=0)
-        out |= {f"precision_{average}": float(p), f"recall_{average}": float(r), f"f1_{average}": float(f)}
-    if len(labels) == 2:
-        both = len(set(true_ids.tolist())) == 2
-        out["roc_auc"] = float(roc_auc_score(true_ids, proba[:, 1])) if both else float("nan")
-        out["roc_auc_classes"] = 2.0 if both else 0.0
-    else:
-        aucs = [roc_auc_score(true_ids == c, proba[:, c]) for c in range(len(labels)) if 0 < (true_ids == c).sum() < len(true_ids)]
-        out["roc_auc"] = float(np.mean(aucs)) if aucs else float("nan")
-        out["roc_auc_classes"] = float(len(aucs))
-    return out
-
-
-# -- the incident-report study ---------------------------------------------
 
 def evaluate_classifier(classifier: Any, texts: Sequence[str], labels: Sequence[str], out_dir: Optional[Path] = None,
                         title: str = "") -> tuple[dict[str, float], Optional[Path]]:
@@ -61,10 +28,6 @@ def evaluate_classifier(classifier: Any, texts: Sequence[str], labels: Sequence[
         png = confusion_matrix_png(labels, predicted, classifier.labels, Path(out_dir) / f"confusion_{title or 'model'}.png",
                                    title=f"Confusion matrix {title}".strip())
     return metrics, png
-
-
-TABLE_COLUMNS = ("accuracy", "roc_auc", "f1_weighted", "precision_weighted", "recall_weighted", "f1_macro",
-                 "precision_macro", "recall_macro")
 
 
 def settings_table(rows: list[dict[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:

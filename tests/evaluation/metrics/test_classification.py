@@ -1,10 +1,10 @@
-"""Classification metrics against hand-computed values, and the settings table."""
+"""Classification metrics against hand-computed values."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lmplatform.evaluation.classification import classification_metrics, settings_table
+from lmplatform.evaluation.metrics.classification import classification_metrics
 
 
 def test_binary_metrics_by_hand() -> None:
@@ -35,8 +35,3 @@ def test_multiclass_auc_is_macro_one_vs_rest_and_skips_undefined_classes() -> No
         classification_metrics(["z"], proba[:1], labels)
     with pytest.raises(ValueError, match="proba must be"):
         classification_metrics(y, proba[:, :3], labels)
-
-
-def test_settings_table() -> None:
-    table = settings_table([{"setting": "frozen", "trainable_parameters": 1234, "accuracy": 0.5}], ["accuracy"])
-    assert "| frozen | 1,234 | 0.5000 |" in table
