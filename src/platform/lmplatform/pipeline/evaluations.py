@@ -22,7 +22,7 @@ class StageEvaluationResult:
 def old_domain_mlm_loss_evaluation(model_dir: str, cfg: "StageEvaluationConfig", head_from: Optional[str]) -> StageEvaluationResult:
     """MLM loss on held-out text with fixed masks; the score for R is the masked-token accuracy."""
     from lmplatform.data.sampling import sample_texts
-    from lmplatform.evaluation.forgetting import old_domain_mlm_loss
+    from lmplatform.evaluation.old_domain_mlm import old_domain_mlm_loss
 
     texts = sample_texts(cfg.data, cfg.max_texts, seed=cfg.mask_seed, split=cfg.split)
     if not texts:

@@ -218,7 +218,7 @@ def general_probes(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_
 def _old_domain_probe(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_dir: str | Path) -> ProbeResult:
     from lmplatform.config.schema import DataConfig
     from lmplatform.data.sampling import sample_texts
-    from lmplatform.evaluation.forgetting import old_domain_mlm_loss
+    from lmplatform.evaluation.old_domain_mlm import old_domain_mlm_loss
 
     if not (has_trained_mlm_head(candidate_dir) and has_trained_mlm_head(comparator_dir)):
         return ProbeResult("old_domain_mlm_loss", None, None, None, higher_is_better=False,

@@ -1,12 +1,10 @@
-"""Continual-learning metrics against hand-computed matrices, and the old-domain MLM loss."""
+"""Continual-learning metrics against hand-computed matrices."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lmplatform.evaluation.forgetting import (
+from lmplatform.evaluation.metrics.continual import (
     average_accuracy,
     backward_transfer,
     bwt_plus,
@@ -14,7 +12,6 @@ from lmplatform.evaluation.forgetting import (
     final_average_accuracy,
     forward_transfer,
     forward_transfer_upper,
-    old_domain_mlm_loss,
     remembering,
 )
 
@@ -87,22 +84,3 @@ def test_single_task_and_bad_shapes() -> None:
         backward_transfer([[0.5, np.nan], [np.nan, 0.4]])
     # upper-triangle entries may be missing: only the metrics that need them are left out
     assert "FWT_upper" not in continual_metrics([[0.5, np.nan], [0.4, 0.6]])
-
-
-def test_old_domain_mlm_loss_is_reproducible_and_borrows_a_head(tiny_bert: Path, tmp_path: Path) -> None:
-    from transformers import AutoModel, AutoTokenizer
-
-    texts = ["printer crash after restart", "vpn tunnel certificate expired", "database login timeout error"] * 3
-    first = old_domain_mlm_loss(tiny_bert, texts, batch_size=4, max_seq_length=32)
-    again = old_domain_mlm_loss(tiny_bert, texts, batch_size=4, max_seq_length=32)
-    assert first["mlm_loss"] == again["mlm_loss"] > 0  # fixed masks
-    assert first["texts"] == 9 and first["masked_tokens"] >= 3  # at least one per batch
-
-    # a bi-encoder style export: backbone only
-    backbone_dir = tmp_path / "backbone"
-    AutoModel.from_pretrained(str(tiny_bert)).save_pretrained(str(backbone_dir))
-    AutoTokenizer.from_pretrained(str(tiny_bert)).save_pretrained(str(backbone_dir))
-    with pytest.raises(ValueError, match="has no MLM head"):
-        old_domain_mlm_loss(backbone_dir, texts)
-    borrowed = old_domain_mlm_loss(backbone_dir, texts, mlm_head_from=tiny_bert, batch_size=4, max_seq_length=32)
-    assert borrowed["mlm_loss"] == pytest.approx(first["mlm_loss"], rel=1e-5)  # same weights, same head
