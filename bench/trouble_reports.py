@@ -353,7 +353,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     import torch
 
     from lmplatform.config.schema import DataConfig
-    from lmplatform.evaluation.probes import read_glue_probe
+    from lmplatform.data.glue_probes import read_glue_probe
     from lmplatform.objectives.ewc_setup import compute_fisher_file
     from lmplatform.pipeline.runner import format_table
     from lmplatform.ray_runtime import ensure_ray
