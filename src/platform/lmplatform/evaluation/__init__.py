@@ -1,1 +1,8 @@
-"""Evaluation: retrieval, STS, classification, behavioural tests and forgetting; shared by training, tuning and serving."""
+"""Evaluation, shared by training, tuning, pipelines and `lmp evaluate`.
+
+`metrics/` holds the metrics as pure functions of numbers; `tasks/` the tasks of an evaluation config
+(retrieval, sts, classification), which `runner` runs into a report; `plots` their figures. Beside them:
+corpus-level `retrieval_validation` (inside training and in the champion gate), `behavioural` suites,
+GLUE `probes`, the `old_domain_mlm` loss and the `frozen_vs_finetuned` study. The datasets they read
+are read by `lmplatform.data`.
+"""
