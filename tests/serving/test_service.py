@@ -194,6 +194,57 @@ def test_openai_embeddings_route_answers_what_the_openai_sdk_sends(service: Serv
     assert service.client.get("/openapi.json").json()["paths"]["/v1/embeddings"]["post"]
 
 
+def _scrape() -> str:
+    """Every live node's Prometheus endpoint, as a scraper reads it (the metrics export port, /metrics)."""
+    from lmplatform.serving.metrics import scrape_urls
+
+    urls = scrape_urls()
+    assert urls and all(url.startswith("http://127.0.0.1:") for url in urls), urls
+    return "\n".join(httpx.get(url, timeout=30).text for url in urls)
+
+
+def _samples(page: str, name: str, **labels: str) -> list[float]:
+    """Values of the samples `name` (Ray's `ray_` prefix added) whose labels include `labels`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [sample.value for family in text_string_to_metric_families(page) for sample in family.samples
+            if sample.name == f"ray_{name}" and labels.items() <= sample.labels.items()]
+
+
+def _metric_reaches(name: str, value: float, **labels: str) -> str:
+    """Scrape until the summed samples reach `value` (Ray exports on an interval, ~10 s), then return the page."""
+    while sum(_samples(page := _scrape(), name, **labels)) < value:
+        time.sleep(0.5)
+    return page
+
+
+def test_metrics_count_requests_batches_the_index_and_the_served_version(service: Service) -> None:
+    """Requests of a route and status no other test has sent yet, so their counts are known exactly."""
+    for _ in range(3):
+        assert httpx.post(f"{service.url}/v1/embeddings", json={"input": "x", "model": "m"}).status_code == 401
+    _ok(service.client.post("/v1/embeddings", json={"input": ["vpn down", "disk full"], "model": "m"}))  # one batch at least
+    for path in ("/v1/made-up", "/v1/another-made-up"):
+        assert service.client.post(path, json={}).status_code == 404
+    page = _metric_reaches("lmp_requests_total", 3, route="/v1/embeddings", status="401")
+    page = _metric_reaches("lmp_requests_total", 2, route="other", status="404")
+    assert sum(_samples(page, "lmp_requests_total", route="/v1/embeddings", status="401", method="POST")) == 3
+    assert sum(_samples(page, "lmp_requests_total", route="other", status="404")) == 2  # made-up paths: one series
+    assert not _samples(page, "lmp_requests_total", route="/v1/made-up")
+    answered = sum(_samples(page, "lmp_requests_total", route="/v1/embeddings"))
+    assert sum(_samples(page, "lmp_request_latency_ms_count", route="/v1/embeddings")) == answered > 3
+    assert sum(_samples(page, "lmp_request_latency_ms_bucket", route="/v1/embeddings", le="+Inf")) == answered
+
+    # Batches: counted in both histograms; the two-text request of this test fell in a bucket above 1 text.
+    page = _metric_reaches("lmp_batch_texts_count", 1, method="embed")
+    batches = sum(_samples(page, "lmp_batch_texts_count", method="embed"))
+    assert batches == sum(_samples(page, "lmp_batch_requests_count", method="embed")) > 0
+    assert sum(_samples(page, "lmp_batch_texts_bucket", method="embed", le="1.0")) < batches
+    page = _metric_reaches("lmp_index_documents", 1, release=f"{MODEL_NAME}/1")
+    assert set(_samples(page, "lmp_index_documents", release=f"{MODEL_NAME}/1")) == {len(service.documents)}
+    page = _metric_reaches("lmp_model_info", 1, release=f"{MODEL_NAME}/1")
+    assert _samples(page, "lmp_model_info", registered_name=MODEL_NAME, model_version="1", alias="champion") == [1.0]
+
+
 BAD_REQUESTS = [
     ("/v1/search", {"query": "", "k": 3}, 422, "query"),
     ("/v1/search", {"query": "   \n\t", "k": 3}, 422, "query"),
@@ -492,6 +543,11 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
         assert all(a.error is None and f"{MODEL_NAME}/2" in a.status["releases"] for a in answers), answers
         problems = lacking(app, deployment, f"{MODEL_NAME}/99")
         assert len(problems) == 2 and all(any(rid in p for p in problems) for rid in listed), problems
+
+    # The served version is in the metrics: version 2 now; version 1's series ends (Ray drops it once not re-sent).
+    _metric_reaches("lmp_model_info", 1, model_version="2", release=f"{MODEL_NAME}/2")
+    while _samples(_scrape(), "lmp_model_info", model_version="1"):
+        time.sleep(0.5)
 
     info = _ok(service.client.get("/v1/model"))
     assert (info["version"], info["mlflow_run_id"], info["dim"]) == ("2", service.runs["2"], 48)

@@ -70,10 +70,12 @@ def run(
         return
     import ray
 
+    from lmplatform.serving.metrics import scrape_urls
+
     ray_address = ray.get_runtime_context().gcs_address  # for `lmp serve reload|status --address`
     url = direct_urls[0] if direct_urls else plan.url
     typer.echo(json.dumps({"app": plan.name, "url": url, "docs": f"{url}/docs", "release": plan.release.id,
-                           "ray_address": ray_address, "direct_ingress": direct_urls}))
+                           "ray_address": ray_address, "direct_ingress": direct_urls, "metrics": scrape_urls()}))
     if detach:
         return
     stopping = {"now": False}

@@ -24,6 +24,7 @@ import numpy as np
 from ray import serve
 
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
+from lmplatform.serving.metrics import record_batch
 from lmplatform.serving.release import Release, ReleaseError, fetch, load_index_and_store
 
 logger = logging.getLogger("ray.serve")
@@ -159,7 +160,10 @@ class RetrieverDeployment:
         self.isolate_embed, self.isolate_search = BatchIsolation("retriever embed"), BatchIsolation("retriever search")
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
+        from lmplatform.serving.metrics import record_index_sizes
+
         self.releases.reconfigure(user_config)
+        record_index_sizes({rid: len(self.releases.get(rid).index) for rid in self.releases.ids()})
 
     def record_routing_stats(self) -> dict[str, Any]:
         """This replica's releases and batches split by a failure (see the module doc)."""
@@ -186,6 +190,7 @@ class RetrieverDeployment:
         return await asyncio.to_thread(self.isolate_embed, self._embed_items, items)
 
     def _embed_items(self, items: list[tuple[str, list[str]]]) -> list[np.ndarray]:
+        record_batch("embed", len(items), _texts_in(items))
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
             vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
@@ -205,6 +210,7 @@ class RetrieverDeployment:
         return await asyncio.to_thread(self.isolate_search, self._search_items, items)
 
     def _search_items(self, items: list[tuple[str, list[str], int, int]]) -> list[list[list[dict[str, Any]]]]:
+        record_batch("search", len(items), _texts_in(items))
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
             k = max(items[n][2] for n in members)
@@ -288,6 +294,7 @@ class RerankerDeployment:
         return await asyncio.to_thread(self.isolate, self._score_items, items)
 
     def _score_items(self, items: list[tuple[str, list[str]]]) -> list[list[float]]:
+        record_batch("score", len(items), _pairs_in(items))
         queries = [q for q, documents in items for _ in documents]
         documents = [d for _, docs in items for d in docs]
         scores = self.model.score(queries, documents, batch_size=self.max_batch_size).tolist()

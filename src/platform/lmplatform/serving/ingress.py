@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 
 from lmplatform.serving.http_errors import error_response
 from lmplatform.serving.http_guard import RequestGuard
+from lmplatform.serving.metrics import RequestMetrics
 from lmplatform.serving.release import Release
 from lmplatform.serving.schemas import (
     ClassifyResponse,
@@ -55,6 +56,8 @@ api = FastAPI(
 )
 # Body size, bearer token and JSON bodies whatever their Content-Type, before FastAPI reads a byte.
 api.add_middleware(RequestGuard)
+# Added last, so outermost: every answer is counted and timed, the guard's refusals included.
+api.add_middleware(RequestMetrics)
 
 
 @api.exception_handler(RequestValidationError)
@@ -107,6 +110,11 @@ def _find_cause(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> O
     return None
 
 
+def _model_tags(release: Release) -> dict[str, Optional[str]]:
+    return {"registered_name": release.registered_name, "model_version": release.version, "alias": release.alias,
+            "release": release.id}
+
+
 class _Refused(Exception):
     """A backend's refusal (404: cannot answer this kind of request; 503: release not loaded)."""
 
@@ -140,8 +148,11 @@ class ServeIngress:
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Route new requests to `active` (the model deployments already hold it: see control.reload)."""
+        from lmplatform.serving.metrics import record_model
+
         self.active = Release.model_validate(user_config["active"])
         self.switched_at = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+        record_model(_model_tags(self.active))
 
     def _release(self) -> Release:
         if self.active is None:
