@@ -143,17 +143,15 @@ def load_ranker(model_dir: str | Path, objective: str) -> object:
 
 
 def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]:
-    from scipy.stats import spearmanr
-
     from lmplatform.data.sts_pairs import read_pairs_jsonl
+    from lmplatform.evaluation.metrics.sts import spearman
+    from lmplatform.evaluation.tasks.sts import cosine_scores
 
     pairs = read_pairs_jsonl(spec.path, "sts", spec.scale, spec.score_field, spec.sentence1_field,
                              spec.sentence2_field, where=spec.where or None, limit=spec.limit)
     out = []
     for encoder in encoders:
-        a = encoder.encode(pairs.sentence1)  # type: ignore[attr-defined]
-        b = encoder.encode(pairs.sentence2)  # type: ignore[attr-defined]
-        rho = float(spearmanr((a * b).sum(1), pairs.scores).statistic)
+        rho = spearman(cosine_scores(encoder, pairs.sentence1, pairs.sentence2), pairs.scores)
         out.append(rho if np.isfinite(rho) else 0.0)  # constant similarities (a collapsed model) rank nothing
     return out
 
