@@ -82,3 +82,24 @@ def test_bad_encode_options_are_clear_errors(tiny_bert: Path) -> None:
     with pytest.raises(ValueError, match="num_threads"):
         encoder.encode(["x"], num_threads=0)
     assert encoder.encode([]).shape == (0, encoder.dim)
+
+
+def test_loading_an_mlm_checkpoint_logs_no_key_table(tiny_bert: Path) -> None:
+    """tiny_bert is saved with its MLM head: the encoder drops it, as expected, without transformers' load report."""
+    import logging.handlers
+
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    seen = logging.handlers.BufferingHandler(capacity=10_000)
+    library = logging.getLogger("transformers")
+    library.addHandler(seen)
+    try:
+        AutoModel.from_pretrained(str(tiny_bert))  # what transformers reports when asked directly
+        assert any("LOAD REPORT" in r.getMessage() and "UNEXPECTED" in r.getMessage() for r in seen.buffer)
+        seen.buffer.clear()
+        Encoder.from_pretrained(tiny_bert)
+        assert not [r.getMessage()[:80] for r in seen.buffer if r.levelno >= logging.WARNING]
+    finally:
+        library.removeHandler(seen)
+    assert not hf_logging.is_progress_bar_enabled()  # HF_HUB_DISABLE_PROGRESS_BARS, a runtime default

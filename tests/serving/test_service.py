@@ -245,6 +245,27 @@ def test_metrics_count_requests_batches_the_index_and_the_served_version(service
     assert _samples(page, "lmp_model_info", registered_name=MODEL_NAME, model_version="1", alias="champion") == [1.0]
 
 
+def test_access_lines_go_to_the_replica_log_files_not_the_console(service: Service) -> None:
+    """A request with its own id: its access line is in the replicas' Serve log files, and in no worker's
+    stdout/stderr, which is what Ray copies to the console."""
+    import uuid
+
+    import ray
+
+    request_id = uuid.uuid4().hex
+    _ok(service.client.post("/v1/embed", json={"texts": ["vpn down"]}, headers={"X-Request-ID": request_id}))
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+
+    def holding(pattern: str) -> list[Path]:
+        return [p for p in logs.glob(pattern) if request_id in p.read_text(errors="replace")]
+
+    while len(holding("serve/replica_*.log")) < 2:  # the ingress's and the retriever's line
+        time.sleep(0.2)
+    assert not holding("worker-*.out") and not holding("worker-*.err")
+    # The replicas' other lines still reach the console (their stderr), e.g. the retriever's release load.
+    assert any("retriever: loaded release" in p.read_text(errors="replace") for p in logs.glob("worker-*.err"))
+
+
 BAD_REQUESTS = [
     ("/v1/search", {"query": "", "k": 3}, 422, "query"),
     ("/v1/search", {"query": "   \n\t", "k": 3}, 422, "query"),

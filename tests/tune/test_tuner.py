@@ -171,14 +171,55 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
     assert len(children) == 6
 
 
-def test_the_live_trial_table_shows_every_searched_parameter_and_the_metric(monkeypatch) -> None:  # noqa: ANN001
+def test_the_live_output_is_a_line_per_trial_event_with_its_parameters_and_metric(monkeypatch) -> None:  # noqa: ANN001
+    """Real Tune trials moved through a study's life: a line when one starts, reports or ends; nothing else."""
+    from ray.tune.experiment import Trial
+
+    from lmplatform.tune.progress import TrialStatusLines
     from lmplatform.tune.space import load_space
     from lmplatform.tune.tuner import _reporter
 
     monkeypatch.delenv("RAY_AIR_NEW_OUTPUT", raising=False)
     loaded = load_space(Path(__file__).resolve().parents[2] / "tune_spaces/knn_k.yaml")
     reporter = _reporter(loaded)["progress_reporter"]
-    assert list(reporter._parameter_columns) == ["k", "weights"]
-    assert "val_macro_f1" in reporter._metric_columns
-    monkeypatch.setenv("RAY_AIR_NEW_OUTPUT", "1")  # the user's choice of Ray's own table is kept
+    assert isinstance(reporter, TrialStatusLines) and reporter.parameters == ["k", "weights"]
+    import builtins
+
+    from ray import cloudpickle
+
+    patched, builtins.print = builtins.print, lambda *a, **k: None  # as Ray Train patches print in a driver
+    try:
+        cloudpickle.dumps(reporter)  # Tune pickles its run config, the reporter with it
+    finally:
+        builtins.print = patched
+    assert "val_macro_f1" in reporter.metrics
+    monkeypatch.setenv("RAY_AIR_NEW_OUTPUT", "1")  # the user's choice of Ray's own output is kept
     assert _reporter(loaded) == {}
+
+    lines: list[str] = []
+    reporter = TrialStatusLines(["val_macro_f1"], ["k", "weights"], lines.append)
+    a, b = Trial("knn", config={"k": 5, "weights": "distance"}, stub=True), Trial("knn", config={"k": 9}, stub=True)
+    trials = [a, b]
+
+    def tick() -> int:  # what Tune does on each turn of its loop
+        before = len(lines)
+        if reporter.should_report(trials):
+            reporter.report(trials, False)
+        return len(lines) - before
+
+    assert tick() == 2 and tick() == 0 and tick() == 0  # two new trials, then nothing new: no output
+    a.set_status(Trial.RUNNING)
+    assert tick() == 1 and tick() == 0
+    a.update_last_result({"training_iteration": 1, "val_macro_f1": 0.61234})
+    assert tick() == 1
+    a.update_last_result({"training_iteration": 2, "val_macro_f1": 0.7})
+    a.set_status(Trial.TERMINATED)
+    b.set_status(Trial.ERROR)
+    assert tick() == 2 and tick() == 0
+    assert lines == [
+        f"[tune] {a.trial_id} PENDING k=5, weights=distance", f"[tune] {b.trial_id} PENDING k=9",
+        f"[tune] {a.trial_id} RUNNING",
+        f"[tune] {a.trial_id} report 1: val_macro_f1=0.6123",
+        f"[tune] {a.trial_id} TERMINATED after 2 report(s): val_macro_f1=0.7",
+        f"[tune] {b.trial_id} ERROR after 0 report(s); see the trial folder",
+    ]

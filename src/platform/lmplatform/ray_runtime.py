@@ -3,16 +3,42 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any, Optional
 
 from lmplatform.runtime import apply_runtime_defaults, worker_env_vars
 
+RAY_DATA_LOGGING = Path(__file__).with_name("ray_data_logging.yaml")
+
 
 def quiet_ray_data() -> None:
-    """Ray Data's per-operator progress bars flood job logs; our loop prints its own progress."""
+    """Ray Data's per-operator progress bars flood job logs; our loop prints its own progress.
+
+    Its INFO lines (four per dataset execution) go to its log file only (`ray_data_logging.yaml`):
+    set before `ray.data` is imported here, and before an embedded Ray starts, whose workers inherit it.
+    A user's own RAY_DATA_LOGGING_CONFIG wins.
+    """
+    os.environ.setdefault("RAY_DATA_LOGGING_CONFIG", str(RAY_DATA_LOGGING))
     from ray.data import DataContext
 
     DataContext.get_current().enable_progress_bars = False
+
+
+class RayDataConsoleFilter(logging.Filter):
+    """Ray Data's console (see ray_data_logging.yaml) without the notice that its progress bars are off:
+    `quiet_ray_data` turned them off, and every new dataset coordinator would say so."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Progress bars disabled")
+
+
+def quiet_train_reports() -> None:
+    """In a Ray Train worker: its 'Reporting training result N: TrainingReport(...)' INFO line (hundreds of
+    characters, each report) stays in the log file. Ray logs it under the module's file path, not under
+    `ray.train`, so RunConfig's logging_config (WARNING, see train/run.py) does not reach it."""
+    from ray.train.v2._internal.execution import context
+
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
 def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:

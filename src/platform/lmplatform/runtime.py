@@ -21,6 +21,9 @@ RUNTIME_ENV_DEFAULTS: dict[str, str] = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_AUTH_MODE": "disabled",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    # Hugging Face's load/save progress bars ("Loading weights", "Writing model shards"; transformers reads
+    # it at import): two bar lines per model load or checkpoint, in every worker, on the console.
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "RAY_TRAIN_V2_ENABLED": "1",
 }
 

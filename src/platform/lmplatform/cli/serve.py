@@ -41,6 +41,8 @@ def run(
     direct_ingress: bool = typer.Option(
         False, help="Clients call the ingress replica itself, skipping Serve's HTTP proxy (Ray Serve's throughput-optimised "
                     "mode). An embedded Ray gets it here; a cluster needs RAY_SERVE_THROUGHPUT_OPTIMIZED=1 on every node."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print each request's access log line "
+                                 "(by default they go to the replicas' log files only)."),
 ) -> None:
     """Validate, deploy on 127.0.0.1 and keep serving until Ctrl-C (the bearer token comes from $LMP_SERVE_TOKEN)."""
     from lmplatform.cli.common import fail
@@ -58,6 +60,12 @@ def run(
         typer.echo(f"[lmp] serving {plan.release.id} ({plan.release.model_uri}) as {plan.name!r} at {plan.url}", err=True)
         if direct_ingress and not address:
             os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"  # read by every Ray process at start
+        if verbose:
+            from lmplatform.serving.access_log import ACCESS_LOG_ENV
+
+            os.environ[ACCESS_LOG_ENV] = "1"  # an embedded Ray's replicas inherit it
+            # A cluster's replicas get it from the app's runtime env (Serve merges env_vars into the job's).
+            plan.app.setdefault("runtime_env", {}).setdefault("env_vars", {})[ACCESS_LOG_ENV] = "1"
         ensure_ray(address)
         launch(plan, progress=lambda line: typer.echo(f"[lmp] {line}", err=True))
     except _errors() as exc:

@@ -33,6 +33,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from lmplatform.models.onnx_backend import OnnxSession, export_onnx, has_onnx_graph, quantize_onnx
 from lmplatform.models.pooling import Pooling, pool
+from lmplatform.models.quiet import quiet_transformers
 from lmplatform.models.resolve import DEFAULT_MODEL, resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -92,7 +93,8 @@ class Encoder(nn.Module):
         saved = {}
         if (path / ENCODER_CONFIG).is_file():
             saved = json.loads((path / ENCODER_CONFIG).read_text())
-        backbone = AutoModel.from_pretrained(str(path))
+        with quiet_transformers():  # a folder saved with a head (MLM, classifier) drops it here, as expected
+            backbone = AutoModel.from_pretrained(str(path))
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         encoder = cls(
             backbone,

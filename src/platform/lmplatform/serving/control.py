@@ -62,14 +62,19 @@ def application_config(settings: ServeSettings | dict[str, Any], name: str = DEF
     return app
 
 
-def start(host: str = "127.0.0.1", port: int = 8000, proxy_location: Optional[str] = None) -> None:
+def start(host: str = "127.0.0.1", port: int = 8000, proxy_location: Optional[str] = None,
+          system_log_level: Optional[str] = None) -> None:
     """Start Serve's controller and HTTP proxy on host:port (a no-op if Serve already runs there).
 
     proxy_location: "HeadOnly", "EveryNode" or "Disabled"; None leaves Serve's default (EveryNode).
+    system_log_level: the controller's and proxies' (e.g. "WARNING": none of their INFO lifecycle lines,
+    two dozen per deploy and shutdown); None leaves Serve's INFO. The application's own replicas log as
+    its `logging_config` says.
     """
     from ray import serve
 
-    serve.start(http_options={"host": host, "port": port}, proxy_location=proxy_location)
+    logging_config = {"log_level": system_log_level} if system_log_level else None
+    serve.start(http_options={"host": host, "port": port}, proxy_location=proxy_location, logging_config=logging_config)
 
 
 def _client() -> Any:

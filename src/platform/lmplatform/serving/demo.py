@@ -77,7 +77,7 @@ def serve_and_query(model: str, corpus: str | Path, queries: Sequence[str] = DEM
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     ensure_ray()
-    control.start("127.0.0.1", port)
+    control.start("127.0.0.1", port, system_log_level="WARNING")  # the demo shows its own deploy progress
     answers = []
     try:
         small = {"num_cpus": 0.25}

@@ -23,6 +23,7 @@ from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 import numpy as np
 from ray import serve
 
+from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
 from lmplatform.serving.metrics import record_batch
 from lmplatform.serving.release import Release, ReleaseError, fetch, load_index_and_store
@@ -149,6 +150,8 @@ class RetrieverDeployment:
         """encoder: `EncoderSettings` as a dict (backend, quantize), for every release this replica loads."""
         import torch
 
+        keep_access_log_off_console()
+
         if num_threads:
             torch.set_num_threads(num_threads)
         self.batching = bool(batching.get("enabled", True))
@@ -272,6 +275,8 @@ class RerankerDeployment:
 
         from lmplatform.models.cross_encoder import CrossEncoder
 
+        keep_access_log_off_console()
+
         if num_threads:
             torch.set_num_threads(num_threads)
         folder = fetch(model, tracking_uri, cache_dir) if model.startswith(("models:/", "runs:/")) else model
@@ -322,6 +327,7 @@ class ClassifierDeployment:
     """The model's trained MLP head when it has one, else KNN over the labelled documents of the index."""
 
     def __init__(self, retriever: Any, knn_k: int = 10, cache_dir: Optional[str] = None):
+        keep_access_log_off_console()
         self.retriever, self.knn_k = retriever, knn_k
         self.heads: ReleaseSlots[Optional[Any]] = ReleaseSlots(lambda r: _load_head(r, cache_dir), "classifier")
 

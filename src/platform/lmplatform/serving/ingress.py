@@ -140,8 +140,10 @@ class ServeIngress:
         self.limits = ServeLimits.model_validate(limits or {})
         # Imported here, not referenced as a global: Serve pickles this class by value, which
         # would give it a private copy of the guard's settings that the middleware never sees.
+        from lmplatform.serving.access_log import keep_access_log_off_console
         from lmplatform.serving.http_guard import configure_guard
 
+        keep_access_log_off_console()
         configure_guard(token_sha256, self.limits.max_body_bytes)
         self.active: Optional[Release] = None
         self.switched_at = ""

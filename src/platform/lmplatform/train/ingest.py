@@ -15,6 +15,7 @@ them when the data and Ray Data's block planning are unchanged.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -24,11 +25,18 @@ from lmplatform.train.recipe import Batch
 NumpyBatch = dict[str, np.ndarray]
 
 
+# Ray Data's own defaults set the deprecated ExecutionOptions.exclude_resources, and warn about it on
+# every run (two console lines each); nothing here sets it.
+_RAY_OWN_DEPRECATION = ".*ExecutionOptions.exclude_resources.*"
+
+
 def ingest_options() -> Any:  # noqa: ANN401 - ray.data.ExecutionOptions, imported lazily
     """Ray Train's default ingest options (the driver's DataContext), with the order preserved."""
     from ray.train import DataConfig
 
-    options = DataConfig.default_ingest_options()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_RAY_OWN_DEPRECATION)
+        options = DataConfig.default_ingest_options()
     options.preserve_order = True
     return options
 
@@ -38,7 +46,10 @@ def ingest_config() -> Any:  # noqa: ANN401 - ray.train.DataConfig
     from ray.train import DataConfig
 
     # Locality would pick a rank by where a block lives; preserve_order already turns it off.
-    return DataConfig(execution_options=ingest_options(), enable_shard_locality=False)
+    options = ingest_options()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_RAY_OWN_DEPRECATION)
+        return DataConfig(execution_options=options, enable_shard_locality=False)
 
 
 def shuffle_seed(seed: int, epoch: int, rank: int) -> int:

@@ -74,7 +74,7 @@ def run_training(
     such as a pipeline stage, picks it with `new_run_name`); `resume` continues an existing one.
     """
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, ScalingConfig
     from ray.train import RunConfig as RayRunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -170,6 +170,9 @@ def run_training(
             failure_config=FailureConfig(max_failures=cfg.checkpoint.max_failures),
             worker_runtime_env={"env_vars": worker_env_vars()},
             callbacks=callbacks,
+            # Ray Train's INFO lines (resources requested, worker group started, process group, every
+            # report and checkpoint: ~8 per run) stay in its log files; the console keeps our own lines.
+            logging_config=LoggingConfig(log_level="WARNING"),
         ),
     )
     try:

@@ -63,10 +63,12 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
 
+    from lmplatform.ray_runtime import quiet_train_reports
     from lmplatform.runtime import apply_runtime_defaults
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
     apply_runtime_defaults()
+    quiet_train_reports()
     cfg = RunConfig.model_validate(loop_config["config"])
     rank = ray.train.get_context().get_world_rank()
     # Ray sets OMP_NUM_THREADS to the CPUs reserved; torch needs to be told as well.

@@ -1,6 +1,7 @@
 """The end of a study: a summary table in the terminal and Optuna's plots as PNG files."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,9 @@ def save_plots(loaded: LoadedSpace, rows: list[dict[str, Any]], folder: Path) ->
             notes.append(f"{name}: skipped, needs {needs} finished trial(s), have {complete}")
             continue
         try:
-            ax = plot(study, **target)
+            with warnings.catch_warnings():  # optuna marks its matplotlib plots experimental, on every call
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                ax = plot(study, **target)
             figure = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
             figure.set_size_inches(9, 5)
             path = folder / f"{name}.png"
@@ -109,11 +112,13 @@ def print_summary(result: "StudyResult", space: SearchSpace) -> None:
     console.print(table)
     if result.best_trial_id:
         console.print(f"best trial {result.best_trial_id}: {result.best_params} -> {space.metric} "
-                      f"{_fmt(result.best_metrics.get(space.metric))}")
+                      f"{_fmt(result.best_metrics.get(space.metric))}", soft_wrap=True)
     for note in result.plot_notes:
         console.print(f"plot {note}")
     if result.plots:
-        console.print(f"plots: {', '.join(str(p) for p in result.plots)} (also in MLflow run {result.parent_run_id} under plots/)")
+        folder = result.plots[0].parent
+        console.print(f"plots: {', '.join(p.name for p in result.plots)} in {folder} (and in MLflow run "
+                      f"{result.parent_run_id} under plots/)", soft_wrap=True)
     if result.champion:
         c = result.champion
-        console.print(f"registered {c.registered_model} version {c.version}; {c.reason}")
+        console.print(f"registered {c.registered_model} version {c.version}; {c.reason}", soft_wrap=True)

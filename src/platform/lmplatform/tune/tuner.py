@@ -138,6 +138,7 @@ def _search_and_schedule(loaded: LoadedSpace) -> tuple[Any, Any, dict[str, Any]]
 
     from lmplatform.tune.space import define_by_run
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not a line per study it creates
     space = loaded.space
     multi = len(space.targets) > 1
     sampler = optuna.samplers.TPESampler(seed=space.seed)
@@ -212,25 +213,21 @@ def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
 
 
 def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
-    """Tune's live trial table: status, every searched parameter and the study's metrics, best first.
+    """Tune's live output: a line when a trial starts (with its parameters), reports or ends (`progress.py`).
 
     Ray's new output engine (its default) takes its parameter columns from search-space objects
     in `param_space`; our Optuna define-by-run spaces leave that empty, so its table shows no
-    parameters at all. Unless the user chose an engine (RAY_AIR_NEW_OUTPUT), this CLIReporter is used.
+    parameters at all; its CLIReporter reprints the whole table every few seconds. Unless the user
+    chose an engine (RAY_AIR_NEW_OUTPUT), these status lines are printed, and the study's table at the end.
     """
     import os
 
-    from ray.tune import CLIReporter
+    from lmplatform.tune.progress import TrialStatusLines
 
     if os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0") != "0":
         return {}
     space = loaded.space
-    return {"progress_reporter": CLIReporter(
-        metric_columns=[*(t.metric for t in space.targets), "training_iteration"],
-        parameter_columns=list(space.parameters),
-        max_progress_rows=50,
-        sort_by_metric=True,  # by TuneConfig's metric and mode, which Tune hands the reporter (it refuses both set twice)
-    )}
+    return {"progress_reporter": TrialStatusLines([t.metric for t in space.targets], list(space.parameters))}
 
 
 # -- running a study -------------------------------------------------------------
