@@ -33,7 +33,8 @@ def test_exports_are_logged_beside_the_model_folder(tiny_bert: Path, mlflow_uri:
     logged = export_and_log(mlflow_uri, run_id, tiny_bert, ["sentence-transformers", "onnx"])
     assert set(logged) == {"sentence-transformers", "onnx"}
     client = MlflowClient(mlflow_uri)
-    assert {a.path for a in client.list_artifacts(run_id)} == {"model", "model-sentence-transformers", "model-onnx"}
+    assert {a.path for a in client.list_artifacts(run_id)} == {"model", "model-sentence-transformers", "model-onnx",
+                                                               "model_cards"}  # the registered version's card
     assert client.get_run(run_id).data.tags[EXPORTS_TAG] == "onnx,sentence-transformers"
 
     local = Path(mlflow.artifacts.download_artifacts(artifact_uri=logged["onnx"], dst_path=str(tmp_path / "dl"),

@@ -74,6 +74,11 @@ def test_a_study_logs_child_runs_and_plots_and_registers_a_champion(
     champion = client.get_model_version_by_alias("tiny-tuned", "champion")
     assert str(champion.version) == decision.version and champion.run_id == best_child.info.run_id
     assert float(champion.tags["lmp.metric_value"]) == pytest.approx(good.best_metrics["val_mlm_loss"])
+    from lmplatform.tracking.model_card import read_model_card
+
+    card = read_model_card(mlflow_uri, "tiny-tuned", decision.version)  # from the real trial run, after the gate
+    assert "**promoted**" in card and "| `val_mlm_loss` |" in card and "Selected in study `good-" in card
+    assert "| train_documents | 64 |" in card and "| `optim.lr` |" in card
 
 
 

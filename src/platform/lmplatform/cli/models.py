@@ -118,3 +118,32 @@ def why(
         return
     for line in lines:
         typer.echo(line)
+
+
+@app.command("card")
+def card(
+    name: str = typer.Argument(..., help="Registered model name."),
+    version: Optional[str] = typer.Option(None, "--version", "-v", help="Default: the newest version."),
+    refresh: bool = typer.Option(False, help="Write the card again from the run and the version's tags first."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+) -> None:
+    """Print a version's MODEL_CARD.md (written when it was registered, and again after the champion gate)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.cli.common import fail
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.tracking.model_card import read_model_card, write_model_card
+
+    uri = resolve_tracking_uri(tracking_uri)
+    try:
+        if version is None:
+            version = str(max(int(v.version) for v in MlflowClient(uri).search_model_versions(f"name = '{name}'")))
+        if refresh:
+            write_model_card(uri, name, version)
+        text = read_model_card(uri, name, version)
+    except (MlflowException, ValueError, OSError) as exc:
+        fail(f"no model card for {name}{f' version {version}' if version else ''} at {uri}: "
+             f"{getattr(exc, 'message', exc)} (write one with --refresh)")
+        return
+    typer.echo(text)

@@ -11,7 +11,7 @@ from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
 def register_model_version(
     tracking_uri: str, name: str, source: str, run_id: str, tags: Optional[dict[str, Any]] = None, description: str = ""
 ) -> str:
-    """Create a version of `name` from an artifact URI holding a Hugging Face folder."""
+    """Create a version of `name` from an artifact URI holding a Hugging Face folder, with its MODEL_CARD.md."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -24,6 +24,9 @@ def register_model_version(
     version = client.create_model_version(
         name, source=source, run_id=run_id, tags={k: str(v) for k, v in (tags or {}).items()}, description=description
     )
+    from lmplatform.tracking.model_card import try_write_model_card
+
+    try_write_model_card(tracking_uri, name, str(version.version))  # every version has a card from the start
     return str(version.version)
 
 

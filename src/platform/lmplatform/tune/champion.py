@@ -141,6 +141,9 @@ def register_and_maybe_promote(
         decision = _by_recorded_value(client, registered_model, version, alias, current, metric, mode, value, fingerprint)
     client.set_model_version_tag(registered_model, version, DECISION_TAG, "promoted" if decision.moved else "refused")
     client.set_model_version_tag(registered_model, version, REASON_TAG, decision.reason[:5000])
+    from lmplatform.tracking.model_card import try_write_model_card
+
+    try_write_model_card(tracking_uri, registered_model, version)  # again, now with the gate's decision
     return decision
 
 
