@@ -97,6 +97,14 @@ def test_onnx_int8_stays_close_to_fp32(tiny_bert: Path, tmp_path: Path) -> None:
 
     operators = {node.op_type for node in onnx.load(str(result.folder / graph.file)).graph.node}
     assert "MatMulInteger" in operators or "DynamicQuantizeMatMul" in operators, operators  # really int8
+    assert graph.fused and graph.per_channel and "QAttention" in operators, operators  # a BERT: one fused op per layer
+    unfused = export_model(tiny_bert, "onnx", tmp_path / "fp32")
+    from lmplatform.models.onnx_backend import quantize_onnx
+
+    plain = quantize_onnx(unfused.folder, ["encoder.layer.0.output.dense"], tmp_path / "int8-unfused", fuse=False)
+    assert not plain.fused and "QAttention" not in {n.op_type for n in onnx.load(str(tmp_path / "int8-unfused" / plain.file)).graph.node}
+    with pytest.raises(ValueError, match="does not have"):
+        quantize_onnx(unfused.folder, ["encoder.layer.9.output.dense"], tmp_path / "int8-bad")
     int8 = Encoder.from_pretrained(result.folder, backend="onnx")
     assert int8.quantized
     cosines = (int8.encode(TEXTS) * reference).sum(axis=1)

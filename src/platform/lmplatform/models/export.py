@@ -155,5 +155,7 @@ def write_onnx(encoder: "Encoder", out: Path, int8: bool, keep_fp32: Sequence[st
         export_onnx(encoder, tmp)
         config = quantize_onnx(tmp, keep_fp32, out)
     kept = f"; kept in fp32: {', '.join(config.keep_fp32)}" if config.keep_fp32 else ""
+    how = "fused by ONNX Runtime, MatMul and attention" if config.fused else "MatMul"
     return ExportResult("onnx-int8", "bi-encoder", out, _files(out),
-                        [f"{config.pooling} pooling and normalisation in the graph, MatMul weights int8{kept}"])
+                        [f"{config.pooling} pooling and normalisation in the graph, {how} weights int8 per "
+                         f"{'channel' if config.per_channel else 'tensor'}{kept}"])

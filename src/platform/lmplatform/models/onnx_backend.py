@@ -6,9 +6,14 @@ The exported graph takes the tokenizer's tensors (`input_ids`, `attention_mask`,
 consumer that only has ONNX Runtime and the tokenizer gets the same vectors as
 `Encoder.encode`, with no pooling to re-implement (and none to guess wrong).
 
-`quantize_onnx` writes the int8 variant with ONNX Runtime's dynamic quantization: MatMul
-weights stored in int8, activations quantized per batch; the MatMuls of `keep_fp32`
-(module names, as `KEEP_FP32_LINEARS` of the PyTorch int8 path) stay in fp32.
+The graph is traced with eager attention (the same numbers as SDPA), whose MatMul/Softmax pattern ONNX
+Runtime's transformer optimizer recognises: `quantize_onnx` first fuses a BERT-family graph (one
+Attention op per layer, SkipLayerNorm, BiasGelu, EmbedLayerNorm), then quantizes it with ONNX Runtime's
+dynamic quantization: MatMul and Attention weights in int8 with one scale per output channel,
+activations quantized per batch; the MatMuls of `keep_fp32` (module names, as `KEEP_FP32_LINEARS` of
+the PyTorch int8 path) stay in fp32. On MiniLM, per-channel scales keep every vector of the bench's texts
+within cosine 0.99 of fp32 (0.96 per tensor), at the same speed. The fused int8 graph uses ONNX Runtime's
+contrib operators; the fp32 graph is plain ONNX. Other architectures are quantized unfused.
 
 A folder holding a graph carries `ONNX_CONFIG` (which file, which inputs, how it pools), the
 tokenizer, the model's config.json and `lmplatform_encoder.json`, so `Encoder.from_pretrained(folder,
@@ -50,6 +55,8 @@ class OnnxGraphConfig:
     keep_fp32: list[str] = field(default_factory=list)
     output: str = OUTPUT
     opset: int = OPSET
+    fused: bool = False
+    per_channel: bool = False
 
     def write(self, folder: Path) -> None:
         (folder / ONNX_CONFIG).write_text(json.dumps(asdict(self), indent=2))
@@ -97,12 +104,17 @@ def export_onnx(encoder: "Encoder", folder: str | Path, normalize: bool = True) 
         raise ValueError(f"the tokenizer produces {names}; an ONNX export needs input_ids and attention_mask")
     axes = {name: {0: "batch", 1: "sequence"} for name in names} | {OUTPUT: {0: "batch"}}
     module = _graph_module(encoder.cpu(), names, normalize)
-    with warnings.catch_warnings(), torch.inference_mode():
-        # The TorchScript exporter (dynamo=False) needs no onnxscript; its tracer warnings are about
-        # shape checks in transformers' attention-mask code that hold for every (batch, sequence).
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, tuple(sample[n] for n in names), str(folder / FP32_FILE), input_names=names,
-                          output_names=[OUTPUT], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+    attention = encoder.backbone.config._attn_implementation
+    encoder.backbone.set_attn_implementation("eager")  # the pattern ONNX Runtime fuses (see the module doc)
+    try:
+        with warnings.catch_warnings(), torch.inference_mode():
+            # The TorchScript exporter (dynamo=False) needs no onnxscript; its tracer warnings are about
+            # shape checks in transformers' attention-mask code that hold for every (batch, sequence).
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, tuple(sample[n] for n in names), str(folder / FP32_FILE), input_names=names,
+                              output_names=[OUTPUT], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+    finally:
+        encoder.backbone.set_attn_implementation(attention)
     encoder.tokenizer.save_pretrained(str(folder))
     encoder.backbone.config.save_pretrained(str(folder))
     from lmplatform.models.encoder import write_encoder_config
@@ -124,7 +136,27 @@ def _onnx_scope(module_name: str) -> str:
     return "/".join(parts)
 
 
-def quantize_onnx(folder: str | Path, keep_fp32: Sequence[str] = (), out: Optional[str | Path] = None) -> OnnxGraphConfig:
+# model_type (config.json) -> ONNX Runtime's optimizer for it; others are quantized unfused.
+FUSABLE = {"bert": "bert"}
+
+
+def fuse_graph(folder: Path, source: Path, target: Path) -> bool:
+    """ONNX Runtime's transformer fusions of `source` written to `target`; False (nothing written) if the
+    architecture has no optimizer here."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    config = json.loads((folder / "config.json").read_text())
+    model_type = FUSABLE.get(config.get("model_type", ""))
+    if model_type is None:
+        return False
+    fused = optimize_model(str(source), model_type=model_type, num_heads=int(config["num_attention_heads"]),
+                           hidden_size=int(config["hidden_size"]), opt_level=1)
+    fused.save_model_to_file(str(target))
+    return True
+
+
+def quantize_onnx(folder: str | Path, keep_fp32: Sequence[str] = (), out: Optional[str | Path] = None,
+                  fuse: bool = True, per_channel: bool = True) -> OnnxGraphConfig:
     """The int8 variant of the fp32 graph in `folder`, written to `out` (default: the same folder, `INT8_FILE`)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -135,27 +167,32 @@ def quantize_onnx(folder: str | Path, keep_fp32: Sequence[str] = (), out: Option
         raise ValueError(f"{folder / source.file} is already quantized ({source.quantization})")
     target = Path(out) if out is not None else folder
     target.mkdir(parents=True, exist_ok=True)
-    scopes = [f"/{_onnx_scope(name)}/" for name in keep_fp32]
-    nodes = [n.name for n in onnx.load(str(folder / source.file), load_external_data=False).graph.node]
-    excluded = [n for n in nodes if any(scope in n for scope in scopes)]
-    missing = [name for name, scope in zip(keep_fp32, scopes) if not any(scope in n for n in nodes)]
-    if missing:
-        raise ValueError(f"keep_fp32 names modules the graph does not have: {missing}")
     with tempfile.TemporaryDirectory() as tmp:
-        # Shape inference first, as ONNX Runtime recommends before quantizing: the quantizer
-        # then knows every MatMul's operand shapes.
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
         prepared = Path(tmp) / "prepared.onnx"
-        quant_pre_process(str(folder / source.file), str(prepared), skip_symbolic_shape=True)
+        fused = fuse and fuse_graph(folder, folder / source.file, Path(tmp) / "fused.onnx")
+        # Shape inference first, as ONNX Runtime recommends before quantizing: the quantizer then knows
+        # every MatMul's operand shapes. A fused graph is already optimised.
+        quant_pre_process(str(Path(tmp) / "fused.onnx" if fused else folder / source.file), str(prepared),
+                          skip_optimization=fused, skip_symbolic_shape=True)
+        scopes = [f"/{_onnx_scope(name)}/" for name in keep_fp32]
+        nodes = [n.name for n in onnx.load(str(prepared), load_external_data=False).graph.node]
+        excluded = [n for n in nodes if any(scope in n for scope in scopes)]
+        missing = [name for name, scope in zip(keep_fp32, scopes) if not any(scope in n for n in nodes)]
+        if missing:
+            raise ValueError(f"keep_fp32 names modules the {'fused ' if fused else ''}graph does not have: {missing}")
+        # Fused graphs hold contrib ops whose outputs shape inference cannot type: they are float.
         quantize_dynamic(str(prepared), str(target / INT8_FILE), weight_type=QuantType.QInt8,
-                         op_types_to_quantize=["MatMul"], nodes_to_exclude=excluded, per_channel=False)
+                         op_types_to_quantize=["MatMul", "Attention"] if fused else ["MatMul"],
+                         nodes_to_exclude=excluded, per_channel=per_channel,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     if target != folder:
         for name in os.listdir(folder):
             if name not in (source.file, ONNX_CONFIG) and (folder / name).is_file():
                 (target / name).write_bytes((folder / name).read_bytes())
     config = OnnxGraphConfig(INT8_FILE, source.inputs, source.dim, source.pooling, source.max_seq_length,
-                             source.normalized, "int8", list(keep_fp32))
+                             source.normalized, "int8", list(keep_fp32), fused=fused, per_channel=per_channel)
     config.write(target)
     return config
 
