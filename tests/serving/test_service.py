@@ -565,10 +565,9 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
         problems = lacking(app, deployment, f"{MODEL_NAME}/99")
         assert len(problems) == 2 and all(any(rid in p for p in problems) for rid in listed), problems
 
-    # The served version is in the metrics: version 2 now; version 1's series ends (Ray drops it once not re-sent).
+    # The served version is in the metrics. (Version 1's series ends about 20 s later, once Ray has not been
+    # sent it for two export intervals: not waited for here.)
     _metric_reaches("lmp_model_info", 1, model_version="2", release=f"{MODEL_NAME}/2")
-    while _samples(_scrape(), "lmp_model_info", model_version="1"):
-        time.sleep(0.5)
 
     info = _ok(service.client.get("/v1/model"))
     assert (info["version"], info["mlflow_run_id"], info["dim"]) == ("2", service.runs["2"], 48)
