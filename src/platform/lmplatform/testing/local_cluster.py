@@ -384,7 +384,12 @@ def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict
         nonlocal stopping
         stopping = True
 
+    # A random free port can be one Ray gives another component of the node by default
+    # (52365, the dashboard agent's), and Ray then refuses to start the head.
+    from ray._private import ray_constants
     dashboard_port = free_port()
+    while dashboard_port == ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT:
+        dashboard_port = free_port()
     common = {"object_store_memory": object_store_bytes, "node_ip_address": LOOPBACK}
     cluster = Cluster(initialize_head=True, head_node_args={
         **common, "num_cpus": head_cpus, "resources": head_resources, "temp_dir": str(temp_dir),
