@@ -67,6 +67,15 @@ def evaluate_retrieval(models: dict[str, str], out: Path) -> list[dict[str, Any]
     return run_retrieval_task(task, out).details["results"]
 
 
+def _gate_numbers(decision: Any) -> str:
+    """The gate's comparison in one short line; the full reason is in MLflow (`lmp models why`)."""
+    comparison = decision.verdict.comparison if decision.verdict is not None else None
+    if comparison is None:
+        return decision.reason
+    return (f"{comparison.metric} {comparison.candidate:.3f} vs {comparison.comparator:.3f}, gain {comparison.gain:+.3f}, "
+            f"{comparison.level:.0%} CI [{comparison.low:+.3f}, {comparison.high:+.3f}] over {comparison.queries} queries")
+
+
 def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool = True,  # type: ignore[assignment]
              tune: bool = True, resume: Optional[str] = None) -> DemoSummary:
     from lmplatform.pipeline.config import load_pipeline_config
@@ -101,15 +110,9 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
     parent.log_metrics({f"retrieval/{name.replace(' ', '_')}/{m.replace('@', '_at_')}": metrics[m]
                         for name, metrics in by_name.items() for m in RETRIEVAL_METRICS})
 
+    # The pipeline printed every stage's old-domain loss; the summary keeps what EWC is for.
     loss = {name: stages[name].after["domain_reports"]["mlm_loss"] for name in ("pairs", "pairs_ewc")}
     loss["domain"] = stages["declutr"].before["domain_reports"]["mlm_loss"]
-    forgetting = Table(title="Old-domain MLM loss (held-out reports, fixed masks): what EWC keeps")
-    for column in ("model", "MLM loss"):
-        forgetting.add_column(column)
-    for label, key in (("after MLM (before fine-tuning)", "domain"), ("after pairs, without EWC", "pairs"),
-                       ("after pairs, with EWC", "pairs_ewc")):
-        forgetting.add_row(label, f"{loss[key]:.3f}")
-    console.print(forgetting)
     summary.add("evaluate: retrieval MRR@5 (held-out test)",
                 f"pairs+EWC {by_name['pairs_ewc']['mrr@5']:.3f} · pairs {by_name['pairs']['mrr@5']:.3f} · "
                 f"base {by_name['base MiniLM']['mrr@5']:.3f} · BM25 {by_name['bm25']['mrr@5']:.3f}", started)
@@ -134,8 +137,7 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
         if decision is not None:
             state = (f"moved to version {decision.version}" if decision.moved
                      else f"stays on version {decision.previous_version}" if decision.previous_version else "not set")
-            summary.rows.append(("champion gate (test pairs)",
-                                 f"{decision.registered_model}@{decision.alias} {state}: {decision.reason}", ""))
+            summary.rows.append(("champion gate (test pairs)", f"{decision.alias} {state}: {_gate_numbers(decision)}", ""))
             if decision.moved or decision.previous_version:
                 served = f"models:/{decision.registered_model}@{decision.alias}"
 

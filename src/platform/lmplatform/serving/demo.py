@@ -6,6 +6,7 @@ exactly as `lmp serve run` deploys it, on 127.0.0.1, and is shut down at the end
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import socket
 import tempfile
@@ -77,13 +78,17 @@ def serve_and_query(model: str, corpus: str | Path, queries: Sequence[str] = DEM
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     ensure_ray()
-    control.start("127.0.0.1", port, system_log_level="WARNING")  # the demo shows its own deploy progress
+    # The demo shows its own deploy progress and each replica's readiness through it: Serve's INFO
+    # lifecycle lines (driver, controller, replicas) would repeat that.
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    control.start("127.0.0.1", port, system_log_level="WARNING")
     answers = []
     try:
         small = {"num_cpus": 0.25}
         deployments = [{"name": d, "ray_actor_options": small}
                        for d in ("RetrieverDeployment", "ClassifierDeployment", "ServeIngress")]
-        control.deploy(control.application_config(settings, name="lmp-demo", deployments=deployments),
+        control.deploy(control.application_config(settings, name="lmp-demo", deployments=deployments,
+                                                  logging_config={"log_level": "WARNING"}),
                        progress=lambda line: say(f"[demo] {line}"))
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
             info = client.get("/v1/model").json()

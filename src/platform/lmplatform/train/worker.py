@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -52,7 +53,7 @@ def build_trainer(
     recipe = objective_spec(cfg.objective.name).build_recipe(cfg)
     ewc_report = attach_ewc(cfg, recipe, tracking_uri)  # before any restore: θ* is the start model
     if ewc_report is not None and rank == 0:
-        print(f"[lmp] {ewc_report.summary()}", flush=True)
+        print(f"[lmp] {ewc_report.summary()}", file=sys.__stdout__, flush=True)  # once: see Trainer._print
         if tracker is not None:
             tracker.log_metrics(ewc_report.metrics(), step=0)
     return Trainer(cfg, recipe, total_steps, device, rank, tracker,

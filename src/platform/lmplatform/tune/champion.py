@@ -173,7 +173,8 @@ def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str,
         client.set_model_version_tag(name, version, key, value)
     if verdict.promote:
         client.set_registered_model_alias(name, alias, version)
-    reason = f"{verdict.reason}; {alias} {'moved' if verdict.promote else 'stays'}"
+    outcome = "moved" if verdict.promote else "stays" if previous else "not set"
+    reason = f"{verdict.reason}; {alias} {outcome}"
     return ChampionDecision(name, version, alias, verdict.promote, reason, previous, verdict)
 
 
