@@ -65,3 +65,17 @@ def test_no_usable_pairs_names_the_fields(tmp_path: Path) -> None:
         read_pairs(DataConfig(train_paths=[str(path)]))
     with pytest.raises(DataError, match="not plain text"):
         read_pairs(DataConfig(train_paths=[str(_write(tmp_path / "p.txt", ["a"]))]))
+
+
+def test_a_group_field_names_each_pair_s_duplicate_group(tmp_path: Path) -> None:
+    path = _write(tmp_path / "p.jsonl", [
+        {"q": "printer jams", "d": "paper jam", "g": "G1"},
+        {"q": "printer stuck", "d": "paper jam again", "g": 7},
+        {"q": "no group", "d": "doc"},
+        {"q": "list group", "d": "doc", "g": ["G1"]},
+    ])
+    cfg = DataConfig(train_paths=[str(path)], query_field="q", document_field="d", group_field="g", validation_fraction=0.0)
+    pairs = read_pairs(cfg)
+    assert [p.group for p in pairs.train] == ["G1", "7"]
+    assert pairs.report.bad_rows == {"missing_group_id": 1, "bad_group_id": 1}
+    assert read_pairs(cfg.model_copy(update={"group_field": None})).train[2].group is None

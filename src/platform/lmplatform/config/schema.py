@@ -53,6 +53,10 @@ class DataConfig(Section):
     hard_negative_field: Optional[str] = Field(
         None, description="Pair objectives: optional column of hard negatives (a list of texts, or one text)."
     )
+    group_field: Optional[str] = Field(
+        None, description="Pair objectives: optional column of the pair's duplicate-group id (a text or an integer); "
+        "a row without one is a bad row. Used by objective.group_aware_batches and the mine stage; without it, "
+        "groups are the pairs' duplicate links (a text and its partner, through any chain of pairs).")
 
     @field_validator("train_paths", "validation_paths", mode="before")
     @classmethod

@@ -7,7 +7,10 @@ corpus-level validation set build their groups here.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Generic, Hashable, TypeVar
+from typing import TYPE_CHECKING, Generic, Hashable, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from lmplatform.data.pairs import Pair
 
 T = TypeVar("T", bound=Hashable)
 
@@ -39,3 +42,15 @@ class DuplicateGroups(Generic[T]):
         for item in list(self.parent):
             by_root[self.find(item)].add(item)
         return {item: by_root[self.find(item)] for item in self.parent}
+
+
+def pair_group_ids(pairs: Sequence["Pair"]) -> list[Hashable]:
+    """Each pair's duplicate group: its `group` id when every pair names one (`data.group_field`), otherwise
+    the group of its texts linked through all `pairs` (query and document of a pair are one group, and so
+    is every pair sharing a text with it)."""
+    if pairs and all(pair.group is not None for pair in pairs):
+        return [("named", pair.group) for pair in pairs]
+    links: DuplicateGroups[str] = DuplicateGroups()
+    for pair in pairs:
+        links.link(pair.query, pair.document)
+    return [("linked", links.find(pair.query)) for pair in pairs]

@@ -24,6 +24,7 @@ class Pair:
     document: str
     hard_negatives: tuple[str, ...] = ()
     source: str = ""
+    group: Optional[str] = None  # the duplicate group's id, when the data names one (data.group_field)
 
 
 @dataclass
@@ -79,6 +80,18 @@ def _hard_negatives(row: Record, cfg: DataConfig) -> tuple[str, ...] | BadRow:
     return tuple(v for v in cleaned if v.strip())
 
 
+def _group(row: Record, cfg: DataConfig) -> Optional[str] | BadRow:
+    name = cfg.group_field
+    if name is None:
+        return None
+    value = row.fields.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return BadRow(row.path, row.line, f"missing group id (field {name!r})")
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        return BadRow(row.path, row.line, f"bad group id (field {name!r} is {type(value).__name__}, not a text or an integer)")
+    return str(value)
+
+
 def pair_from_row(row: Record | BadRow, cfg: DataConfig) -> Pair | BadRow:
     if isinstance(row, BadRow):
         return row
@@ -91,7 +104,10 @@ def pair_from_row(row: Record | BadRow, cfg: DataConfig) -> Pair | BadRow:
     negatives = _hard_negatives(row, cfg)
     if isinstance(negatives, BadRow):
         return negatives
-    return Pair(query, document, negatives, f"{row.path}:{row.line}")
+    group = _group(row, cfg)
+    if isinstance(group, BadRow):
+        return group
+    return Pair(query, document, negatives, f"{row.path}:{row.line}", group)
 
 
 def pair_split(pair: Pair, cfg: DataConfig) -> str:

@@ -12,14 +12,22 @@ each rank receives blocks in dataset order, assigned to the rank with the fewest
 rows so far, and the seeded local shuffle over that fixed sequence is fixed too.
 This holds for the same dataset blocks: a `--resume` that re-reads the data gets
 them when the data and Ray Data's block planning are unchanged.
+
+Planned batches (the bi-encoder's group-aware batches) bypass the split: the driver
+orders the rows into global batches per epoch, and each rank gets a dataset of its own
+(`rank_dataset_name`, not split, read in order) holding, epoch after epoch, its
+contiguous slice of every global batch, one row per local batch. So at every step the
+ranks' local batches together are exactly one planned global batch.
 """
 from __future__ import annotations
 
+import json
 import warnings
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.train.recipe import Batch
 
 NumpyBatch = dict[str, np.ndarray]
@@ -46,10 +54,11 @@ def ingest_config() -> Any:  # noqa: ANN401 - ray.train.DataConfig
     from ray.train import DataConfig
 
     # Locality would pick a rank by where a block lives; preserve_order already turns it off.
+    # Only the train and validation datasets are split; a rank's planned batches reach that rank whole.
     options = ingest_options()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_RAY_OWN_DEPRECATION)
-        return DataConfig(execution_options=options, enable_shard_locality=False)
+        return DataConfig(datasets_to_split=[TRAIN, VALIDATION], execution_options=options, enable_shard_locality=False)
 
 
 def shuffle_seed(seed: int, epoch: int, rank: int) -> int:
@@ -74,3 +83,64 @@ def resume_batches(batches: Iterable[NumpyBatch], collate: Callable[[NumpyBatch]
     for index, batch in enumerate(batches):
         if index >= skip:
             yield collate(batch)
+
+
+# -- planned batches -----------------------------------------------------------
+
+def rank_dataset_name(rank: int) -> str:
+    """The dataset holding one rank's planned local batches."""
+    return f"{TRAIN}_rank{rank}"
+
+
+def rank_slices(size: int, world: int) -> list[slice]:
+    """Contiguous slices of a global batch of `size` rows, one per rank, as equal as possible (earlier ranks
+    take the extra rows of a short batch)."""
+    bounds = np.cumsum([0] + [size // world + (r < size % world) for r in range(world)])
+    return [slice(int(bounds[r]), int(bounds[r + 1])) for r in range(world)]
+
+
+def planned_rank_rows(rows: Sequence[dict[str, Any]], epochs: Sequence[Sequence[Sequence[int]]], world: int) -> list[list[dict[str, Any]]]:
+    """Per rank, one row per local batch: {'epoch', 'batch'}, 'batch' holding the batch's columns as JSON.
+
+    `rows` are the training rows (dicts of the same columns), `epochs[e]` the global batches of epoch e as
+    row indices. JSON keeps one schema for every block, whatever the lists inside hold (an empty list
+    of hard negatives has no Arrow type of its own).
+    """
+    per_rank: list[list[dict[str, Any]]] = [[] for _ in range(world)]
+    for epoch, batches in enumerate(epochs):
+        for batch in batches:
+            if len(batch) < world:
+                raise ValueError(f"a planned global batch of {len(batch)} rows cannot give each of {world} ranks a row")
+            for rank, part in enumerate(rank_slices(len(batch), world)):
+                local = [rows[i] for i in batch[part]]
+                columns = {name: [row[name] for row in local] for name in local[0]}
+                per_rank[rank].append({"epoch": epoch, "batch": json.dumps(columns, ensure_ascii=False)})
+    return per_rank
+
+
+def planned_datasets(per_rank: Sequence[Sequence[dict[str, Any]]]) -> dict[str, Any]:
+    """Ray datasets {rank_dataset_name(r): rank r's local batches} (lazy; a rank reads only its own)."""
+    import ray.data
+
+    return {rank_dataset_name(rank): ray.data.from_items(list(items)) for rank, items in enumerate(per_rank)}
+
+
+def _numpy_batch(columns: dict[str, list[Any]]) -> NumpyBatch:
+    out = {}
+    for name, values in columns.items():
+        array = np.empty(len(values), dtype=object)  # one entry per row, even when the entries are lists
+        for index, value in enumerate(values):  # (a slice assignment would broadcast equal-length lists)
+            array[index] = value
+        out[name] = array
+    return out
+
+
+def planned_epoch(shard: Any, epoch: int) -> Iterator[NumpyBatch]:  # noqa: ANN401 - a Ray DataIterator
+    """One epoch of a rank's planned batches, in plan order, as numpy batches (the rows of earlier epochs
+    are read and passed over; reading stops at the next epoch's first row)."""
+    for row in shard.iter_rows():
+        if row["epoch"] < epoch:
+            continue
+        if row["epoch"] > epoch:
+            return
+        yield _numpy_batch(json.loads(row["batch"]))

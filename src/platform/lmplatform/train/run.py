@@ -152,6 +152,7 @@ def run_training(
             "tracking_uri": tracking_uri,
             "mlflow_run_id": tracker.run_id,
             "has_validation": "validation" in data.datasets,
+            "planned_batches": data.planned_batches,
             "retrieval_set": ray.put(data.retrieval_set) if data.retrieval_set is not None else None,
         },
         scaling_config=ScalingConfig(

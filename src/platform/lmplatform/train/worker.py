@@ -11,7 +11,7 @@ import torch
 from lmplatform.config.schema import RunConfig
 from lmplatform.objectives.ewc_setup import attach_ewc
 from lmplatform.objectives.registry import objective_spec
-from lmplatform.train.ingest import resume_batches, shard_epoch
+from lmplatform.train.ingest import NumpyBatch, planned_epoch, rank_dataset_name, resume_batches, shard_epoch
 from lmplatform.train.loop import Reporter, Trainer
 from lmplatform.train.recipe import Batch, TrainingRecipe
 from lmplatform.train.state import seed_everything
@@ -60,6 +60,26 @@ def build_trainer(
                    corpus_validator=corpus_validator(cfg, recipe, retrieval_set), reporter=reporter)
 
 
+def train_batch_source(cfg: RunConfig, rank: int, planned: bool,
+                       collate: Callable[[NumpyBatch], Batch]) -> Callable[[int, int], Iterator[Batch]]:
+    """This rank's `train_batches(epoch, skip)`, from its dataset shard (inside a Ray Train worker).
+
+    The shards come in a fixed order (run.py passes ingest_config()), so skipping the checkpoint's
+    count of batches resumes at the same batch. Planned batches (`PreparedData.planned_batches`) come
+    whole, in plan order, from the rank's own dataset.
+    """
+    import ray.train
+
+    shard = ray.train.get_dataset_shard(rank_dataset_name(rank) if planned else "train")
+
+    def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
+        if planned:
+            return resume_batches(planned_epoch(shard, epoch), collate, skip)
+        return resume_batches(shard_epoch(shard, cfg.optim.batch_size, cfg.optim.seed, epoch, rank), collate, skip)
+
+    return train_batches
+
+
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
@@ -86,14 +106,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     else:
         trainer.begin(None)
 
-    # The shards come in a fixed order (run.py passes ingest_config()), so skipping the
-    # checkpoint's count of batches resumes at the same batch.
-    train_shard = ray.train.get_dataset_shard("train")
+    train_batches = train_batch_source(cfg, rank, loop_config["planned_batches"], recipe.collate)
     validation_shard = ray.train.get_dataset_shard("validation") if loop_config["has_validation"] else None
     batch_size = cfg.optim.batch_size
-
-    def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
-        return resume_batches(shard_epoch(train_shard, batch_size, cfg.optim.seed, epoch, rank), recipe.collate, skip)
 
     def validation_batches() -> Iterator[Batch] | None:
         if validation_shard is None:

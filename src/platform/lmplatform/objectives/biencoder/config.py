@@ -24,6 +24,10 @@ class BiencoderObjectiveConfig(Section):
     min_temperature: float = MIN_TEMPERATURE
     max_temperature: float = MAX_TEMPERATURE
     temperature_lr: float = TEMPERATURE_LR
+    group_aware_batches: bool = Field(
+        False, description="Compose every global batch (optim.batch_size x scaling.num_workers) so that it never holds two "
+        "pairs of one duplicate group (data.group_field, or the pairs' duplicate links) or one text twice: no false "
+        "in-batch negatives. Rows are ordered on the driver per epoch; each worker takes its slice of each global batch.")
     symmetric: bool = Field(False, description="Also rank queries for each document and average both losses.")
     max_hard_negatives: int = Field(1, ge=0, description="Hard negatives used per pair (from data.hard_negative_field); 0 ignores them.")
     gather_across_workers: bool = Field(True, description="Negatives from the global batch (all workers), not only the local one.")

@@ -134,6 +134,10 @@ def prepared_pairs(pairs: PairSet, datasets: dict, examples: int, extra_metrics:
 
 def prepare_data(cfg: RunConfig) -> PreparedData:
     pairs = read_pairs(cfg.data)
+    if cfg.objective.group_aware_batches:
+        from lmplatform.objectives.biencoder.group_batches import group_aware_data
+
+        return group_aware_data(pairs, cfg)
     return prepared_pairs(pairs, pair_datasets(pairs), len(pairs.train))
 
 

@@ -1,0 +1,67 @@
+"""The bi-encoder's group-aware batches (`objective.group_aware_batches`), planned on the driver.
+
+The pairs are ordered per epoch (`data.group_batches.conflict_free_batches`, seeded by `optim.seed`)
+into global batches of `optim.batch_size x scaling.num_workers` rows that hold no two pairs of one
+duplicate group and no text twice, for as many epochs as the run's steps need; each worker reads its
+contiguous slice of every global batch (`train.ingest.planned_rank_rows`), so the batch the
+bi-encoder gathers its negatives from is exactly one planned batch.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from lmplatform.config.schema import RunConfig
+from lmplatform.data.corpus import TRAIN, VALIDATION
+from lmplatform.data.group_batches import BatchOrder, Keys, conflict_free_batches, pair_conflict_keys
+from lmplatform.data.pairs import PairSet, pair_datasets
+from lmplatform.data.readers import DataError
+from lmplatform.train.ingest import planned_datasets, planned_rank_rows
+from lmplatform.train.optim import total_optimizer_steps
+from lmplatform.train.recipe import PreparedData
+
+
+def plan_epochs(pairs: PairSet, keys: Sequence[Keys], negative_keys: Sequence[Keys], cfg: RunConfig) -> list[BatchOrder]:
+    """One conflict-free order per epoch, until the orders hold every micro-batch of every optimizer step."""
+    world, batch_size = cfg.scaling.num_workers, cfg.optim.batch_size
+    needed = total_optimizer_steps(cfg.optim, len(pairs.train), world) * cfg.optim.grad_accum_steps
+    orders: list[BatchOrder] = []
+    while sum(len(order.batches) for order in orders) < needed:
+        order = conflict_free_batches(keys, batch_size * world, cfg.optim.seed, len(orders), negative_keys,
+                                      min_batch_size=world)
+        if not order.batches:
+            raise DataError(f"group-aware batches: {len(pairs.train)} training pairs make no global batch with a pair "
+                            f"for each of scaling.num_workers={world} workers")
+        orders.append(order)
+    return orders
+
+
+def group_aware_data(pairs: PairSet, cfg: RunConfig) -> PreparedData:
+    """The pair data with its training rows as per-rank planned batches (`PreparedData.planned_batches`)."""
+    from lmplatform.objectives.biencoder.objective import prepared_pairs
+
+    uses_negatives = cfg.data.hard_negative_field is not None
+    keys, negative_keys = pair_conflict_keys(pairs.train, pairs.validation,
+                                             cfg.objective.max_hard_negatives if uses_negatives else 0)
+    orders = plan_epochs(pairs, keys, negative_keys, cfg)
+    world = cfg.scaling.num_workers
+    rows = pairs.rows(TRAIN)
+    for row in rows:
+        row.pop("source")  # provenance for reports, never read by the collator
+    per_rank = planned_rank_rows(rows, [order.batches for order in orders], world)
+    datasets = pair_datasets(pairs, {VALIDATION: pairs.rows(VALIDATION)}) | planned_datasets(per_rank)
+    groups = {key for row_keys in keys for key in row_keys if key[0] != "text"}  # the rest name groups
+    first = orders[0]
+    metrics = {
+        "data/train_groups": float(len(groups)),
+        "data/group_batches_epochs": float(len(orders)),
+        "data/group_batches_deferred_rows": float(first.deferred_rows),
+        "data/group_batches_short": float(first.short_batches),
+        "data/group_batches_dropped_rows": float(len(first.dropped_rows)),
+    }
+    summary = (f"\ndata: group-aware batches of {cfg.optim.batch_size} x {world} worker(s): {len(pairs.train)} pairs in "
+               f"{len(groups)} duplicate groups; epoch 0 has {len(first.batches)} batches, {first.deferred_rows} pair(s) "
+               f"deferred to a later batch, {first.short_batches} short batch(es), {len(first.dropped_rows)} pair(s) "
+               f"left out ({len(orders)} epoch(s) planned)")
+    prepared = prepared_pairs(pairs, datasets, len(pairs.train), metrics, summary)
+    prepared.planned_batches = True
+    return prepared
