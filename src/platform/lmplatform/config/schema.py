@@ -26,6 +26,9 @@ class ModelConfig(Section):
     )
     pooling: Literal["mean", "cls", "max"] = Field("mean", description="How token vectors become one text vector.")
     max_seq_length: int = Field(128, ge=8, le=8192, description="Longer texts are truncated.")
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute the transformer's activations during backward instead of keeping them "
+        "(Hugging Face activation checkpointing, non-reentrant): much less memory for about a third more compute.")
 
 
 class DataConfig(Section):
@@ -88,6 +91,10 @@ class OptimConfig(Section):
     epochs: Optional[float] = Field(1.0, gt=0.0)
     max_steps: Optional[int] = Field(None, ge=1, description="Optimizer steps; overrides epochs when set.")
     max_grad_norm: Optional[float] = Field(1.0, gt=0.0)
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="Forward passes and losses under torch.autocast in this type; weights, gradients and "
+        "optimizer state stay fp32. 'bf16' runs on CPU and GPU; 'fp16' needs a GPU (scaling.use_gpu) and scales "
+        "the loss dynamically (torch.amp.GradScaler).")
     seed: int = 42
 
     @model_validator(mode="after")
@@ -269,6 +276,13 @@ class RunConfig(Section):
         defaults = RetrievalValidationConfig.model_fields
         if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
             raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
+        return self
+
+    @model_validator(mode="after")
+    def _precision_fits_device(self) -> "RunConfig":
+        if self.optim.precision == "fp16" and not self.scaling.use_gpu:
+            raise ValueError("optim.precision 'fp16' needs a GPU (scaling.use_gpu: true); "
+                             "on CPU use optim.precision 'bf16' or 'fp32'")
         return self
 
     @model_validator(mode="after")

@@ -2,6 +2,7 @@
 
 It knows the recipe interface only: a model, an objective returning (loss,
 metrics), a collate function, regularizers, an evaluator and an exporter.
+Forward passes run under the autocast of `optim.precision` (train/precision.py).
 Ray Train is reached through a `Reporter` only, so the loop also runs in one
 process without Ray (`FolderReporter`: tests of exact resume, debugging).
 """
@@ -21,8 +22,10 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
 import torch
 
 from lmplatform.config.schema import RunConfig
+from lmplatform.models.gradient_checkpointing import enable_gradient_checkpointing
 from lmplatform.train import distributed as D
 from lmplatform.train.optim import build_optimizer, build_scheduler
+from lmplatform.train.precision import MixedPrecision
 from lmplatform.train.recipe import Batch, TrainingRecipe
 from lmplatform.train.state import FINAL_MODEL_DIR, Progress, load_checkpoint, save_checkpoint, seed_everything
 
@@ -135,7 +138,10 @@ class Trainer:
         self.device = device
         self.rank = rank
         self.tracker = tracker
+        self.precision = MixedPrecision(cfg.optim.precision, device)  # refuses fp16 without CUDA, before any work
         self.model = recipe.model.to(device)
+        if cfg.model.gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
         self.objective = recipe.objective.to(device)
         for regularizer in recipe.regularizers:
             regularizer.to(device)
@@ -166,7 +172,7 @@ class Trainer:
 
     def restore(self, folder: Path) -> None:
         self.progress = load_checkpoint(folder, self.rank, self.model, self.objective, self.optimizer, self.scheduler,
-                                        self.recipe.stateful_parts(), self.device)
+                                        self.recipe.stateful_parts(), self.device, self.precision.scaler)
         self._log({"resumed_from_step": float(self.progress.step)}, self.progress.step)
         self._print(f"resumed from checkpoint at step {self.progress.step} (epoch {self.progress.epoch})")
 
@@ -178,7 +184,7 @@ class Trainer:
         with tempfile.TemporaryDirectory(prefix="lmp-ckpt-") as tmp:
             folder = Path(tmp)
             save_checkpoint(folder, self.rank, self.progress, self.model, self.objective, self.optimizer, self.scheduler,
-                            self.recipe.stateful_parts(), self.device)
+                            self.recipe.stateful_parts(), self.device, self.precision.scaler)
             if final and self.rank == 0:
                 self.recipe.export(self.model, folder / FINAL_MODEL_DIR)
             self.reporter.report(metrics, folder,
@@ -189,12 +195,13 @@ class Trainer:
         """In-batch validation on the validation shards, then corpus-level retrieval validation if configured.
 
         The evaluator gets batches already on the device, with model and objective in eval mode under
-        inference mode: evaluators only compute metrics. Batches are moved lazily, one at a time, inside
-        the evaluator's own context (DeCLUTR collates validation batches from fixed spans there).
+        inference mode and the run's autocast: evaluators only compute metrics. Batches are moved lazily,
+        one at a time, inside the evaluator's own context (DeCLUTR collates validation batches from fixed
+        spans there).
         """
         metrics: dict[str, float] = {}
         if self.recipe.evaluate is not None and batches is not None:
-            with evaluation_mode(self.model, self.objective):
+            with evaluation_mode(self.model, self.objective), self.precision.autocast():
                 sums = self.recipe.evaluate(self.model, (place(batch, self.device) for batch in batches), self.rank)
             metrics = self.recipe.summarize(D.reduce_weighted(sums, self.device))
         if self.corpus_validator is not None:
@@ -206,23 +213,27 @@ class Trainer:
 
     # -- training ----------------------------------------------------------
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        loss, metrics = self.objective(self.model, batch)
-        for regularizer in self.recipe.regularizers:
-            extra, extra_metrics = regularizer(self.model)
-            loss = loss + extra
-            metrics = {**metrics, **extra_metrics}
+        with self.precision.autocast():
+            loss, metrics = self.objective(self.model, batch)
+            for regularizer in self.recipe.regularizers:
+                extra, extra_metrics = regularizer(self.model)
+                loss = loss + extra
+                metrics = {**metrics, **extra_metrics}
         return loss, {"loss": float(loss.detach()), **metrics}
 
     def _optimizer_step(self) -> float:
         D.all_reduce_gradients(self.params)
+        self.precision.unscale_(self.optimizer)
         norm = float("nan")
         if self.cfg.optim.max_grad_norm:
             norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.optim.max_grad_norm))
-        self.optimizer.step()
-        with torch.no_grad():
-            for module in self.projected:
-                module.project_()
-        self.scheduler.step()
+        if self.precision.step(self.optimizer):
+            with torch.no_grad():
+                for module in self.projected:
+                    module.project_()
+            # A step fp16 skipped (its gradients overflowed) leaves the schedule where it was, as in
+            # Hugging Face's Trainer: the learning rates follow the updates actually made.
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.progress.step += 1
         return norm
@@ -264,7 +275,7 @@ class Trainer:
         while progress.step < self.total_steps:
             for batch in itertools.islice(batches, accum):
                 loss, metrics = self._loss(batch)
-                (loss / accum).backward()
+                self.precision.scale(loss / accum).backward()
                 tokens = self.recipe.count_tokens(batch)
                 samples = int(next(iter(batch.values())).shape[0])
                 timer.add(tokens, samples)

@@ -19,7 +19,11 @@ WeightedMetrics = dict[str, tuple[float, float]]
 class TrainingRecipe:
     """The model to optimise, the objective that scores it, and how data becomes batches.
 
-    - `objective(model, batch)` returns (loss, metrics).
+    - `objective(model, batch)` returns (loss, metrics). It runs under the run's autocast; the loop
+      then calls backward once on the loss times a factor (1/grad_accum_steps, the fp16 loss scale),
+      outside autocast. The loss's backward may do more than differentiate its graph: GradCache
+      (objectives/gradcache.py) embeds its chunks again from a hook on the loss, scaling the cached
+      gradients by the factor it receives, under the autocast its forward pass recorded.
     - `collate` turns a Ray Data numpy batch into tensors.
     - `export(model, folder)` writes the final model as a Hugging Face folder.
     - `evaluate(model, batches, rank)` returns {metric: (sum, weight)} so workers can be reduced;

@@ -1,11 +1,13 @@
-"""Checkpoint contents: model, optimizer, scheduler, step counters and every random state a step draws from.
+"""Checkpoint contents: model, optimizer, scheduler, fp16 loss scale, step counters and every random state a step draws from.
 
 Rank 0 writes the shared state; every rank writes its own random state (Ray Train
 merges the workers' checkpoint folders into one). A resumed run continues the
 uninterrupted run's trajectory only if nothing a later step depends on is left
 out: the torch CPU generator (dropout on CPU, the MLM masker's draws), the CUDA
 generator of the worker's device (dropout on a GPU), numpy's and Python's global
-generators, and the recipe's own stateful parts (DeCLUTR's span sampler).
+generators, and the recipe's own stateful parts (DeCLUTR's span sampler). Under fp16 the
+GradScaler's state (scale, steps since the last overflow) is kept too: a fresh scale would start
+high again and skip steps the uninterrupted run took.
 """
 from __future__ import annotations
 
@@ -81,22 +83,24 @@ def save_checkpoint(
     scheduler: Any,
     parts: Optional[Mapping[str, Stateful]] = None,
     device: Optional[torch.device] = None,
+    scaler: Optional[torch.amp.GradScaler] = None,
 ) -> None:
-    """`parts`: this rank's stateful recipe parts by name, saved with its random state."""
+    """`parts`: this rank's stateful recipe parts by name, saved with its random state.
+    `scaler`: the fp16 loss scaler (saved when enabled)."""
     folder.mkdir(parents=True, exist_ok=True)
     per_rank = {"rng": rng_state(device), "parts": {name: part.state_dict() for name, part in (parts or {}).items()}}
     torch.save(per_rank, _rank_file(folder, rank))
     if rank != 0:
         return
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "objective": objective.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-        },
-        folder / TRAINING_STATE,
-    )
+    state = {
+        "model": model.state_dict(),
+        "objective": objective.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+    }
+    if scaler is not None and scaler.is_enabled():
+        state["grad_scaler"] = scaler.state_dict()
+    torch.save(state, folder / TRAINING_STATE)
     (folder / PROGRESS).write_text(json.dumps(asdict(progress)))
 
 
@@ -109,12 +113,17 @@ def load_checkpoint(
     scheduler: Any,
     parts: Optional[Mapping[str, Stateful]] = None,
     device: Optional[torch.device] = None,
+    scaler: Optional[torch.amp.GradScaler] = None,
 ) -> Progress:
+    """Restore what `save_checkpoint` wrote. A checkpoint without a loss scale (written at fp32 or bf16)
+    leaves an fp16 `scaler` at its initial scale."""
     state = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=False)
     model.load_state_dict(state["model"])
     objective.load_state_dict(state["objective"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and scaler.is_enabled() and "grad_scaler" in state:
+        scaler.load_state_dict(state["grad_scaler"])
     rank_file = _rank_file(folder, rank)
     if rank_file.is_file():  # absent when resuming with more workers than the checkpoint had
         saved = torch.load(rank_file, weights_only=False)

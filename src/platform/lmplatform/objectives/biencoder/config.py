@@ -1,7 +1,7 @@
 """Config of the bi-encoder objective: multiple-negatives ranking on (query, document) pairs."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
@@ -31,6 +31,10 @@ class BiencoderObjectiveConfig(Section):
     symmetric: bool = Field(False, description="Also rank queries for each document and average both losses.")
     max_hard_negatives: int = Field(1, ge=0, description="Hard negatives used per pair (from data.hard_negative_field); 0 ignores them.")
     gather_across_workers: bool = Field(True, description="Negatives from the global batch (all workers), not only the local one.")
+    mini_batch_size: Optional[int] = Field(
+        None, ge=1, description="GradCache (cached InfoNCE): embed texts this many at a time, so activation memory follows "
+        "this size while the in-batch negatives still come from the whole optim.batch_size; the same loss and gradients, "
+        "for one extra forward pass. None embeds the whole batch at once.")
 
     @model_validator(mode="after")
     def _temperature_in_range(self) -> "BiencoderObjectiveConfig":

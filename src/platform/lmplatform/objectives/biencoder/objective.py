@@ -4,6 +4,7 @@ Each query's positive is its own document; every other document of the global
 batch, plus any hard negatives, is a negative (multiple-negatives ranking loss,
 Henderson et al., 2017). Queries and documents share one `Encoder`. The driver
 reads the pairs (`prepare_data`); each worker builds the recipe (`build_recipe`).
+With `objective.mini_batch_size` the loss is computed with GradCache (objectives/gradcache.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ from transformers import PreTrainedTokenizerBase
 from lmplatform.config.schema import RunConfig
 from lmplatform.data.pairs import PairSet, pair_datasets, read_pairs
 from lmplatform.models.encoder import Encoder
-from lmplatform.objectives.infonce import Temperature, info_nce, temperature_from_config, temperature_learning_rates
+from lmplatform.objectives.gradcache import Inputs, cached_info_nce
+from lmplatform.objectives.infonce import (
+    InfoNCEOutput,
+    Temperature,
+    info_nce,
+    temperature_from_config,
+    temperature_learning_rates,
+)
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 
@@ -53,36 +61,61 @@ def count_pair_tokens(batch: Batch) -> int:
     return int(sum(v.sum() for k, v in batch.items() if k.endswith("_attention_mask")))
 
 
-def embed(model: Encoder, batch: Batch, prefix: str) -> Optional[torch.Tensor]:
+def inputs(batch: Batch, prefix: str) -> Optional[Inputs]:
+    """The encoder's inputs of one kind of text (query, document, negative); None when the batch has none."""
     if f"{prefix}_input_ids" not in batch:
         return None
-    return model(input_ids=batch[f"{prefix}_input_ids"], attention_mask=batch[f"{prefix}_attention_mask"])
+    return {"input_ids": batch[f"{prefix}_input_ids"], "attention_mask": batch[f"{prefix}_attention_mask"]}
+
+
+def embed(model: Encoder, batch: Batch, prefix: str) -> Optional[torch.Tensor]:
+    texts = inputs(batch, prefix)
+    return None if texts is None else model(**texts)
 
 
 class BiencoderObjective(nn.Module):
     """uses_hard_negatives: the data has a hard-negative field. Then every step passes a (possibly
     empty) negatives tensor, so all workers enter the same collectives even when only some of
-    their batches hold hard negatives."""
+    their batches hold hard negatives.
+
+    mini_batch_size: compute the loss with GradCache, embedding that many texts at a time (training
+    only; without autograd, as under evaluation, the plain loss is the same and cheaper)."""
 
     def __init__(self, temperature: Temperature, symmetric: bool = False, gather: bool = True,
-                 uses_hard_negatives: bool = False):
+                 uses_hard_negatives: bool = False, mini_batch_size: Optional[int] = None):
         super().__init__()
         self.temperature = temperature
         self.symmetric = symmetric
         self.gather = gather
         self.uses_hard_negatives = uses_hard_negatives
+        self.mini_batch_size = mini_batch_size
 
     def forward(self, model: Encoder, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        if self.mini_batch_size is not None and torch.is_grad_enabled():
+            out = self._cached_loss(model, batch)
+        else:
+            out = self._loss(model, batch)
+        metrics = out.metrics("ranking_") | {"temperature": float(self.temperature().detach())}
+        return out.loss, metrics
+
+    def _loss(self, model: Encoder, batch: Batch) -> InfoNCEOutput:
         queries, documents = embed(model, batch, "query"), embed(model, batch, "document")
         negatives = embed(model, batch, "negative")
         if negatives is None and self.uses_hard_negatives:
             negatives = documents.new_zeros((0, documents.shape[1]))
-        out = info_nce(
+        return info_nce(
             queries, documents, self.temperature(),
             symmetric=self.symmetric, hard_negatives=negatives, gather=self.gather,
         )
-        metrics = out.metrics("ranking_") | {"temperature": float(self.temperature().detach())}
-        return out.loss, metrics
+
+    def _cached_loss(self, model: Encoder, batch: Batch) -> InfoNCEOutput:
+        negatives = inputs(batch, "negative")
+        if negatives is None and self.uses_hard_negatives:  # no rows: an empty negatives tensor, as in `_loss`
+            negatives = {k: v[:0] for k, v in inputs(batch, "document").items()}
+        return cached_info_nce(
+            model, inputs(batch, "query"), inputs(batch, "document"), self.temperature(), self.mini_batch_size,
+            symmetric=self.symmetric, hard_negatives=negatives, gather=self.gather,
+        )
 
 
 class InBatchRetrievalEvaluator:
@@ -152,6 +185,7 @@ def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     objective = BiencoderObjective(
         temperature, objective_cfg.symmetric, objective_cfg.gather_across_workers,
         uses_hard_negatives=cfg.data.hard_negative_field is not None and objective_cfg.max_hard_negatives > 0,
+        mini_batch_size=objective_cfg.mini_batch_size,
     )
     return TrainingRecipe(
         model=model,
