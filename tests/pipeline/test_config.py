@@ -76,3 +76,33 @@ def test_pipeline_from_a_dict_resolves_stage_files_against_base_dir_and_leaves_t
 def test_unknown_stage_in_override_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no stage named 'nope'"):
         load_pipeline_config(_write(tmp_path, [{"name": "a", "run": _mlm()}]), ["stages.nope.optim.lr=1"])
+
+
+def _mine(**extra: object) -> dict:
+    return {"name": "mined", "mine": {"pairs": {"train_paths": ["pairs.jsonl"]}, **extra}}
+
+
+def _pairs_run(*paths: str) -> dict:
+    return {"data": {"train_paths": list(paths)}, "objective": {"name": "biencoder"}, "optim": {"max_steps": 2}}
+
+
+def test_a_mine_stage_s_pairs_file_feeds_a_later_stage(tmp_path: Path) -> None:
+    cfg = load_pipeline_config(_write(tmp_path, [_mine(), {"name": "train", "run": _pairs_run("stage:mined", "extra.jsonl")}]))
+    assert cfg.stage("mined").mine.num_negatives == 3 and cfg.stage("mined").mine.relative_margin == 0.05
+    run = build_stage_config(cfg, cfg.stage("train"), "default", "/s", "r", stage_outputs={"mined": "/p/mined/pairs.jsonl"})
+    assert run.data.train_paths == ["/p/mined/pairs.jsonl", "extra.jsonl"]
+
+
+@pytest.mark.parametrize(("stages", "message"), [
+    ([{"name": "train", "run": _pairs_run("stage:mined")}, _mine()], r"data paths name stage:mined, which is not an earlier mine stage"),
+    ([{"name": "a", "run": _mlm()}, {"name": "b", "run": _pairs_run("stage:a")}], r"not an earlier mine stage \(earlier mine stages: none\)"),
+    ([_mine(), {"name": "train", "run": _pairs_run("p.jsonl"), "init_from": "stage:mined"}], r"init_from names mine stage 'mined'"),
+    ([{**_mine(), "set": ["optim.lr=1"]}], r"a mine stage trains nothing"),
+    ([{**_mine(), "run": _mlm()}], r"exactly one of `config` \(a file\), `run` \(inline\) or `mine`"),
+    ([_mine(range_min=5, range_max=5)], r"mine.range_min \(5\) must be below mine.range_max \(5\)"),
+    ([_mine(num_negatives=9, range_max=4)], r"mine.num_negatives \(9\) must be at most range_max - range_min \(4\)"),
+    ([_mine(relative_margin=1.5)], r"relative_margin"),
+])
+def test_bad_mine_stages_fail_at_load_time(tmp_path: Path, stages: list[dict], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_pipeline_config(_write(tmp_path, stages))

@@ -36,7 +36,8 @@ def pipeline_run(
         "pipeline_run": result.run_name,
         "mlflow_parent_run_id": result.parent_run_id,
         "state": str(result.folder / "pipeline_state.json"),
-        "stages": {n: {"model_dir": s.model_dir, "mlflow_run_id": s.mlflow_run_id, "model_version": s.model_version}
+        "stages": {n: {"model_dir": s.model_dir, "mlflow_run_id": s.mlflow_run_id, "model_version": s.model_version,
+                       **({"pairs_file": s.output_path} if s.output_path else {})}
                    for n, s in result.state.stages.items()},
         "forgetting": result.forgetting,
         "continual_metrics": result.continual,
@@ -61,7 +62,8 @@ def pipeline_validate(
     for i, stage in enumerate(cfg.stages, 1):
         ewc = f", EWC λ={stage.ewc.lambda_:g} vs {stage.ewc.anchor_reference}" if stage.ewc else ""
         evals = f", evaluations: {', '.join(e.key for e in stage.evaluations)}" if stage.evaluations else ""
-        typer.echo(f"{i}. {stage.name}: from {stage.init_from}{ewc}{evals}")
+        source = f"mines hard negatives with {stage.init_from}" if stage.mine else f"from {stage.init_from}"
+        typer.echo(f"{i}. {stage.name}: {source}{ewc}{evals}")
 
 
 @app.command("status")

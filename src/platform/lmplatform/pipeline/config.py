@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import ConfigDict, Field, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
-from lmplatform.config.schema import DataConfig, RunConfig
+from lmplatform.config.schema import DataConfig, DistractorConfig, RunConfig
 
 STAGE_PREFIX = "stage:"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
@@ -86,21 +86,61 @@ class StageEWCConfig(Section):
         return STAGE_PREFIX + self.anchor if self.anchor else str(self.anchor_model)
 
 
+class MineConfig(Section):
+    """A `mine` stage: hard negatives for every pair of `pairs`, mined with the stage's model (`init_from`)
+    and written as a JSONL pairs file with a `hard_negatives` list (retrieval/mining.py has the rules)."""
+
+    pairs: DataConfig = Field(..., description="The pairs to mine for; every pair of these files is mined (their "
+                              "split is the training stage's business). Fields and cleaning as in a run's `data`.")
+    distractors: Optional[DistractorConfig] = Field(
+        None, description="Documents that join the pairs' documents as candidates (e.g. the whole report corpus).")
+    num_negatives: int = Field(3, ge=1, description="Hard negatives per pair, at most.")
+    range_min: int = Field(0, ge=0, description="Skip the first range_min ranks (0-based; the query's group, the query "
+                           "and the positive are never ranked): the very top holds the unlabelled duplicates.")
+    range_max: int = Field(50, ge=1, description="Candidates ranked at range_max or below are not considered.")
+    relative_margin: Optional[float] = Field(
+        0.05, ge=0.0, lt=1.0, description="Drop a candidate scoring above positive - |positive| x margin (as "
+        "sentence-transformers' mine_hard_negatives); null keeps every candidate of the window.")
+    cross_encoder: Optional[str] = Field(
+        None, description="A cross-encoder (folder or models:/...) that scores the remaining candidates; those above "
+        "max_cross_encoder_score are dropped as likely false negatives.")
+    max_cross_encoder_score: float = Field(0.5, ge=0.0, le=1.0, description="Relevance probability above which the "
+                                           "cross-encoder calls a candidate a duplicate.")
+    batch_size: int = Field(64, ge=1, description="Texts per forward pass when encoding.")
+    max_seq_length: Optional[int] = Field(None, ge=8, description="Longer texts are truncated; default: the model's.")
+    actors: int = Field(1, ge=1, description="Ray actors encoding the texts, each holding the model.")
+    cpus_per_actor: float = Field(1.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _window_holds_the_negatives(self) -> "MineConfig":
+        if self.range_min >= self.range_max:
+            raise ValueError(f"mine.range_min ({self.range_min}) must be below mine.range_max ({self.range_max})")
+        if self.num_negatives > self.range_max - self.range_min:
+            raise ValueError(f"mine.num_negatives ({self.num_negatives}) must be at most range_max - range_min "
+                             f"({self.range_max - self.range_min})")
+        return self
+
+
 class StageConfig(Section):
     name: str = Field(..., pattern=_NAME)
     config: Optional[str] = Field(None, description="A run config YAML (relative to the pipeline file).")
     run: Optional[dict[str, Any]] = Field(None, description="An inline run config (instead of `config`).")
+    mine: Optional[MineConfig] = Field(
+        None, description="A mining stage instead of a training one: writes the pairs with hard negatives; a later "
+        "stage reads them with `stage:<name>` in data.train_paths.")
     set: list[str] = Field(default_factory=list, description="--set style overrides applied to the run config.")
     init_from: str = Field(
-        "default", description="stage:<name> (that stage's model), models:/<name>@<alias>, a folder, or 'default'."
-    )
+        "default", description="stage:<name> (that stage's model), models:/<name>@<alias>, a folder, or 'default'; "
+        "for a mine stage, the bi-encoder that mines.")
     ewc: Optional[StageEWCConfig] = None
     evaluations: list[StageEvaluationConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_run_source(self) -> "StageConfig":
-        if (self.config is None) == (self.run is None):
-            raise ValueError(f"stage {self.name!r}: set exactly one of `config` (a file) or `run` (inline)")
+        if sum(source is not None for source in (self.config, self.run, self.mine)) != 1:
+            raise ValueError(f"stage {self.name!r}: set exactly one of `config` (a file), `run` (inline) or `mine`")
+        if self.mine is not None and (self.set or self.ewc or self.evaluations):
+            raise ValueError(f"stage {self.name!r}: a mine stage trains nothing: remove set, ewc and evaluations")
         return self
 
 
@@ -121,6 +161,7 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _references(self) -> "PipelineConfig":
         seen: list[str] = []
+        mines = {stage.name for stage in self.stages if stage.mine is not None}
         for stage in self.stages:
             if stage.name in seen:
                 raise ValueError(f"stage name {stage.name!r} is used twice")
@@ -130,6 +171,9 @@ class PipelineConfig(Section):
                 if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] not in seen:
                     raise ValueError(f"stage {stage.name!r}: {what} names {ref[len(STAGE_PREFIX):]!r}, which is not an "
                                      f"earlier stage (earlier: {', '.join(seen) or 'none'})")
+                if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] in mines:
+                    raise ValueError(f"stage {stage.name!r}: {what} names mine stage {ref[len(STAGE_PREFIX):]!r}, which "
+                                     "makes a pairs file, not a model (use it in data.train_paths)")
             seen.append(stage.name)
         for task in self.tasks:
             if not task.task:
@@ -152,12 +196,42 @@ def stage_run_data(pipeline: PipelineConfig, stage: StageConfig) -> dict[str, An
     return apply_overrides(data, stage.set)
 
 
+DATA_PATH_FIELDS = ("train_paths", "validation_paths")
+
+
+def stage_data_references(data: dict[str, Any]) -> list[str]:
+    """The stage names a run config's `data` paths refer to as `stage:<name>` (a mine stage's pairs file)."""
+    section = data.get("data") or {}
+    paths = [p for name in DATA_PATH_FIELDS for p in _as_list(section.get(name))]
+    return [p[len(STAGE_PREFIX):] for p in paths if isinstance(p, str) and p.startswith(STAGE_PREFIX)]
+
+
+def _as_list(value: Any) -> list[Any]:  # noqa: ANN401 - a YAML value
+    return [] if value is None else value if isinstance(value, list) else [value]
+
+
+def _with_stage_outputs(data: dict[str, Any], outputs: Mapping[str, str]) -> dict[str, Any]:
+    """`data` with each `stage:<name>` data path replaced by that stage's output file, where `outputs` has it."""
+    section = data.get("data")
+    if not isinstance(section, dict):
+        return data
+    replaced = dict(section)
+    for name in DATA_PATH_FIELDS:
+        if name in section:
+            replaced[name] = [outputs.get(p[len(STAGE_PREFIX):], p) if isinstance(p, str) and p.startswith(STAGE_PREFIX)
+                              else p for p in _as_list(section[name])]
+    return {**data, "data": replaced}
+
+
 def build_stage_config(
     pipeline: PipelineConfig, stage: StageConfig, model: str, storage: str, run_name: str,
-    ewc_anchor_model: Optional[str] = None,
+    ewc_anchor_model: Optional[str] = None, stage_outputs: Optional[Mapping[str, str]] = None,
 ) -> RunConfig:
-    """The RunConfig the stage trains with: its own config, then what the pipeline decides."""
-    data = stage_run_data(pipeline, stage)
+    """The RunConfig the stage trains with: its own config, then what the pipeline decides.
+
+    `stage_outputs` maps finished mine stages to their pairs files, for `stage:<name>` data paths;
+    without it they stay as written (validation before anything ran)."""
+    data = _with_stage_outputs(stage_run_data(pipeline, stage), stage_outputs or {})
     overrides = [
         f"model.name_or_path={model}",
         f"checkpoint.storage_path={storage}",
@@ -216,7 +290,15 @@ def pipeline_config_from_dict(
     data = apply_overrides(data, plain)
     data.setdefault("base_dir", str(Path(base_dir).resolve()))
     pipeline = parse_config(data, PipelineConfig, source=source)
+    earlier_mines: list[str] = []
     for stage in pipeline.stages:
+        if stage.mine is not None:
+            earlier_mines.append(stage.name)
+            continue
+        unknown = [n for n in stage_data_references(stage_run_data(pipeline, stage)) if n not in earlier_mines]
+        if unknown:
+            raise ConfigError(f"{source}: stage {stage.name!r}: data paths name stage:{unknown[0]}, which is not an "
+                              f"earlier mine stage (earlier mine stages: {', '.join(earlier_mines) or 'none'})")
         # Placeholders for what is only known at run time (earlier stages' models).
         try:
             build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)

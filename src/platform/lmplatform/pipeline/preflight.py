@@ -54,9 +54,12 @@ def _missing(raw: str, what: str) -> str:
 
 
 def data_problems(paths: Sequence[str], field: str, where: str) -> list[Problem]:
-    """Each path must be a non-empty file, or a folder holding at least one (as the readers expand them)."""
+    """Each path must be a non-empty file, or a folder holding at least one (as the readers expand them).
+    A `stage:<name>` path is an earlier mine stage's output, checked when the pipeline config loads."""
     problems = []
     for raw in paths:
+        if raw.startswith(STAGE_PREFIX):
+            continue
         path = Path(raw).expanduser()
         if path.is_dir():
             if not any(p.is_file() and not p.name.startswith(".") for p in path.rglob("*")):
@@ -204,6 +207,12 @@ def stage_problems(cfg: PipelineConfig, stage: StageConfig, will_run: Sequence[s
     `will_run`: the stages before this one (their models exist by the time this stage starts).
     """
     where, finished = f"stage {stage.name!r}", finished or {}
+    if stage.mine is not None:
+        mine = stage.mine
+        problems = data_config_problems(mine, where)
+        problems = [Problem(p.where, f"mine.{p.field}", p.message, p.path) for p in problems]
+        problems += model_problems(stage.init_from, "init_from", where, will_run, finished)
+        return problems + model_problems(mine.cross_encoder, "mine.cross_encoder", where)
     # Placeholders for the models: the stage's own references are checked below, under their own field names.
     run = build_stage_config(cfg, stage, "default", "runs", "preflight", ewc_anchor_model="default" if stage.ewc else None)
     problems = run_config_problems(run, where, skip=("model", "ewc"))

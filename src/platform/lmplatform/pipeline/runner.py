@@ -58,7 +58,8 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineR
         unknown = [name for name, s in state.stages.items() if s.status == FINISHED and name not in {x.name for x in cfg.stages}]
         if unknown:
             raise ValueError(f"--resume {resume}: finished stage(s) {', '.join(unknown)} are not in this config")
-        preflight_pipeline(cfg, {n: r.model_dir for n, r in state.stages.items() if r.status == FINISHED and r.model_dir})
+        preflight_pipeline(cfg, {n: r.model_dir or r.output_path for n, r in state.stages.items()
+                                 if r.status == FINISHED and (r.model_dir or r.output_path)})
         parent, _ = TrackedRun.start_or_resume(state.tracking_uri, cfg.tracking.experiment, state.run_name, state.parent_run_id)
         print(f"[lmp] pipeline {resume}: resuming; finished stages: "
               f"{', '.join(n for n, s in state.stages.items() if s.status == FINISHED) or 'none'}", flush=True)
@@ -90,7 +91,10 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineR
             if record.status == FINISHED:
                 print(f"[lmp] stage {index + 1}/{len(cfg.stages)} {stage.name}: finished earlier, skipped", flush=True)
                 continue
-            _run_stage(cfg, stage, index, state, folder, parent)
+            if stage.mine is not None:
+                _run_mine_stage(cfg, stage, index, state, folder, parent)
+            else:
+                _run_stage(cfg, stage, index, state, folder, parent)
     except BaseException:
         parent.finish("FAILED")
         print(f"[lmp] pipeline {state.run_name} failed; continue it with --resume {state.run_name}", flush=True)
@@ -117,7 +121,8 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
     record = state.stage(stage.name)
     init = _resolve_model(stage.init_from, state)
     anchor = _resolve_model(stage.ewc.anchor_reference, state) if stage.ewc else None
-    run_cfg = build_stage_config(cfg, stage, init, str(folder), f"{state.run_name}.{stage.name}", anchor)
+    outputs = {name: done.output_path for name, done in state.stages.items() if done.output_path}  # mine stages' files
+    run_cfg = build_stage_config(cfg, stage, init, str(folder), f"{state.run_name}.{stage.name}", anchor, outputs)
     record.init_model, record.status, record.error = init, RUNNING, None
     record.ewc_lambda = stage.ewc.lambda_ if stage.ewc else None
     record.attempts += 1
@@ -164,6 +169,33 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
     metrics.update({f"{stage.name}/task/{task}": score for task, score in record.task_scores.items()})
     parent.log_metrics(metrics, step=index + 1)
     print(f"[lmp] {label}: finished; model {record.model_dir}", flush=True)
+
+
+def _run_mine_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent) -> None:  # noqa: ANN001
+    """A mine stage: hard negatives for its pairs, in its own MLflow run under the parent (file, metrics, params)."""
+    from lmplatform.pipeline.mine import run_mine_stage
+
+    record = state.stage(stage.name)
+    init = _resolve_model(stage.init_from, state)
+    record.init_model, record.status, record.error = init, RUNNING, None
+    record.attempts += 1
+    state.save(folder)
+    label = f"stage {index + 1}/{len(cfg.stages)} {stage.name}"
+    print(f"[lmp] {label}: mining hard negatives with {init}", flush=True)
+    start = time.perf_counter()
+    try:
+        result = run_mine_stage(stage.mine, init, folder / stage.name, state.tracking_uri, cfg.tracking.experiment,
+                                f"{state.run_name}.{stage.name}", state.parent_run_id,
+                                {PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name})
+    except BaseException as exc:
+        record.status, record.error = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
+        state.save(folder)
+        raise
+    record.output_path, record.mlflow_run_id = str(result.path), result.mlflow_run_id
+    record.status, record.seconds = FINISHED, round(time.perf_counter() - start, 2)
+    state.save(folder)
+    parent.log_metrics({f"{stage.name}/seconds": record.seconds}, step=index + 1)
+    print(f"[lmp] {label}: finished; {result.summary}; pairs file {result.path}", flush=True)
 
 
 def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):  # noqa: ANN202
@@ -235,7 +267,8 @@ def task_matrix(cfg: PipelineConfig, state: PipelineState) -> Optional[list[list
     tasks = [t.task for t in cfg.tasks]
     if not tasks:
         return None
-    return [[state.stages[s.name].task_scores.get(t, float("nan")) for t in tasks] for s in cfg.stages]
+    # a mine stage trains no model: it has no row of R
+    return [[state.stages[s.name].task_scores.get(t, float("nan")) for t in tasks] for s in cfg.stages if s.mine is None]
 
 
 def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:  # noqa: ANN001
@@ -248,7 +281,7 @@ def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: 
     continual: dict[str, float] = {}
     matrix = task_matrix(cfg, state)
     if matrix is not None:
-        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages], "R": matrix,
+        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.mine is None], "R": matrix,
                          "baseline": state.baseline_task_scores}, "task_matrix.json")
         if len(matrix) == len(matrix[0]):
             baseline = [state.baseline_task_scores.get(t.task) for t in cfg.tasks]  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ class StageState:
     train_run: Optional[str] = None  # the Ray Train run name (resumable with run_training(resume=...))
     mlflow_run_id: Optional[str] = None
     model_dir: Optional[str] = None
+    output_path: Optional[str] = None  # a mine stage's pairs file
     model_artifact_uri: Optional[str] = None
     registered_model: Optional[str] = None
     model_version: Optional[str] = None

@@ -1,0 +1,176 @@
+"""The `mine` pipeline stage: a pairs file with hard negatives, mined with a bi-encoder.
+
+1. Read every pair of `mine.pairs` (cleaned as training reads them) and the distractors.
+2. Encode the distinct queries and candidates (the pairs' documents plus the distractors) on Ray
+   actors with the index builder's pipeline (`retrieval.build.encode_corpus_to_shards`).
+3. Exact inner-product search (FAISS flat) of every query against the candidates, deep enough that
+   `range_max` candidates remain once the query's group is set aside.
+4. Per pair, `retrieval.mining.select_negatives` picks the negatives (window, margin, and the
+   optional cross-encoder check).
+5. Write `pairs.jsonl` (query, document, hard_negatives, and the group id under `data.group_field`'s
+   name when the pairs have one) and log it with the counts to the stage's MLflow run.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Hashable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from lmplatform.data.groups import pair_group_ids
+from lmplatform.data.pairs import Pair, read_pairs
+from lmplatform.pipeline.config import MineConfig
+from lmplatform.retrieval.mining import MiningRules, ScorePairs, Selection, select_negatives
+
+PAIRS_FILE = "pairs.jsonl"
+ARTIFACT_DIR = "mined"
+
+
+@dataclass
+class MineResult:
+    path: Path
+    metrics: dict[str, float]
+    mlflow_run_id: str
+
+    @property
+    def summary(self) -> str:
+        m = self.metrics
+        return (f"{int(m['mine/negatives'])} negatives for {int(m['mine/pairs'])} pairs from {int(m['mine/candidates'])} "
+                f"candidates ({int(m['mine/pairs_short'])} pair(s) with fewer than asked; skipped: "
+                f"{int(m['mine/skipped_group'])} of the query's group, {int(m['mine/skipped_margin'])} within the margin, "
+                f"{int(m['mine/skipped_cross_encoder'])} by the cross-encoder)")
+
+
+def group_texts(pairs: Sequence[Pair]) -> list[frozenset[str]]:
+    """Per pair, every text of its duplicate group (its own query and document included)."""
+    ids = pair_group_ids(pairs)
+    texts: dict[Hashable, set[str]] = defaultdict(set)
+    for pair, group in zip(pairs, ids):
+        texts[group].update((pair.query, pair.document))
+    frozen = {group: frozenset(members) for group, members in texts.items()}
+    return [frozen[group] for group in ids]
+
+
+def encode_texts(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: Path) -> np.ndarray:
+    """Vectors [len(texts), dim] in the order of `texts`, encoded on Ray actors through parquet shards."""
+    from lmplatform.retrieval.build import encode_corpus_to_shards, iter_shards
+
+    source = work_dir / "texts.jsonl"
+    with source.open("w", encoding="utf-8") as handle:
+        for index, text in enumerate(texts):
+            handle.write(json.dumps({"id": str(index), "text": text}, ensure_ascii=False) + "\n")
+    shards = work_dir / "shards"
+    encode_corpus_to_shards(str(source), shards, model=model, text_fields=["text"], id_field="id", actors=cfg.actors,
+                            cpus_per_actor=cfg.cpus_per_actor, batch_size=cfg.batch_size, max_seq_length=cfg.max_seq_length)
+    vectors: Optional[np.ndarray] = None
+    for ids, block in iter_shards(shards):
+        if vectors is None:
+            vectors = np.zeros((len(texts), block.shape[1]), dtype=np.float32)
+        vectors[[int(i) for i in ids]] = block
+    if vectors is None:
+        raise ValueError("the encoder returned no vectors")
+    return vectors
+
+
+def cross_encoder_scorer(reference: str, batch_size: int) -> Callable[[str], ScorePairs]:
+    """query -> a function scoring that query's candidates with the cross-encoder (relevance probabilities)."""
+    from lmplatform.models.cross_encoder import CrossEncoder
+
+    model = CrossEncoder.from_pretrained(reference)
+    return lambda query: (lambda texts: model.score([query] * len(texts), list(texts), batch_size))
+
+
+def mine_pairs(cfg: MineConfig, model: str, work_dir: Path) -> tuple[list[Pair], list[Selection], dict[str, float]]:
+    """The pairs of `cfg.pairs`, one `Selection` per pair, and the counts (`mine/...`)."""
+    from lmplatform.evaluation.retrieval_validation import read_distractors
+    from lmplatform.retrieval.faiss_import import import_faiss
+
+    # every pair is mined: the training stage splits the file as its own config says
+    read = read_pairs(cfg.pairs.model_copy(update={"validation_fraction": 0.0}))
+    pairs = read.train + read.validation
+    distractors = read_distractors(cfg.distractors, cfg.pairs.clean)[0] if cfg.distractors else []
+    candidates = list(dict.fromkeys([p.document for p in pairs] + distractors))
+    queries = list(dict.fromkeys(p.query for p in pairs))
+    start = time.perf_counter()
+    vectors = encode_texts(queries + candidates, model, cfg, work_dir)
+    encode_seconds = time.perf_counter() - start
+    query_vectors, candidate_vectors = vectors[: len(queries)], vectors[len(queries) :]
+
+    excluded = group_texts(pairs)
+    faiss = import_faiss()
+    index = faiss.IndexFlatIP(candidate_vectors.shape[1])
+    index.add(candidate_vectors)
+    # the query's group can hold candidates ranked above the window: search past them
+    depth = min(len(candidates), cfg.range_max + max(len(texts) for texts in excluded))
+    scores, found = index.search(query_vectors, depth)
+    query_row = {text: i for i, text in enumerate(queries)}
+    candidate_row = {text: i for i, text in enumerate(candidates)}
+
+    rules = MiningRules(cfg.num_negatives, cfg.range_min, cfg.range_max, cfg.relative_margin, cfg.max_cross_encoder_score)
+    scorer = cross_encoder_scorer(cfg.cross_encoder, cfg.batch_size) if cfg.cross_encoder else None
+    selections = []
+    positive_scores = []
+    for pair, never in zip(pairs, excluded):
+        q = query_row[pair.query]
+        positive = float(query_vectors[q] @ candidate_vectors[candidate_row[pair.document]])
+        ranked = [(candidates[j], float(s)) for j, s in zip(found[q], scores[q]) if j >= 0]
+        selections.append(select_negatives(ranked, positive, never, rules, scorer(pair.query) if scorer else None))
+        positive_scores.append(positive)
+    negative_scores = [s for selection in selections for s in selection.scores]
+    metrics = {
+        "mine/pairs": float(len(pairs)),
+        "mine/queries": float(len(queries)),
+        "mine/candidates": float(len(candidates)),
+        "mine/distractors": float(len(distractors)),
+        "mine/negatives": float(len(negative_scores)),
+        "mine/pairs_short": float(sum(len(s.negatives) < cfg.num_negatives for s in selections)),
+        "mine/skipped_group": float(sum(s.excluded for s in selections)),
+        "mine/skipped_window": float(sum(s.outside_window for s in selections)),
+        "mine/skipped_margin": float(sum(s.margin for s in selections)),
+        "mine/skipped_cross_encoder": float(sum(s.cross_encoder for s in selections)),
+        "mine/mean_positive_score": float(np.mean(positive_scores)),
+        "mine/mean_negative_score": float(np.mean(negative_scores)) if negative_scores else float("nan"),
+        "mine/encode_seconds": encode_seconds,
+    }
+    return pairs, selections, metrics
+
+
+def write_mined_pairs(path: Path, pairs: Sequence[Pair], selections: Sequence[Selection], group_field: Optional[str]) -> None:
+    """One JSON line per pair: query, document, hard_negatives (and the group id when the pairs name one)."""
+    with path.open("w", encoding="utf-8") as handle:
+        for pair, selection in zip(pairs, selections):
+            row = {"query": pair.query, "document": pair.document, "hard_negatives": selection.negatives}
+            if group_field is not None:
+                row[group_field] = pair.group
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def run_mine_stage(cfg: MineConfig, model: str, folder: Path, tracking_uri: str, experiment: str, run_name: str,
+                   parent_run_id: str, tags: Mapping[str, str]) -> MineResult:
+    """Mine, write `folder/pairs.jsonl` and log it (artifact `mined/pairs.jsonl`), the counts and the config
+    in a new MLflow run nested under `parent_run_id`."""
+    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
+
+    model_path = str(resolve_model_path(model))
+    folder.mkdir(parents=True, exist_ok=True)
+    tracker = TrackedRun.start(tracking_uri, experiment, run_name, {**tags, "lmp.stage_kind": "mine", "lmp.model_source": model},
+                               parent_run_id)
+    try:
+        tracker.log_params(flatten({"mine": cfg.model_dump(mode="json")}) | {"model": model})
+        with tempfile.TemporaryDirectory(prefix="lmp-mine-", dir=folder) as tmp:
+            pairs, selections, metrics = mine_pairs(cfg, model_path, Path(tmp))
+        path = folder / PAIRS_FILE
+        write_mined_pairs(path, pairs, selections, cfg.pairs.group_field)
+        tracker.log_metrics(metrics, step=0)
+        tracker.log_artifact(path, ARTIFACT_DIR)
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish()
+    return MineResult(path, metrics, tracker.run_id)
