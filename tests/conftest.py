@@ -79,6 +79,18 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
+@pytest.fixture
+def mlm_parts(tiny_bert: Path):  # noqa: ANN201
+    """(tokenizer, MaskedLanguageModel, DynamicMasker) of the tiny BERT, fresh for each test."""
+    from transformers import AutoTokenizer
+
+    from lmplatform.models.masked_lm import MaskedLanguageModel
+    from lmplatform.objectives.masking import DynamicMasker
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    return tokenizer, MaskedLanguageModel.from_pretrained(tiny_bert), DynamicMasker(tokenizer)
+
+
 def write_corpus(path: Path, n: int = 120, seed: int = 0) -> Path:
     import random
 

@@ -1,23 +1,14 @@
 """`MaskedLanguageModel`: the masked-only projection equals the full one; a missing head is initialised and tied."""
-from pathlib import Path
 
-import pytest
 import torch
-from transformers import AutoTokenizer
 
 from lmplatform.models.masked_lm import MaskedLanguageModel
-from lmplatform.objectives.masking import IGNORE_INDEX, DynamicMasker
+from lmplatform.objectives.masking import IGNORE_INDEX
 from lmplatform.train.collate import TextCollator
 
 
-@pytest.fixture
-def parts(tiny_bert: Path):  # noqa: ANN201
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
-    return tokenizer, MaskedLanguageModel.from_pretrained(tiny_bert), DynamicMasker(tokenizer)
-
-
-def test_masked_projection_equals_full_projection(parts) -> None:  # noqa: ANN001
-    tokenizer, model, masker = parts
+def test_masked_projection_equals_full_projection(mlm_parts) -> None:  # noqa: ANN001
+    tokenizer, model, masker = mlm_parts
     model.eval()
     batch = TextCollator(tokenizer, 32).encode(["disk full on the backup server", "login fails after reset"])
     inputs, labels = masker(batch["input_ids"], batch["attention_mask"], generator=torch.Generator().manual_seed(0))

@@ -1,24 +1,14 @@
 """The MLM objective learns a toy corpus; its evaluator is deterministic and its pseudo-perplexity sane."""
-from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
-from lmplatform.models.masked_lm import MaskedLanguageModel
-from lmplatform.objectives.masking import DynamicMasker
 from lmplatform.objectives.mlm.objective import MLMEvaluator, MLMObjective
 from lmplatform.train.collate import TextCollator
 
 
-@pytest.fixture
-def parts(tiny_bert: Path):  # noqa: ANN201
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
-    return tokenizer, MaskedLanguageModel.from_pretrained(tiny_bert), DynamicMasker(tokenizer)
-
-
-def test_loss_decreases_on_a_toy_corpus(parts) -> None:  # noqa: ANN001
-    tokenizer, model, masker = parts
+def test_loss_decreases_on_a_toy_corpus(mlm_parts) -> None:  # noqa: ANN001
+    tokenizer, model, masker = mlm_parts
     torch.manual_seed(0)
     collate = TextCollator(tokenizer, 16)
     batch = collate.encode(["printer error on floor two"] * 16)
@@ -34,8 +24,8 @@ def test_loss_decreases_on_a_toy_corpus(parts) -> None:  # noqa: ANN001
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
 
 
-def test_evaluator_is_deterministic_and_pseudo_perplexity_is_sane(parts) -> None:  # noqa: ANN001
-    tokenizer, model, masker = parts
+def test_evaluator_is_deterministic_and_pseudo_perplexity_is_sane(mlm_parts) -> None:  # noqa: ANN001
+    tokenizer, model, masker = mlm_parts
     batches = [TextCollator(tokenizer, 32).encode(["the vpn tunnel drops", "invoice totals are wrong today"])]
     evaluator = MLMEvaluator(masker, pppl_sentences=2)
     first = evaluator(model, batches)
