@@ -101,15 +101,12 @@ def summarize(per_query: dict[str, np.ndarray], rset: RetrievalSet) -> dict[str,
 # -- rankings from a model's outputs ------------------------------------------------------------------
 def dense_rankings(query_vectors: np.ndarray, candidate_vectors: np.ndarray, rset: RetrievalSet, depth: int) -> list[list[int]]:
     """Exact inner-product search (FAISS flat), then tie-aware ranking; vectors [q, d] and [n, d], normalised."""
-    from lmplatform.retrieval.faiss_import import import_faiss
+    from lmplatform.retrieval.faiss_import import exact_search
 
-    faiss = import_faiss()
-    index = faiss.IndexFlatIP(candidate_vectors.shape[1])
-    index.add(np.ascontiguousarray(candidate_vectors, dtype=np.float32))
     pool = len(rset.candidate_texts)
     # One beyond the deepest cut-off shows whether the last kept score is shared further down.
     width = min(pool, depth + 1 + max((len(e) for e in rset.excluded), default=0))
-    scores, found = index.search(np.ascontiguousarray(query_vectors, dtype=np.float32), width)
+    scores, found = exact_search(query_vectors, candidate_vectors, width)
     rankings = []
     for row, (row_scores, row_ids) in enumerate(zip(scores, found)):
         keep = [(int(i), float(s)) for i, s in zip(row_ids, row_scores) if i >= 0 and int(i) not in rset.excluded[row]]

@@ -88,7 +88,7 @@ def cross_encoder_scorer(reference: str, batch_size: int) -> Callable[[str], Sco
 def mine_pairs(cfg: MineConfig, model: str, work_dir: Path) -> tuple[list[Pair], list[Selection], dict[str, float]]:
     """The pairs of `cfg.pairs`, one `Selection` per pair, and the counts (`mine/...`)."""
     from lmplatform.evaluation.retrieval_validation import read_distractors
-    from lmplatform.retrieval.faiss_import import import_faiss
+    from lmplatform.retrieval.faiss_import import exact_search
 
     # every pair is mined: the training stage splits the file as its own config says
     read = read_pairs(cfg.pairs.model_copy(update={"validation_fraction": 0.0}))
@@ -102,12 +102,9 @@ def mine_pairs(cfg: MineConfig, model: str, work_dir: Path) -> tuple[list[Pair],
     query_vectors, candidate_vectors = vectors[: len(queries)], vectors[len(queries) :]
 
     excluded = group_texts(pairs)
-    faiss = import_faiss()
-    index = faiss.IndexFlatIP(candidate_vectors.shape[1])
-    index.add(candidate_vectors)
     # the query's group can hold candidates ranked above the window: search past them
     depth = min(len(candidates), cfg.range_max + max(len(texts) for texts in excluded))
-    scores, found = index.search(query_vectors, depth)
+    scores, found = exact_search(query_vectors, candidate_vectors, depth)
     query_row = {text: i for i, text in enumerate(queries)}
     candidate_row = {text: i for i, text in enumerate(candidates)}
 

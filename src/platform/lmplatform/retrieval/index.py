@@ -28,7 +28,7 @@ from typing import Any, Literal, Optional, Sequence
 import numpy as np
 
 from lmplatform.evaluation.metrics.retrieval import rank_by_score
-from lmplatform.retrieval.faiss_import import import_faiss
+from lmplatform.retrieval.faiss_import import exact_search, import_faiss
 
 logger = logging.getLogger(__name__)
 
@@ -185,16 +185,13 @@ class VectorIndex:
         Sampled rows of `vectors` are the queries; the exact top-k over `vectors`
         is the truth. `add` calls this on the first add, i.e. when the index is built.
         """
-        faiss = import_faiss()
         if self._index is None or self._index.ntotal != len(vectors):
             raise VectorIndexError("measure_recall needs the exact set of vectors the index holds")
         rng = np.random.default_rng(0)
         n = min(self.params.recall_sample, len(vectors))
         queries = np.ascontiguousarray(vectors[rng.choice(len(vectors), size=n, replace=False)])
         k = min(k, len(vectors))
-        exact = faiss.IndexFlatIP(self.dim)
-        exact.add(np.ascontiguousarray(vectors, dtype=np.float32))
-        _, truth = exact.search(queries, k)
+        _, truth = exact_search(queries, vectors, k)
         _, found = self._index.search(queries, k)
         recall = sum(len(set(t) & set(f)) for t, f in zip(truth, found)) / (n * k)
         self.stats.recall_at_10 = round(recall, 4)

@@ -100,17 +100,14 @@ def _positives_by_query(pairs: Sequence[Pair]) -> dict[str, set[str]]:
 def mine_candidates(pairs: Sequence[Pair], documents: list[str], miner_model: str, top_k: int) -> list[list[int]]:
     """Per pair, the indices of the top_k + (its positives) documents under the bi-encoder, best first."""
     from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.faiss_import import import_faiss
-
-    faiss = import_faiss()
+    from lmplatform.retrieval.faiss_import import exact_search
 
     encoder = Encoder.from_pretrained(miner_model)
     queries = sorted({p.query for p in pairs})
-    index = faiss.IndexFlatIP(encoder.dim)
-    index.add(encoder.encode(documents, show_progress=len(documents) > 1000))
+    document_vectors = encoder.encode(documents, show_progress=len(documents) > 1000)
     positives = _positives_by_query(pairs)
     depth = min(len(documents), top_k + max(len(v) for v in positives.values()))
-    _, found = index.search(encoder.encode(queries, show_progress=len(queries) > 1000), depth)
+    _, found = exact_search(encoder.encode(queries, show_progress=len(queries) > 1000), document_vectors, depth)
     ranked = dict(zip(queries, found.tolist()))
     return [ranked[p.query] for p in pairs]
 
