@@ -72,8 +72,7 @@ def _gate_numbers(decision: Any) -> str:
     comparison = decision.verdict.comparison if decision.verdict is not None else None
     if comparison is None:
         return decision.reason
-    return (f"{comparison.metric} {comparison.candidate:.3f} vs {comparison.comparator:.3f}, gain {comparison.gain:+.3f}, "
-            f"{comparison.level:.0%} CI [{comparison.low:+.3f}, {comparison.high:+.3f}] over {comparison.queries} queries")
+    return comparison.describe()
 
 
 def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool = True,  # type: ignore[assignment]
