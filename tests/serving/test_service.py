@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -26,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lmplatform.models.encoder import Encoder
+from lmplatform.testing.local_cluster import free_port
 from tests.serving import hostile
 from tests.serving.servable import (
     LABELS,
@@ -51,12 +51,6 @@ class Service:
     runs: dict[str, str]
     tmp: Path
     model_dir: Path  # version 1, the champion at the start
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +81,7 @@ def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFacto
     small = {"num_cpus": 0.1}  # six replicas beside everything else on 2 CPUs
     deployments = [{"name": d, "ray_actor_options": small, "num_replicas": 2 if d in MODEL_DEPLOYMENTS else 1}
                    for d in ("RetrieverDeployment", "ClassifierDeployment", "RerankerDeployment", "ServeIngress")]
-    port = _free_port()
+    port = free_port()
     control.start("127.0.0.1", port)
     control.deploy(control.application_config(settings, name=APP, deployments=deployments), timeout_s=240)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)

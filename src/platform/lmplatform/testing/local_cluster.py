@@ -49,9 +49,19 @@ CONTROL_DIR = "control"
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port that is none of Ray's default ports: a Ray node takes those for the components
+    it is given no port for (the dashboard agent's 52365 lies in the ephemeral range), and refuses to
+    start when a port given to another component equals one of them."""
+    from ray._private import ray_constants
+
+    taken = {ray_constants.DEFAULT_PORT, ray_constants.DEFAULT_DASHBOARD_PORT,
+             ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT}
+    while True:
+        with socket.socket() as sock:
+            sock.bind((LOOPBACK, 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
 
 
 @dataclass
@@ -384,12 +394,7 @@ def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict
         nonlocal stopping
         stopping = True
 
-    # A random free port can be one Ray gives another component of the node by default
-    # (52365, the dashboard agent's), and Ray then refuses to start the head.
-    from ray._private import ray_constants
     dashboard_port = free_port()
-    while dashboard_port == ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT:
-        dashboard_port = free_port()
     common = {"object_store_memory": object_store_bytes, "node_ip_address": LOOPBACK}
     cluster = Cluster(initialize_head=True, head_node_args={
         **common, "num_cpus": head_cpus, "resources": head_resources, "temp_dir": str(temp_dir),
