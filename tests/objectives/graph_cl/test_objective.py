@@ -1,6 +1,7 @@
 """Graph contrastive objective: losses by hand, the three variants on real batches, and a tiny end-to-end run."""
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -159,3 +160,54 @@ def test_gold_entities_evaluates_relations_over_the_gold_entities_only(tiny_bert
     # over gold spans (single words here) a predicted relation's arguments are exact: boundary-free adds nothing
     assert runs[True]["re_macro_f1"] == runs[True]["re_minus_macro_f1"]
     assert runs[True]["re_macro_recall"] > 0.0
+
+
+def _without_negatives(index: int):  # noqa: ANN202
+    """A sentence whose every word belongs to a related entity: no word may replace either argument."""
+    from lmplatform.graph.data import Sentence
+
+    return Sentence.from_json(json.dumps({
+        "id": f"bare{index}", "tokens": ["aspirin", "rash"],
+        "entities": [{"type": "Adverse-Effect", "start": 1, "end": 2}, {"type": "Drug", "start": 0, "end": 1}],
+        "relations": [{"type": "Adverse-Effect", "head": 0, "tail": 1}],
+    }))
+
+
+@pytest.mark.parametrize("variant", ["clgs", "cldr"])
+def test_anchors_without_a_valid_negative_are_not_counted_as_identified(variant: str, tiny_bert: Path, tmp_path: Path) -> None:
+    """Their positive 'beats' an empty set of negatives; the accuracy must leave them out and count them."""
+    from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
+
+    data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=24)
+    cfg = _config(tiny_bert, data, folds, variant)
+    train, _, _ = load_sentences(cfg)
+    recipe = build_recipe(cfg)
+    bare = [_without_negatives(i) for i in range(3)]
+    recipe.model.eval()
+    mixed = recipe.collate.collate(train[:4] + bare)
+    with torch.inference_mode():
+        _, correct, scored, unscored = recipe.objective.scores(recipe.model, recipe.collate.collate(bare))
+        assert (correct, scored, unscored) == (0.0, 0, 3)  # the old count: 3 of 3 identified
+        _, correct, scored, unscored = recipe.objective.scores(recipe.model, mixed)
+        _, metrics = recipe.objective(recipe.model, mixed)
+    assert (scored, unscored) == (4, 3) and correct <= 4  # one relation per synthetic sentence, one anchor each
+    assert metrics[f"{variant}_accuracy"] == pytest.approx(correct / 4)
+
+
+def test_graph_identification_accuracy_reports_unscored_sentences_instead_of_counting_them(tiny_bert: Path, tmp_path: Path) -> None:
+    from lmplatform.graph.evaluation import RelationEvalConfig, graph_identification_accuracy
+    from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
+
+    data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=24)
+    cfg = _config(tiny_bert, data, folds, "clgs")
+    train, _, _ = load_sentences(cfg)
+    recipe = build_recipe(cfg)
+    recipe.export(recipe.model, tmp_path / "clgs")
+    eval_cfg = RelationEvalConfig(data_path=str(data), folds_file=str(folds), base_model=str(tiny_bert), max_seq_length=32)
+    bare = [_without_negatives(i) for i in range(5)]
+    only_bare = graph_identification_accuracy(eval_cfg, str(tmp_path / "clgs"), bare)
+    assert only_bare == {"accuracy": None, "scored": 0, "unscored": 5}  # was an accuracy of 1.0
+    mixed = graph_identification_accuracy(eval_cfg, str(tmp_path / "clgs"), train[:6] + bare)
+    alone = graph_identification_accuracy(eval_cfg, str(tmp_path / "clgs"), train[:6])
+    assert (mixed["scored"], mixed["unscored"]) == (6, 5) and alone["unscored"] == 0
+    assert mixed["accuracy"] == pytest.approx(alone["accuracy"])  # the bare sentences change nothing

@@ -1,5 +1,9 @@
 """10-fold evaluation of relation-structured encoders: KNN NER / RE / RE-, linear probes, CLGS accuracy, t-SNE.
 
+With `baseline_model` set, the untrained encoder goes through the same KNN protocol on the same folds (same
+validation split for k), and the per-fold differences trained - baseline are summarised: a trained score
+alone cannot show that training moved the space.
+
 Each fold is one Ray task (`evaluate_fold`), so folds run in parallel on a cluster; the driver averages
 them (mean and std over folds) and logs metrics and plots to MLflow. Model paths may contain `{fold}`
 so that every fold is scored with the encoder trained on that fold's training ids only.
@@ -37,6 +41,10 @@ class RelationEvalConfig(Section):
     folds: Optional[list[int]] = Field(None, description="Fold numbers to run; default all in the file.")
     ner_model: str = Field("default", description="Encoder whose word space the KNN NER reads; may contain {fold}.")
     re_model: Optional[str] = Field(None, description="Encoder for KNN relation extraction (default: ner_model); may contain {fold}.")
+    baseline_model: Optional[str] = Field(
+        None, description="Untrained encoder scored with the same KNN protocol on every fold (NER and RE from its one "
+        "space); the summary then holds knn_baseline and knn_gain (trained minus baseline, per fold).",
+    )
     probe_models: dict[str, str] = Field(default_factory=dict, description="name -> encoder for the linear-probe table (e.g. baseline, clgs, cldr).")
     clgs_model: Optional[str] = Field(None, description="CLGS-trained folder (with graph_cl_head.pt) for graph identification accuracy.")
     base_model: str = Field("default", description="Frozen encoder giving the graph node features (the one CLGS started from).")
@@ -128,8 +136,10 @@ def knn_extraction(cfg: RelationEvalConfig, encoders: _Encoders, ner_model: str,
             "val_ner_macro_f1": ner_curve[k_ner], "val_re_macro_f1": re_curve[k_re]}
 
 
-def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str, sentences: Sequence[Sentence]) -> Optional[float]:
-    """Share of sentences whose pooled embedding is closer to their own graph than to all hard negatives."""
+def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str, sentences: Sequence[Sentence]) -> Optional[dict[str, Any]]:
+    """{"accuracy", "scored", "unscored"}: the share of sentences whose pooled embedding is closer to their own
+    graph than to every valid hard negative, over the sentences that have one; sentences without any valid
+    negative are not scored (an empty comparison is no identification) and are counted. None without a CLGS head."""
     import torch
 
     from lmplatform.graph.batch import GraphCollator
@@ -146,13 +156,13 @@ def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str, sent
     objective = GraphContrastiveObjective(node_encoder, head.eval(), sentence_pooling=encoder.pooling, in_batch_negatives=False)
     collate = GraphCollator(encoder.tokenizer, cfg.max_seq_length, cfg.negatives_per_sentence, cfg.entity_pooling,
                             cfg.word_pooling, seed=cfg.seed)
-    correct = total = 0.0
+    correct, scored, unscored = 0.0, 0, 0
     with torch.inference_mode():
         for start in range(0, len(sentences), cfg.batch_size):
             batch = collate.collate(sentences[start : start + cfg.batch_size])
-            _, right, n = objective.scores(encoder, batch)
-            correct, total = correct + right, total + n
-    return correct / total if total else None
+            _, right, n, left_out = objective.scores(encoder, batch)
+            correct, scored, unscored = correct + right, scored + n, unscored + left_out
+    return {"accuracy": correct / scored if scored else None, "scored": scored, "unscored": unscored}
 
 
 def probe_table(cfg: RelationEvalConfig, encoders: _Encoders, models: dict[str, str], train: list[Sentence],
@@ -220,10 +230,15 @@ def evaluate_fold(cfg_dict: dict[str, Any], fold: int, with_plots: bool) -> dict
     result: dict[str, Any] = {"fold": fold, "train_sentences": len(train), "test_sentences": len(test),
                               "bad_rows": report.bad_rows}
     result["knn"] = knn_extraction(cfg, encoders, ner_model, re_model, train, test)
+    if cfg.baseline_model:
+        result["knn_baseline"] = knn_extraction(cfg, encoders, cfg.baseline_model, cfg.baseline_model, train, test)
     probes = {name: _fold_path(path, fold) for name, path in cfg.probe_models.items()}
     result["probe"] = probe_table(cfg, encoders, probes, train, test)
     if cfg.clgs_model:
-        result["clgs_accuracy"] = graph_identification_accuracy(cfg, _fold_path(cfg.clgs_model, fold), test)
+        identification = graph_identification_accuracy(cfg, _fold_path(cfg.clgs_model, fold), test)
+        if identification is not None:
+            result["clgs_accuracy"] = identification["accuracy"]
+            result["clgs_unscored"] = identification["unscored"]
     if with_plots and cfg.tsne:
         result["plots"] = tsne_plots(cfg, encoders, re_model, ner_model, test)
     result["seconds"] = time.perf_counter() - started
@@ -234,10 +249,19 @@ def _mean_std(values: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
+GAIN_KEYS = ("ner_macro_f1", "re_macro_f1", "re_minus_macro_f1")
+
+
 def summarize_folds(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and std over folds of every KNN metric, probe score and CLGS accuracy."""
+    """Mean and std over folds of every KNN metric, probe score and CLGS accuracy; with a baseline, the
+    baseline's KNN scores and the per-fold gains over it (std of the differences, not of either side)."""
+    if not results:
+        raise ValueError("no folds were evaluated")
     summary: dict[str, Any] = {"folds": [r["fold"] for r in results]}
     summary["knn"] = {key: _mean_std([r["knn"][key] for r in results]) for key in results[0]["knn"]}
+    if "knn_baseline" in results[0]:
+        summary["knn_baseline"] = {key: _mean_std([r["knn_baseline"][key] for r in results]) for key in results[0]["knn_baseline"]}
+        summary["knn_gain"] = {key: _mean_std([r["knn"][key] - r["knn_baseline"][key] for r in results]) for key in GAIN_KEYS}
     summary["probe"] = {
         name: {key: _mean_std([r["probe"][name][key] for r in results]) for key in results[0]["probe"][name]}
         for name in results[0]["probe"]
@@ -245,18 +269,23 @@ def summarize_folds(results: list[dict[str, Any]]) -> dict[str, Any]:
     accuracies = [r["clgs_accuracy"] for r in results if r.get("clgs_accuracy") is not None]
     if accuracies:
         summary["clgs_accuracy"] = _mean_std(accuracies)
+    if any("clgs_unscored" in r for r in results):
+        summary["clgs_unscored"] = sum(r.get("clgs_unscored", 0) for r in results)  # test sentences left out, all folds
     return summary
 
 
 def flat_metrics(summary: dict[str, Any]) -> dict[str, float]:
     out = {}
-    for key, stats in summary["knn"].items():
-        out[f"knn_{key}_mean"], out[f"knn_{key}_std"] = stats["mean"], stats["std"]
+    for section in ("knn", "knn_baseline", "knn_gain"):
+        for key, stats in summary.get(section, {}).items():
+            out[f"{section}_{key}_mean"], out[f"{section}_{key}_std"] = stats["mean"], stats["std"]
     for name, table in summary["probe"].items():
         for key, stats in table.items():
             out[f"probe_{name}_{key}_mean"], out[f"probe_{name}_{key}_std"] = stats["mean"], stats["std"]
     if "clgs_accuracy" in summary:
         out["clgs_accuracy_mean"], out["clgs_accuracy_std"] = summary["clgs_accuracy"]["mean"], summary["clgs_accuracy"]["std"]
+    if "clgs_unscored" in summary:
+        out["clgs_unscored"] = float(summary["clgs_unscored"])
     return out
 
 

@@ -168,26 +168,31 @@ class GraphContrastiveObjective(nn.Module):
             return gather_nodes(hidden, batch["node_index"], batch["node_weight"])
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        loss, correct, total = self.scores(model, batch)
+        loss, correct, scored, _ = self.scores(model, batch)
         metrics = {f"{self.variant}_loss": float(loss.detach())}
-        if total:
-            metrics[f"{self.variant}_accuracy"] = correct / total
+        if scored:
+            metrics[f"{self.variant}_accuracy"] = correct / scored
         return loss, metrics
 
-    def scores(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float, int]:
-        """(loss, anchors whose positive won, anchors)."""
+    def scores(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float, int, int]:
+        """(loss, anchors whose positive won, anchors scored, anchors left unscored).
+
+        An anchor none of whose hard negatives is valid has nothing to be told apart from: counting it
+        as identified would inflate the accuracy (its positive beats an empty set), and counting it as
+        wrong would blame the encoder for the sampler. It is left out of the accuracy and counted.
+        """
         tokens = model.token_embeddings(batch["input_ids"], batch["attention_mask"])
         if self.variant == "clner":
             words = self.head.project(gather_nodes(tokens, batch["word_index"], batch["word_weight"]))
-            return supervised_contrastive(words, batch["word_label"], self.temperature), 0.0, 0
+            return supervised_contrastive(words, batch["word_label"], self.temperature), 0.0, 0, 0
         if len(batch["rel_nodes"]) == 0:
-            return tokens.sum() * 0.0, 0.0, 0
+            return tokens.sum() * 0.0, 0.0, 0, 0
         features = self.node_features(batch)
         if self.variant == "clgs":
             return self._clgs(tokens, batch, features)
         return self._cldr(tokens, batch, features)
 
-    def _clgs(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor], features: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+    def _clgs(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor], features: torch.Tensor) -> tuple[torch.Tensor, float, int, int]:
         rel_sentence = batch["rel_sentence"]
         sentences = sorted(set(rel_sentence.tolist()))
         z = batch["neg_nodes"].shape[1]
@@ -211,10 +216,10 @@ class GraphContrastiveObjective(nn.Module):
             candidates.append(graphs[index])
             valid.append(torch.ones_like(index, dtype=torch.bool))
         losses = candidate_info_nce(text, torch.cat(candidates, 1), torch.cat(valid, 1), self.temperature)
-        correct = _positive_beats_hard(text, graphs, hard, valid_hard)
-        return losses.mean(), correct, len(sentences)
+        correct, scored = _positive_beats_hard(text, graphs, hard, valid_hard)
+        return losses.mean(), correct, scored, len(sentences) - scored
 
-    def _cldr(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor], features: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+    def _cldr(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor], features: torch.Tensor) -> tuple[torch.Tensor, float, int, int]:
         text_nodes = gather_nodes(tokens, batch["node_index"], batch["node_weight"])
         rel, neg, valid_hard = batch["rel_nodes"], batch["neg_nodes"], batch["neg_valid"]
         graph_pos = self.head.relation_graphs(features[rel])  # [R, 2d]
@@ -229,19 +234,22 @@ class GraphContrastiveObjective(nn.Module):
         per_relation = to_graph + to_text
         sentences = int(batch["rel_sentence"].unique().numel())
         loss = per_relation.sum() / max(sentences, 1)  # eq. 5: summed over a sentence's relations
-        correct = _positive_beats_hard(text_pos, graph_pos, graph_neg, valid_hard)
-        return loss, correct, len(rel)
+        correct, scored = _positive_beats_hard(text_pos, graph_pos, graph_neg, valid_hard)
+        return loss, correct, scored, len(rel) - scored
 
 
-def _positive_beats_hard(anchor: torch.Tensor, positive: torch.Tensor, hard: torch.Tensor, valid: torch.Tensor) -> float:
+def _positive_beats_hard(anchor: torch.Tensor, positive: torch.Tensor, hard: torch.Tensor, valid: torch.Tensor) -> tuple[float, int]:
+    """(anchors whose positive beats every valid hard negative, anchors with at least one valid hard negative)."""
     with torch.no_grad():
         pos = F.cosine_similarity(anchor, positive, dim=-1)
         neg = F.cosine_similarity(anchor.unsqueeze(1), hard, dim=-1).masked_fill(~valid, float("-inf"))
-        return float((pos > neg.max(1).values).sum())
+        scorable = valid.any(1)
+        return float(((pos > neg.max(1).values) & scorable).sum()), int(scorable.sum())
 
 
 class GraphContrastiveEvaluator:
-    """Validation loss and identification accuracy (positive beats every hard negative), as weighted sums.
+    """Validation loss, identification accuracy (positive beats every valid hard negative, over the anchors that
+    have one) and the share of anchors left unscored for want of a valid negative, as weighted sums.
     The caller sets eval and inference mode and places the batches (the training loop does)."""
 
     def __init__(self, objective: GraphContrastiveObjective):
@@ -249,16 +257,19 @@ class GraphContrastiveEvaluator:
 
     def __call__(self, model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], rank: int) -> dict[str, tuple[float, float]]:
         variant = self.objective.variant
-        loss_sum = loss_n = correct = total = 0.0
+        loss_sum = loss_n = correct = scored = unscored = 0.0
         for batch in batches:
-            loss, right, n = self.objective.scores(model, batch)
+            loss, right, n, left_out = self.objective.scores(model, batch)
             loss_sum += float(loss)
             loss_n += 1
             correct += right
-            total += n
+            scored += n
+            unscored += left_out
         out = {f"{variant}_loss": (loss_sum, loss_n)}
-        if total:
-            out[f"{variant}_accuracy"] = (correct, total)
+        if scored:
+            out[f"{variant}_accuracy"] = (correct, scored)
+        if scored + unscored:
+            out[f"{variant}_unscored_share"] = (unscored, scored + unscored)
         return out
 
 
