@@ -175,7 +175,7 @@ class EWCConfig(Section):
         return self
 
 
-RETRIEVAL_VALIDATED_OBJECTIVES = ("biencoder", "cross_encoder", "declutr")
+RETRIEVAL_VALIDATED_OBJECTIVES = ("biencoder", "biencoder_distill", "cross_encoder", "declutr")
 
 
 class DistractorConfig(Section):
@@ -251,7 +251,7 @@ class RunConfig(Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     ewc: Optional[EWCConfig] = Field(None, description="Add an EWC penalty to the objective's loss.")
     retrieval_validation: Optional[RetrievalValidationConfig] = Field(
-        None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: biencoder, cross_encoder, declutr.")
+        None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: biencoder, biencoder_distill, cross_encoder, declutr.")
 
     @model_validator(mode="before")
     @classmethod
@@ -276,6 +276,13 @@ class RunConfig(Section):
         defaults = RetrievalValidationConfig.model_fields
         if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
             raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
+        return self
+
+    @model_validator(mode="after")
+    def _distillation_has_hard_negatives(self) -> "RunConfig":
+        if self.objective.name == "biencoder_distill" and self.data.hard_negative_field is None:
+            raise ValueError("objective biencoder_distill needs data.hard_negative_field: the column of each pair's hard "
+                             "negatives the teacher scores (a mine stage writes it as `hard_negatives`)")
         return self
 
     @model_validator(mode="after")

@@ -44,6 +44,14 @@ class CrossEncoder(nn.Module):
 
     def score(self, queries: Sequence[str], documents: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Relevance probabilities (sigmoid of the logit) for aligned (query, document) pairs."""
+        return self._score(queries, documents, batch_size, probabilities=True)
+
+    def logits(self, queries: Sequence[str], documents: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Relevance logits for aligned (query, document) pairs: what a distilled student learns (the sigmoid
+        flattens the margins between confident scores)."""
+        return self._score(queries, documents, batch_size, probabilities=False)
+
+    def _score(self, queries: Sequence[str], documents: Sequence[str], batch_size: int, probabilities: bool) -> np.ndarray:
         if len(queries) != len(documents):
             raise ValueError(f"{len(queries)} queries but {len(documents)} documents; pairs must align")
         out = np.zeros(len(queries), dtype=np.float32)
@@ -56,8 +64,8 @@ class CrossEncoder(nn.Module):
             for start in range(0, len(order), batch_size):
                 index = order[start : start + batch_size]
                 features = self.tokenize([queries[i] for i in index], [documents[i] for i in index])
-                logits = self(**{k: v.to(device) for k, v in features.items()})
-                out[index] = torch.sigmoid(logits.float()).cpu().numpy()
+                logits = self(**{k: v.to(device) for k, v in features.items()}).float()
+                out[index] = (torch.sigmoid(logits) if probabilities else logits).cpu().numpy()
         self.train(was_training)
         return out
 

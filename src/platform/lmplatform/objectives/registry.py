@@ -7,7 +7,7 @@ implementation on first use.
 """
 from __future__ import annotations
 
-from lmplatform.objectives import biencoder, classifier, cross_encoder, declutr, graph_cl, mlm, sts
+from lmplatform.objectives import biencoder, biencoder_distill, classifier, cross_encoder, declutr, graph_cl, mlm, sts
 from lmplatform.objectives.spec import ObjectiveSpec
 
 # The order is the config union's: it is the order of the objectives in docs/config-reference.md
@@ -15,6 +15,7 @@ from lmplatform.objectives.spec import ObjectiveSpec
 BUILTIN: tuple[ObjectiveSpec, ...] = (
     mlm.SPEC,
     biencoder.SPEC,
+    biencoder_distill.SPEC,
     classifier.SPEC,
     cross_encoder.SPEC,
     declutr.SPEC,

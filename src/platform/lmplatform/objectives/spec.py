@@ -30,6 +30,8 @@ class ObjectiveSpec:
       that change what a validation score means; two models' scores compare only where they match.
     - `implementation`: the module with `prepare_data(cfg) -> PreparedData` (driver: read and check the
       data) and `build_recipe(cfg) -> TrainingRecipe` (worker: model, objective, collate, evaluator).
+    - `model_references`: fields of its config that name a model (a folder, models:/..., or stage:<name> in a
+      pipeline, which the pipeline replaces with that stage's model folder); pre-flight checks them.
     """
 
     name: str
@@ -37,6 +39,7 @@ class ObjectiveSpec:
     validation_metrics: tuple[str, ...]
     evaluation_keys: tuple[str, ...]
     implementation: str
+    model_references: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         declared = self.config.model_fields["name"].default if "name" in self.config.model_fields else None

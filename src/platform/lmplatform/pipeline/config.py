@@ -223,15 +223,44 @@ def _with_stage_outputs(data: dict[str, Any], outputs: Mapping[str, str]) -> dic
     return {**data, "data": replaced}
 
 
+def objective_model_references(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, stage name) of each `stage:<name>` in the objective's model fields (`ObjectiveSpec.model_references`,
+    e.g. biencoder_distill's `teacher`) of a run config dict."""
+    from lmplatform.objectives.registry import objective_names, objective_spec
+
+    section = data.get("objective")
+    if not isinstance(section, dict) or section.get("name") not in objective_names():
+        return []
+    values = [(f"objective.{name}", section.get(name)) for name in objective_spec(section["name"]).model_references]
+    return [(field, value[len(STAGE_PREFIX):]) for field, value in values
+            if isinstance(value, str) and value.startswith(STAGE_PREFIX)]
+
+
+def _with_stage_models(data: dict[str, Any], models: Mapping[str, str]) -> dict[str, Any]:
+    """`data` with each `stage:<name>` objective model reference replaced by that stage's model folder, where `models` has it."""
+    references = objective_model_references(data)
+    if not references:
+        return data
+    section = dict(data["objective"])
+    for field, name in references:
+        if name in models:
+            section[field.split(".", 1)[1]] = models[name]
+    return {**data, "objective": section}
+
+
 def build_stage_config(
     pipeline: PipelineConfig, stage: StageConfig, model: str, storage: str, run_name: str,
     ewc_anchor_model: Optional[str] = None, stage_outputs: Optional[Mapping[str, str]] = None,
+    stage_models: Optional[Mapping[str, str]] = None,
 ) -> RunConfig:
     """The RunConfig the stage trains with: its own config, then what the pipeline decides.
 
     `stage_outputs` maps finished mine stages to their pairs files, for `stage:<name>` data paths;
-    without it they stay as written (validation before anything ran)."""
+    `stage_models` maps finished training stages to their model folders, for `stage:<name>` in the
+    objective's model fields (a distillation teacher). Without them the references stay as written
+    (validation before anything ran)."""
     data = _with_stage_outputs(stage_run_data(pipeline, stage), stage_outputs or {})
+    data = _with_stage_models(data, stage_models or {})
     overrides = [
         f"model.name_or_path={model}",
         f"checkpoint.storage_path={storage}",
@@ -291,14 +320,21 @@ def pipeline_config_from_dict(
     data.setdefault("base_dir", str(Path(base_dir).resolve()))
     pipeline = parse_config(data, PipelineConfig, source=source)
     earlier_mines: list[str] = []
+    earlier_trained: list[str] = []
     for stage in pipeline.stages:
         if stage.mine is not None:
             earlier_mines.append(stage.name)
             continue
-        unknown = [n for n in stage_data_references(stage_run_data(pipeline, stage)) if n not in earlier_mines]
+        run_data = stage_run_data(pipeline, stage)
+        unknown = [n for n in stage_data_references(run_data) if n not in earlier_mines]
         if unknown:
             raise ConfigError(f"{source}: stage {stage.name!r}: data paths name stage:{unknown[0]}, which is not an "
                               f"earlier mine stage (earlier mine stages: {', '.join(earlier_mines) or 'none'})")
+        for field, name in objective_model_references(run_data):
+            if name not in earlier_trained:
+                raise ConfigError(f"{source}: stage {stage.name!r}: {field} names stage:{name}, which is not an earlier "
+                                  f"training stage (earlier training stages: {', '.join(earlier_trained) or 'none'})")
+        earlier_trained.append(stage.name)
         # Placeholders for what is only known at run time (earlier stages' models).
         try:
             build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)

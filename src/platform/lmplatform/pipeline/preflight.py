@@ -173,6 +173,13 @@ def data_config_problems(config: BaseModel, where: str, skip: Sequence[str] = ()
     return problems
 
 
+def objective_model_fields(run: RunConfig) -> list[str]:
+    """`objective.<field>` of each model reference the run's objective declares (`ObjectiveSpec.model_references`)."""
+    from lmplatform.objectives.registry import objective_spec
+
+    return [f"objective.{name}" for name in objective_spec(run.objective.name).model_references]
+
+
 def run_config_problems(run: RunConfig, where: str, skip: Sequence[str] = ()) -> list[Problem]:
     """Every data file and model reference of one run config, except the sections named in `skip`."""
     problems = data_config_problems(run, where, skip)
@@ -184,6 +191,7 @@ def run_config_problems(run: RunConfig, where: str, skip: Sequence[str] = ()) ->
               ("ewc", "ewc.anchor_model", run.ewc.anchor_model if run.ewc else None),
               ("retrieval_validation", "retrieval_validation.first_stage",
                rv.first_stage if rv is not None and rv.first_stage != "bm25" else None)]
+    models += [(field, field, getattr(run.objective, field.split(".", 1)[1])) for field in objective_model_fields(run)]
     for section, field, value in files:
         if not _under(section, skip):
             problems += file_problem(value, field, where)
@@ -215,8 +223,11 @@ def stage_problems(cfg: PipelineConfig, stage: StageConfig, will_run: Sequence[s
         return problems + model_problems(mine.cross_encoder, "mine.cross_encoder", where)
     # Placeholders for the models: the stage's own references are checked below, under their own field names.
     run = build_stage_config(cfg, stage, "default", "runs", "preflight", ewc_anchor_model="default" if stage.ewc else None)
-    problems = run_config_problems(run, where, skip=("model", "ewc"))
+    objective_models = objective_model_fields(run)  # may name earlier stages: checked below with `will_run`
+    problems = run_config_problems(run, where, skip=("model", "ewc", *objective_models))
     problems += model_problems(stage.init_from, "init_from", where, will_run, finished)
+    for field in objective_models:
+        problems += model_problems(getattr(run.objective, field.split(".", 1)[1]), field, where, will_run, finished)
     if stage.ewc is not None:
         ewc = stage.ewc
         problems += model_problems(ewc.anchor_reference, "ewc.anchor" if ewc.anchor else "ewc.anchor_model", where, will_run, finished)

@@ -122,7 +122,8 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
     init = _resolve_model(stage.init_from, state)
     anchor = _resolve_model(stage.ewc.anchor_reference, state) if stage.ewc else None
     outputs = {name: done.output_path for name, done in state.stages.items() if done.output_path}  # mine stages' files
-    run_cfg = build_stage_config(cfg, stage, init, str(folder), f"{state.run_name}.{stage.name}", anchor, outputs)
+    models = {name: done.model_dir for name, done in state.stages.items() if done.status == FINISHED and done.model_dir}
+    run_cfg = build_stage_config(cfg, stage, init, str(folder), f"{state.run_name}.{stage.name}", anchor, outputs, models)
     record.init_model, record.status, record.error = init, RUNNING, None
     record.ewc_lambda = stage.ewc.lambda_ if stage.ewc else None
     record.attempts += 1

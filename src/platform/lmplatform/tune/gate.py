@@ -260,7 +260,7 @@ def check_held_out(spec: ChampionSpec, base: "RunConfig") -> None:
     if spec.confirm is None:
         return
     confirm = set(build_retrieval_set(spec.confirm).query_texts)
-    sources = [base.data] if base.objective.name in ("biencoder", "cross_encoder") else []
+    sources = [base.data] if base.objective.name in ("biencoder", "biencoder_distill", "cross_encoder") else []
     if base.retrieval_validation is not None and base.retrieval_validation.pairs is not None:
         sources.append(base.retrieval_validation.pairs)
     seen: set[str] = set()
