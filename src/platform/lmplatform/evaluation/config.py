@@ -204,12 +204,54 @@ class ClassifierHeadConfig(Section):
     seed: int = 13
 
 
+class FinetuneConfig(Section):
+    """Encoder and head trained together: the `classifier` objective with freeze_encoder=false, in this process.
+
+    The head has the frozen rows' architecture (`head.hidden`, `head.depth`, `head.class_balance`). The run
+    trains for a fixed budget and keeps its last step: no epoch is chosen on any split.
+    """
+
+    epochs: float = Field(3.0, gt=0, description="Passes over the training split (or the few-shot sample).")
+    min_steps: int = Field(
+        30, ge=1, description="Every run takes at least this many optimizer steps: 8 examples per class are one or "
+        "two batches an epoch, too few steps to move a transformer.",
+    )
+    lr: float = Field(2e-5, gt=0, le=1)
+    batch_size: int = Field(16, ge=1)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    head_dropout: float = Field(0.1, ge=0, lt=1)
+    seed: int = 13
+    max_seq_length: int = Field(128, ge=8, description="Tokens per text while fine-tuning.")
+
+
+class FewShotConfig(Section):
+    """Learning curve: each classifier trained on `shots` examples per class (all of a smaller class), per seed."""
+
+    shots: list[Union[int, Literal["all"]]] = Field([8, 16, 32, "all"], min_length=1,
+                                                    description="Examples per class; 'all': the whole training split.")
+    seeds: list[int] = Field([13, 14, 15], min_length=1, description="One sample (and training seed) each.")
+
+    @model_validator(mode="after")
+    def _shots(self) -> "FewShotConfig":
+        counts = [s for s in self.shots if s != "all"]
+        if any(s < 1 for s in counts):
+            raise ValueError(f"shots must be positive or 'all', got {self.shots}")
+        if len(set(map(str, self.shots))) != len(self.shots) or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"shots and seeds must not repeat, got shots {self.shots}, seeds {self.seeds}")
+        return self
+
+
 class ClassificationTask(Section):
     task: Literal["classification"]
     datasets: list[ClassificationDataset] = Field(..., min_length=1)
     encoders: list[EncoderSpec] = Field(..., min_length=1)
     head: ClassifierHeadConfig = Field(default_factory=ClassifierHeadConfig)
     knn_k: Optional[int] = Field(5, ge=1, description="KNN baseline on normalised embeddings; null: no KNN.")
+    finetune: Optional[FinetuneConfig] = Field(
+        None, description="Also fine-tune encoder + head and report it beside the frozen rows; null: frozen rows only.")
+    few_shot: Optional[FewShotConfig] = Field(
+        None, description="Few-shot curve of every classifier of the task (MLP, KNN, fine-tuned when set), mean ± std "
+        "over seeds, as a table and a PNG; null: none.")
 
     @model_validator(mode="after")
     def _unique(self) -> "ClassificationTask":

@@ -88,3 +88,25 @@ def plot_sts_scatter(dataset: str, pairs: STSPairs, encoders: list[Any], cosines
         ax.set(xlabel="gold score", ylabel="cosine", title=f"{dataset} / {spec.name}")
         ax.grid(alpha=0.3)
     return _save(fig, output_dir / f"sts_scatter_{artifact_name(dataset)}.png")
+
+
+def plot_few_shot_curve(summary: list[dict[str, Any]], title: str, path: Path, metrics: Sequence[str] = ("accuracy", "f1_macro")) -> Path:
+    """Mean ± std over seeds against examples per class, a panel per metric and a line per classifier.
+
+    The x axis is categorical ('all' has no number); error bars are the std over seeds."""
+    plt = _pyplot()
+    shots = list(dict.fromkeys(str(r["shots"]) for r in summary))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for classifier in dict.fromkeys(r["classifier"] for r in summary):
+            rows = {str(r["shots"]): r for r in summary if r["classifier"] == classifier}
+            xs = [i for i, s in enumerate(shots) if s in rows]
+            ax.errorbar(xs, [rows[shots[i]][f"{metric}_mean"] for i in xs], yerr=[rows[shots[i]][f"{metric}_std"] for i in xs],
+                        marker="o", capsize=3, label=classifier)
+        ax.set_xticks(range(len(shots)), shots)
+        ax.set(xlabel="training examples per class", ylabel=metric, title=f"{title} / {metric}", ylim=(0, 1))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(fig, path)
