@@ -31,6 +31,15 @@ class ModelConfig(Section):
         "(Hugging Face activation checkpointing, non-reentrant): much less memory for about a third more compute.")
 
 
+class LengthGroupingConfig(Section):
+    """Batches of rows of similar length, so that dynamic padding pads less."""
+
+    buffer_batches: int = Field(
+        64, ge=2, description="Rows of this many batches are read at a time, sorted by length (characters of their "
+        "texts) and cut into batches; the batches' order is then shuffled (seeded by optim.seed, the epoch and the rank). "
+        "Larger buffers pad less and mix lengths within an epoch less.")
+
+
 class DataConfig(Section):
     """Where the training text comes from and how it is cleaned and split."""
 
@@ -60,6 +69,13 @@ class DataConfig(Section):
         None, description="Pair objectives: optional column of the pair's duplicate-group id (a text or an integer); "
         "a row without one is a bad row. Used by objective.group_aware_batches and the mine stage; without it, "
         "groups are the pairs' duplicate links (a text and its partner, through any chain of pairs).")
+    length_grouping: Optional[LengthGroupingConfig] = Field(
+        None, description="Group the training rows by length within a shuffle buffer, e.g. {buffer_batches: 64}; "
+        "every row still comes once per epoch. Not with objective.group_aware_batches (whose batches are planned).")
+    prefetch: Optional[bool] = Field(
+        None, description="Collate (tokenize) the next training batch and copy it to the device (pinned memory, "
+        "non-blocking) in a background thread while the current step runs. Default: on with a GPU, off on CPU, "
+        "where the thread competes with the step for the same cores.")
 
     @field_validator("train_paths", "validation_paths", mode="before")
     @classmethod
@@ -290,6 +306,13 @@ class RunConfig(Section):
         if self.optim.precision == "fp16" and not self.scaling.use_gpu:
             raise ValueError("optim.precision 'fp16' needs a GPU (scaling.use_gpu: true); "
                              "on CPU use optim.precision 'bf16' or 'fp32'")
+        return self
+
+    @model_validator(mode="after")
+    def _length_grouping_fits(self) -> "RunConfig":
+        if self.data.length_grouping is not None and getattr(self.objective, "group_aware_batches", False):
+            raise ValueError("data.length_grouping cannot reorder the batches of objective.group_aware_batches "
+                             "(the driver plans those); remove one of them")
         return self
 
     @model_validator(mode="after")

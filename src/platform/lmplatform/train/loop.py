@@ -5,6 +5,11 @@ metrics), a collate function, regularizers, an evaluator and an exporter.
 Forward passes run under the autocast of `optim.precision` (train/precision.py).
 Ray Train is reached through a `Reporter` only, so the loop also runs in one
 process without Ray (`FolderReporter`: tests of exact resume, debugging).
+
+A micro-step never waits for the device: batches are counted on the host before they move
+(train/feed.py), and the loss, the objective's metrics and the gradient norm stay device tensors
+until a logging, validation or checkpoint step reads them. Reading a GPU value (`float(loss)`)
+stalls the host until every queued kernel ran, so the host could not queue the next step meanwhile.
 """
 from __future__ import annotations
 
@@ -17,13 +22,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, Protocol
 
 import torch
 
 from lmplatform.config.schema import RunConfig
 from lmplatform.models.gradient_checkpointing import enable_gradient_checkpointing
 from lmplatform.train import distributed as D
+from lmplatform.train.feed import FedBatch, Feeder, Prefetcher, place
 from lmplatform.train.optim import build_optimizer, build_scheduler
 from lmplatform.train.precision import MixedPrecision
 from lmplatform.train.recipe import Batch, TrainingRecipe
@@ -67,9 +73,52 @@ class StepTimer:
         return out
 
 
-def place(batch: Batch, device: torch.device) -> Batch:
-    """The batch's tensors on `device`: the one place batches move, for training and validation alike."""
-    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+Metric = float | torch.Tensor
+
+
+class MetricWindow:
+    """The micro-batches' metrics summed over a logging window, where they are: 0-dim device tensors stay
+    on the device (summed in float64, as Python sums floats), Python floats stay floats. `means()`
+    reads them, at logging time only."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Metric] = {}
+        self.counts: dict[str, int] = {}
+        self.real_tokens = self.token_slots = 0  # over attention masks, counted on the host
+
+    def add(self, metrics: dict[str, Metric]) -> None:
+        for key, value in metrics.items():
+            value = value.detach().to(torch.float64) if torch.is_tensor(value) else float(value)
+            self.sums[key] = self.sums[key] + value if key in self.sums else value
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+    def add_padding(self, real_tokens: int, token_slots: int) -> None:
+        self.real_tokens += real_tokens
+        self.token_slots += token_slots
+
+    def means(self) -> dict[str, float]:
+        """Each metric's mean over the window, and `padding_ratio` (padded slots / all token slots) where
+        the batches had attention masks; the window starts over."""
+        out = {key: float(total) / self.counts[key] for key, total in self.sums.items()}
+        if self.token_slots:
+            out["padding_ratio"] = 1.0 - self.real_tokens / self.token_slots
+        self.sums, self.counts = {}, {}
+        self.real_tokens = self.token_slots = 0
+        return out
+
+
+class _SavedState:
+    """A stateful part's state as it was after a given batch: what a checkpoint saves of it."""
+
+    def __init__(self, state: dict[str, Any]):
+        self.state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError("a saved state is only written")
 
 
 @contextlib.contextmanager
@@ -157,6 +206,12 @@ class Trainer:
                           if callable(getattr(m, "project_", None))]
         self.scheduler = build_scheduler(self.optimizer, cfg.optim, total_steps)
         self.progress = Progress()
+        # Collate and copy ahead in a background thread where the device computes on its own (a GPU); on
+        # CPU the thread would take cores from the step it is meant to overlap.
+        self.prefetch = cfg.data.prefetch if cfg.data.prefetch is not None else device.type == "cuda"
+        self.feeder = Feeder(device, recipe.count_tokens, recipe.stateful_parts(), asynchronous=self.prefetch)
+        self._prefetcher: Optional[Prefetcher] = None  # this epoch's, while one runs
+        self._parts_state: Optional[dict[str, Any]] = None  # the stateful parts after the last batch handed out
         # The newest validation metrics ride along with every report, so a Tune
         # scheduler (ASHA) sees its metric in each intermediate result.
         self.latest_validation: dict[str, float] = {}
@@ -184,11 +239,19 @@ class Trainer:
         with tempfile.TemporaryDirectory(prefix="lmp-ckpt-") as tmp:
             folder = Path(tmp)
             save_checkpoint(folder, self.rank, self.progress, self.model, self.objective, self.optimizer, self.scheduler,
-                            self.recipe.stateful_parts(), self.device, self.precision.scaler)
+                            self._checkpointed_parts(), self.device, self.precision.scaler)
             if final and self.rank == 0:
                 self.recipe.export(self.model, folder / FINAL_MODEL_DIR)
             self.reporter.report(metrics, folder,
                                  f"checkpoint_step{self.progress.step:08d}" + ("_final" if final else ""))
+
+    def _checkpointed_parts(self) -> dict[str, Any]:
+        """The stateful recipe parts as they were after the last batch the step consumed: a prefetching
+        collator has already collated the batches after it."""
+        parts = self.recipe.stateful_parts()
+        if self._parts_state is None:
+            return parts
+        return {name: _SavedState(self._parts_state[name]) for name in parts}
 
     # -- evaluation --------------------------------------------------------
     def evaluate(self, batches: Optional[Iterable[Batch]]) -> dict[str, float]:
@@ -212,21 +275,25 @@ class Trainer:
         return dict(self.latest_validation)
 
     # -- training ----------------------------------------------------------
-    def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, Metric]]:
+        """The loss and the metrics of one micro-batch, unread: objectives may return metrics as floats
+        or as 0-dim tensors (which the loop reads at logging time only)."""
         with self.precision.autocast():
             loss, metrics = self.objective(self.model, batch)
             for regularizer in self.recipe.regularizers:
                 extra, extra_metrics = regularizer(self.model)
                 loss = loss + extra
                 metrics = {**metrics, **extra_metrics}
-        return loss, {"loss": float(loss.detach()), **metrics}
+        return loss, {"loss": loss.detach(), **metrics}
 
-    def _optimizer_step(self) -> float:
+    def _optimizer_step(self) -> Metric:
+        """All-reduce, unscale, clip and step; the gradient norm before clipping, unread (nan without clipping)."""
         D.all_reduce_gradients(self.params)
         self.precision.unscale_(self.optimizer)
-        norm = float("nan")
+        norm: Metric = float("nan")
         if self.cfg.optim.max_grad_norm:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.optim.max_grad_norm))
+            # foreach=None: the multi-tensor norm where the device has it (CUDA); True would refuse the CPU
+            norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.optim.max_grad_norm, foreach=None).detach()
         if self.precision.step(self.optimizer):
             with torch.no_grad():
                 for module in self.projected:
@@ -238,19 +305,30 @@ class Trainer:
         self.progress.step += 1
         return norm
 
-    def _micro_batches(self, train_batches: Any) -> Iterator[Batch]:
+    def _micro_batches(self, train_batches: Any) -> Iterator[FedBatch]:
         """Training micro-batches on the device, epoch after epoch, from the checkpointed position on.
 
         A batch counts as consumed (`progress.batches_in_epoch`) when it is handed out, so a checkpoint
-        taken after its optimizer step records it; an exhausted epoch moves `progress.epoch` on.
+        taken after its optimizer step records it; an exhausted epoch moves `progress.epoch` on. With
+        prefetching, each epoch's batches come from a thread of their own, stopped at the epoch's end
+        or when this generator is closed.
         """
         progress = self.progress
         while True:
             handed_out = 0
-            for batch in D.while_all_have_batches(train_batches(progress.epoch, progress.batches_in_epoch), self.device):
-                progress.batches_in_epoch += 1
-                handed_out += 1
-                yield place(batch, self.device)
+            source = train_batches(progress.epoch, progress.batches_in_epoch)
+            fed = Prefetcher(source, self.feeder) if self.prefetch else self.feeder.feed(source)
+            self._prefetcher = fed if isinstance(fed, Prefetcher) else None
+            try:
+                for item in D.while_all_have_batches(fed, self.device):
+                    progress.batches_in_epoch += 1
+                    handed_out += 1
+                    self._parts_state = item.parts_state
+                    yield item
+            finally:
+                if self._prefetcher is not None:
+                    self._prefetcher.close()
+                    self._prefetcher = None
             if handed_out == 0 and progress.batches_in_epoch == 0:
                 raise RuntimeError("the training dataset produced no batches; check data and batch_size")
             progress.epoch += 1
@@ -269,34 +347,36 @@ class Trainer:
                 self._log({f"{k}_initial": v for k, v in initial.items()} | initial, step=0)
                 self._print("before training: " + _fmt(initial))
         timer = StepTimer(progress.step)
-        window: dict[str, list[float]] = {}
+        window = MetricWindow()
         self.model.train()
         batches = self._micro_batches(train_batches)
-        while progress.step < self.total_steps:
-            for batch in itertools.islice(batches, accum):
-                loss, metrics = self._loss(batch)
-                self.precision.scale(loss / accum).backward()
-                tokens = self.recipe.count_tokens(batch)
-                samples = int(next(iter(batch.values())).shape[0])
-                timer.add(tokens, samples)
-                progress.tokens += tokens
-                progress.samples += samples
-                for key, value in metrics.items():
-                    window.setdefault(key, []).append(value)
-            grad_norm = self._optimizer_step()
-            step = progress.step
-            done = step >= self.total_steps
-            if step % log_every == 0 or done:
-                self._log_window(window, timer, grad_norm)
-            if eval_every and step % eval_every == 0 and not done:
-                val = self.evaluate(validation_batches())
-                self._log(val, step)
-                self._print(f"step {step}: " + _fmt(val))
-                # Every worker evaluates at the same steps, so each calls report equally often.
-                self._report({"loss": metrics["loss"]}, with_checkpoint=False)
-                self.model.train()
-            if step % ckpt_every == 0 and not done:
-                self._report({"loss": metrics["loss"]}, with_checkpoint=True)
+        try:
+            while progress.step < self.total_steps:
+                for fed in itertools.islice(batches, accum):
+                    loss, metrics = self._loss(fed.wait())
+                    self.precision.scale(loss / accum).backward()
+                    timer.add(fed.tokens, fed.samples)
+                    progress.tokens += fed.tokens
+                    progress.samples += fed.samples
+                    window.add(metrics)
+                    window.add_padding(fed.real_tokens, fed.token_slots)
+                grad_norm = self._optimizer_step()
+                step = progress.step
+                done = step >= self.total_steps
+                if step % log_every == 0 or done:
+                    self._log_window(window, timer, grad_norm)
+                if eval_every and step % eval_every == 0 and not done:
+                    with self._paused():
+                        val = self.evaluate(validation_batches())
+                    self._log(val, step)
+                    self._print(f"step {step}: " + _fmt(val))
+                    # Every worker evaluates at the same steps, so each calls report equally often.
+                    self._report({"loss": float(metrics["loss"])}, with_checkpoint=False)
+                    self.model.train()
+                if step % ckpt_every == 0 and not done:
+                    self._report({"loss": float(metrics["loss"])}, with_checkpoint=True)
+        finally:
+            batches.close()  # stops a prefetching thread
         final = self.evaluate(validation_batches())
         self._log(final, progress.step)
         if final:
@@ -307,19 +387,22 @@ class Trainer:
         self._report(summary, with_checkpoint=True, final=True)
         return summary
 
-    def _log_window(self, window: dict[str, list[float]], timer: StepTimer, grad_norm: float) -> None:
+    def _paused(self) -> ContextManager[Any]:
+        """No batch is collated in the background inside the block (validation shares the collator)."""
+        return self._prefetcher.paused() if self._prefetcher is not None else contextlib.nullcontext()
+
+    def _log_window(self, window: MetricWindow, timer: StepTimer, grad_norm: Metric) -> None:
         """Mean of the window's micro-batch metrics over workers, with lr, grad norm and throughput: logged and printed."""
         step = self.progress.step
-        logged = D.mean_over_workers({k: sum(v) / len(v) for k, v in window.items()}, self.device)
+        logged = D.mean_over_workers(window.means(), self.device)
         speed = timer.window(step, self.total_steps)
         world = D.world_size()
         logged |= {
             "lr": self.scheduler.get_last_lr()[0],
-            "grad_norm": grad_norm,
+            "grad_norm": float(grad_norm),
             "tokens_per_s": speed["tokens_per_s"] * world,
             "samples_per_s": speed["samples_per_s"] * world,
         }
-        window.clear()
         self._log(logged, step)
         self._print(
             f"step {step}/{self.total_steps} epoch {self.progress.epoch} loss {logged['loss']:.4f} "

@@ -35,7 +35,33 @@ def build_optimizer(
             (decay if _decays(param, name) else no_decay).append(param)
     # The two shared groups come first, so checkpoints of runs without own rates keep their layout.
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW([g for g in groups if g["params"]] + separate, lr=cfg.lr, eps=cfg.adam_eps)
+    kernels = kernel_options(params)
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]] + separate, lr=cfg.lr, eps=cfg.adam_eps, **kernels)
+    optimizer.register_load_state_dict_post_hook(lambda opt: _keep_kernels(opt, kernels))
+    return optimizer
+
+
+def kernel_options(params: list[nn.Parameter]) -> dict[str, bool]:
+    """The fastest AdamW implementation the parameters allow: the fused kernel (one launch for every
+    parameter) where all are floating-point CUDA tensors, else the multi-tensor (foreach) one. Both
+    compute the same update as the per-parameter loop, up to float rounding."""
+    if params and all(p.is_cuda and p.is_floating_point() for p in params):
+        return {"fused": True}
+    return {"foreach": True}
+
+
+def _keep_kernels(optimizer: torch.optim.Optimizer, kernels: dict[str, bool]) -> None:
+    """After loading a state dict: this device's kernel, not the one of the checkpoint's device.
+
+    `load_state_dict` takes every group's options from the checkpoint, `fused` and `foreach` included,
+    and the fused kernel keeps its step counts on the parameters' device (the others on the CPU)."""
+    fused = kernels.get("fused", False)
+    for group in optimizer.param_groups:
+        group["fused"], group["foreach"] = fused or None, kernels.get("foreach")
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            if state and torch.is_tensor(state.get("step")):
+                state["step"] = state["step"].to(dtype=torch.float32, device=param.device if fused else "cpu")
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int) -> torch.optim.lr_scheduler.LRScheduler:

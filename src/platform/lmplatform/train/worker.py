@@ -11,7 +11,7 @@ import torch
 from lmplatform.config.schema import RunConfig
 from lmplatform.objectives.ewc_setup import attach_ewc
 from lmplatform.objectives.registry import objective_spec
-from lmplatform.train.ingest import NumpyBatch, planned_epoch, rank_dataset_name, resume_batches, shard_epoch
+from lmplatform.train.ingest import NumpyBatch, length_grouped, planned_epoch, rank_dataset_name, resume_batches, shard_epoch
 from lmplatform.train.loop import Reporter, Trainer
 from lmplatform.train.recipe import Batch, TrainingRecipe
 from lmplatform.train.state import seed_everything
@@ -65,7 +65,8 @@ def train_batch_source(cfg: RunConfig, rank: int, planned: bool,
     """This rank's `train_batches(epoch, skip)`, from its dataset shard (inside a Ray Train worker).
 
     The shards come in a fixed order (run.py passes ingest_config()), so skipping the checkpoint's
-    count of batches resumes at the same batch. Planned batches (`PreparedData.planned_batches`) come
+    count of batches resumes at the same batch (`data.length_grouping` regroups that fixed order, so it
+    stays fixed). Planned batches (`PreparedData.planned_batches`) come
     whole, in plan order, from the rank's own dataset.
     """
     import ray.train
@@ -75,7 +76,11 @@ def train_batch_source(cfg: RunConfig, rank: int, planned: bool,
     def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
         if planned:
             return resume_batches(planned_epoch(shard, epoch), collate, skip)
-        return resume_batches(shard_epoch(shard, cfg.optim.batch_size, cfg.optim.seed, epoch, rank), collate, skip)
+        batches = shard_epoch(shard, cfg.optim.batch_size, cfg.optim.seed, epoch, rank)
+        grouping = cfg.data.length_grouping
+        if grouping is not None:
+            batches = length_grouped(batches, cfg.optim.batch_size, grouping.buffer_batches, cfg.optim.seed, epoch, rank)
+        return resume_batches(batches, collate, skip)
 
     return train_batches
 
