@@ -27,3 +27,26 @@ def test_span_report_counts_kept_and_dropped_per_max_span(tiny_bert: Path, tmp_p
 
     bad = CliRunner().invoke(app, ["data", "span-report", "--config", str(config), "--max-span", "4", "x"])
     assert bad.exit_code != 0 and "positive integers" in bad.output
+
+
+def test_pairs_joins_report_texts_per_split_with_groups_across_splits(tmp_path: Path) -> None:
+    reports = [{"id": "1", "title": "Crash on save", "description": "Writer crashes"},
+               {"id": "2", "title": "Save crashes", "description": ""},
+               {"id": "3", "title": "Crash when saving", "description": "again"},
+               {"id": "4", "title": "", "description": ""},
+               {"id": "5", "title": "Font size", "description": "wrong in Calc"}]
+    relations = [{"duplicate_id": "2", "master_id": "1", "split": "train"},
+                 {"duplicate_id": "3", "master_id": "2", "split": "test"},  # its group reaches "1" through train
+                 {"duplicate_id": "4", "master_id": "5", "split": "test"},  # "4" has no text
+                 {"duplicate_id": "9", "master_id": "5", "split": "test"}]  # "9" is not a report
+    corpus, links = tmp_path / "corpus.jsonl", tmp_path / "pairs.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in reports))
+    links.write_text("".join(json.dumps(r) + "\n" for r in relations))
+    out = tmp_path / "pairs"
+    result = CliRunner().invoke(app, ["data", "pairs", "--corpus", str(corpus), "--relations", str(links), "--out", str(out),
+                                      "--split", "train", "--split", "test"])
+    assert result.exit_code == 0, result.output
+    read = {split: [json.loads(line) for line in (out / f"{split}.jsonl").read_text().splitlines()] for split in ("train", "test")}
+    assert read["train"] == [{"query": "Save crashes", "document": "Crash on save. Writer crashes", "group": "1"}]
+    assert read["test"] == [{"query": "Crash when saving. again", "document": "Save crashes", "group": "1"}]
+    assert "1 left out: an empty text" in result.output

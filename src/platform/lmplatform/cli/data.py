@@ -1,4 +1,5 @@
-"""`lmp data`: look at a run's corpus before training (bad rows, splits; DeCLUTR's sampleable documents per span)."""
+"""`lmp data`: look at a run's corpus before training (bad rows, splits; DeCLUTR's sampleable documents per span),
+and turn a duplicate-report dataset (reports + relations) into training pair files."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,7 @@ from lmplatform.cli.common import RunConfigSetOption, fail, user_errors
 
 DEFAULT_MAX_SPANS = [4, 8, 16, 32, 64, 128]
 
-app = typer.Typer(no_args_is_help=True, help="Inspect corpora before training.")
+app = typer.Typer(no_args_is_help=True, help="Inspect corpora before training; build pair files.")
 
 
 @app.command("report")
@@ -79,3 +80,38 @@ def _extra_spans(args: list[str]) -> list[int]:
         spans.append(int(arg))
     return spans
 
+
+
+@app.command("pairs")
+def pairs_command(
+    corpus: Path = typer.Option(..., "--corpus", help="JSONL of reports, one object per line."),
+    relations: Path = typer.Option(..., "--relations", help="JSONL of duplicate pairs (query id -> target id)."),
+    out: Path = typer.Option(..., "--out", help="Folder for <split>.jsonl (query, document, group)."),
+    splits: List[str] = typer.Option(["train", "dev", "test"], "--split", help="Splits to write (repeatable)."),
+    fields: List[str] = typer.Option(["title", "description"], "--field", help="Report fields joined into a text (repeatable)."),
+    id_field: str = typer.Option("id", "--id-field"),
+    query_id_field: str = typer.Option("duplicate_id", "--query-id-field"),
+    target_id_field: str = typer.Option("master_id", "--target-id-field"),
+    split_field: str = typer.Option("split", "--split-field", help="Field of the relation rows naming the split."),
+) -> None:
+    """Pair files for the bi-encoder and cross-encoder: one row per duplicate relation of each split, with the
+    duplicate group (over all splits) in `group`, for data.group_field."""
+    import json
+
+    from lmplatform.evaluation.config import RetrievalDataset
+    from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, training_pairs
+
+    out.mkdir(parents=True, exist_ok=True)
+    for split in splits:
+        dataset = RetrievalDataset(name=split, corpus=str(corpus), relations=str(relations), id_field=id_field,
+                                   query_id_field=query_id_field, target_id_field=target_id_field,
+                                   split_field=split_field, split=split)
+        try:
+            rows, empty = training_pairs(load_retrieval_data(dataset), fields)
+        except user_errors() as exc:
+            fail(str(exc))
+            return
+        path = out / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+        groups = len({row["group"] for row in rows})
+        typer.echo(f"{path}: {len(rows)} pairs in {groups} duplicate groups ({empty} left out: an empty text)")

@@ -1,4 +1,5 @@
-"""Read duplicate-report datasets into (queries, corpus, qrels) for a retrieval scenario.
+"""Read duplicate-report datasets into (queries, corpus, qrels) for a retrieval scenario, or into
+training pairs (`training_pairs`, behind `lmp data pairs`).
 
 Works for any JSONL corpus of reports plus JSONL duplicate relations (pairs or
 undirected links); see `RetrievalDataset`. Bad rows are skipped and counted with
@@ -150,3 +151,22 @@ def scenario_inputs(data: RetrievalData, ds: RetrievalDataset, scenario: Retriev
         raise DataError(f"dataset {ds.name!r}, scenario {scenario.name!r}: every document text is empty; "
                         f"check corpus_fields={scenario.corpus_fields}")
     return ScenarioInputs(query_ids, query_texts, corpus_ids, corpus_texts, qrels, exclude)
+
+
+def training_pairs(data: RetrievalData, fields: list[str]) -> tuple[list[dict[str, str]], int]:
+    """One (query, document, group) row per relation of the split, texts joined from `fields`, and how many
+    relations were left out because either text is empty.
+
+    `group` is the duplicate group over *all* splits (its smallest report id), so that group-aware batches
+    and the mine stage also keep apart duplicates that are linked only through another split's relations.
+    """
+    rows, empty = [], 0
+    for query_id, targets in data.related.items():
+        query = join_fields(data.query_fields[query_id], fields)
+        for target in sorted(targets):
+            document = join_fields(data.reports[target], fields)
+            if not query or not document:
+                empty += 1
+                continue
+            rows.append({"query": query, "document": document, "group": min(data.groups[query_id])})
+    return rows, empty
