@@ -87,3 +87,22 @@ def test_max_documents_and_explicit_validation(tmp_path: Path) -> None:
     assert (corpus.report.train_documents, corpus.report.validation_documents) == (10, 7)
     assert corpus.report.truncated == 40
     assert sorted(local_documents(corpus, VALIDATION)) == sorted(f"v{i}" for i in range(7))
+
+
+def test_text_fields_read_several_columns_as_documents(tmp_path: Path) -> None:
+    # STS-style pairs and GLUE-style sentences together; a row with none of the columns is one bad row
+    pairs = _write(tmp_path / "pairs.jsonl", [{"sentence1": "a plane takes off", "sentence2": "an airplane is taking off"},
+                                              {"sentence1": "a man plays a flute", "sentence2": None}])
+    single = _write(tmp_path / "single.jsonl", [{"sentence": "a charming journey"}, {"label": 1}])
+    cfg = DataConfig(train_paths=[str(pairs), str(single)], text_fields=["sentence", "sentence1", "sentence2"],
+                     validation_fraction=0.0)
+    corpus = scan_corpus(cfg, use_ray=False)
+    assert corpus.report.rows_read == 4
+    assert sorted(local_documents(corpus, TRAIN)) == [
+        "a charming journey", "a man plays a flute", "a plane takes off", "an airplane is taking off"]
+    assert corpus.report.bad_rows == {"is_null": 1, "missing_text_field": 1}
+    assert any("missing text fields ['sentence', 'sentence1', 'sentence2'] (fields: label)" in e
+               for e in corpus.report.bad_examples)
+    # without text_fields, text_field alone is read, as before
+    with pytest.raises(DataError, match="no usable training documents"):
+        scan_corpus(DataConfig(train_paths=[str(pairs)], validation_fraction=0.0), use_ray=False)

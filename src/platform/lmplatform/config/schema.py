@@ -51,6 +51,10 @@ class DataConfig(Section):
         "auto", description="'auto' picks by extension: .jsonl/.json, .csv/.tsv, .parquet, anything else is text."
     )
     text_field: str = Field("text", min_length=1, description="Column holding the document text (not used for text files).")
+    text_fields: Optional[list[str]] = Field(
+        None, min_length=1, description="Corpus objectives (mlm, declutr): several columns, each a document of its own, "
+        "in place of text_field; a row gives one document per listed column it has (e.g. [sentence, sentence1, sentence2] "
+        "reads GLUE files and both sentences of STS pair files together); a row with none of them is a bad row.")
     validation_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Share of documents held out by a stable hash.")
     seed: int = Field(13, description="Seeds the train/validation hash split.")
     clean: bool = Field(True, description="Strip carriage returns, tabs, repeated spaces and badly encoded characters.")

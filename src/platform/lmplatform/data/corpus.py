@@ -110,10 +110,24 @@ def split_of(digest: int, seed: int, validation_fraction: float) -> str:
 
 
 def document_text(row: Record | BadRow, cfg: DataConfig, fmt: str) -> str | BadRow:
-    """The cleaned text of a row, or why it cannot be used."""
+    """The cleaned text of a row, or why it cannot be used (one text column: `data.text_field`)."""
     if isinstance(row, BadRow):
         return row
-    field_name = "text" if fmt == "text" else cfg.text_field
+    return _field_text(row, "text" if fmt == "text" else cfg.text_field, cfg)
+
+
+def document_texts(row: Record | BadRow, cfg: DataConfig, fmt: str) -> list[str | BadRow]:
+    """The documents of a row: one, or with `data.text_fields` one per listed column the row has."""
+    if isinstance(row, BadRow) or fmt == "text" or not cfg.text_fields:
+        return [document_text(row, cfg, fmt)]
+    present = [name for name in cfg.text_fields if name in row.fields]
+    if not present:
+        available = ", ".join(sorted(map(str, row.fields))) or "none"
+        return [BadRow(row.path, row.line, f"missing text fields {list(cfg.text_fields)} (fields: {available})")]
+    return [_field_text(row, name, cfg) for name in present]
+
+
+def _field_text(row: Record, field_name: str, cfg: DataConfig) -> str | BadRow:
     if field_name not in row.fields:
         available = ", ".join(sorted(map(str, row.fields))) or "none"
         return BadRow(row.path, row.line, f"missing text field {field_name!r} (fields: {available})")
@@ -136,11 +150,16 @@ def reason_key(reason: str) -> str:
     return reason.split("(")[0].strip().replace(" ", "_").lower()[:40]
 
 
-def iter_documents(path: str, fmt: str, cfg: DataConfig) -> Iterator[tuple[int, str] | BadRow]:
-    """(line, cleaned text) for each usable row of a file, BadRow for the rest."""
+def iter_rows(path: str, fmt: str, cfg: DataConfig) -> Iterator[list[tuple[int, str] | BadRow]]:
+    """Per row of a file: (line, cleaned text) for each of its usable documents, BadRow for the rest."""
     for row in read_rows(path, fmt):  # type: ignore[arg-type]
-        result = document_text(row, cfg, fmt)
-        yield result if isinstance(result, BadRow) else (row.line, result)
+        yield [result if isinstance(result, BadRow) else (row.line, result) for result in document_texts(row, cfg, fmt)]
+
+
+def iter_documents(path: str, fmt: str, cfg: DataConfig) -> Iterator[tuple[int, str] | BadRow]:
+    """(line, cleaned text) for each usable document of a file, BadRow for the rest."""
+    for documents in iter_rows(path, fmt, cfg):
+        yield from documents
 
 
 def scan_file(path: str, fmt: str, cfg: DataConfig) -> FileScan:
@@ -152,16 +171,17 @@ def scan_file(path: str, fmt: str, cfg: DataConfig) -> FileScan:
     bad_counts: Counter[str] = Counter()
     bad_examples: list[str] = []
     rows = 0
-    for item in iter_documents(path, fmt, cfg):
+    for documents in iter_rows(path, fmt, cfg):
         rows += 1
-        if isinstance(item, BadRow):
-            if cfg.on_bad_row == "fail":
-                raise DataError(f"bad row (data.on_bad_row=fail): {item}")
-            bad_counts[reason_key(item.reason)] += 1
-            if len(bad_examples) < _MAX_BAD_EXAMPLES:
-                bad_examples.append(str(item))
-        else:
-            hashes.append(text_hash(item[1]))
+        for item in documents:
+            if isinstance(item, BadRow):
+                if cfg.on_bad_row == "fail":
+                    raise DataError(f"bad row (data.on_bad_row=fail): {item}")
+                bad_counts[reason_key(item.reason)] += 1
+                if len(bad_examples) < _MAX_BAD_EXAMPLES:
+                    bad_examples.append(str(item))
+            else:
+                hashes.append(text_hash(item[1]))
     return FileScan(path, rows, np.asarray(hashes, dtype=np.uint64), dict(bad_counts), bad_examples, sha.hexdigest())
 
 
