@@ -51,6 +51,34 @@ class MaskedLanguageModel(nn.Module):
             projection = "full"
         self.projection = projection
         self.untrained_head = tuple(untrained_head)  # head tensors freshly initialised at load
+        self.encoder_frozen = False
+
+    def freeze_encoder(self) -> list[str]:
+        """Leave only the MLM head trainable; returns the names of the parameters still trained.
+
+        Every parameter outside the head gets requires_grad False, and so does a head tensor shared
+        with the encoder: the decoder weight tied to the input embeddings (BERT's layout), so the
+        encoder's weights stay exactly as they are. The encoder then runs in eval mode (no dropout)
+        and without a graph, as a fixed feature extractor."""
+        if self.head is None:
+            raise ValueError(f"{type(self.mlm).__name__}: unknown MLM head layout, cannot train the head alone")
+        head_ids = {id(p) for p in self.head.parameters()}
+        encoder_ids = {id(p) for p in self.backbone.parameters()}
+        trained = []
+        for name, param in self.named_parameters():  # a tied tensor is listed once, under its first name
+            keep = id(param) in head_ids and id(param) not in encoder_ids
+            param.requires_grad_(keep)
+            if keep:
+                trained.append(name)
+        self.encoder_frozen = True
+        self.backbone.eval()
+        return trained
+
+    def train(self, mode: bool = True) -> "MaskedLanguageModel":
+        super().train(mode)
+        if self.encoder_frozen:
+            self.backbone.eval()  # no dropout in a frozen feature extractor
+        return self
 
     @classmethod
     def from_pretrained(cls, path: str | Path, projection: str = "masked") -> "MaskedLanguageModel":
@@ -72,6 +100,9 @@ class MaskedLanguageModel(nn.Module):
         return self.mlm.base_model
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.encoder_frozen:
+            with torch.no_grad():
+                return self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
     def masked_logits(

@@ -19,6 +19,10 @@ class MLMObjectiveConfig(Section):
     projection: Literal["masked", "full"] = Field(
         "masked", description="'masked' runs the vocabulary projection only at masked positions (about 2x faster on MiniLM)."
     )
+    freeze_encoder: bool = Field(
+        False, description="Train the MLM head alone (a head warm-up for an encoder shipped without one, e.g. the "
+        "packaged MiniLM): the encoder, and the input embeddings the head's decoder is tied to, keep their weights "
+        "and run in eval mode; the saved folder holds the trained head for later stages (init_from).")
     pseudo_perplexity_sentences: int = Field(
         16, ge=0, description="Validation sentences scored by pseudo-perplexity (one forward per token); 0 turns it off."
     )

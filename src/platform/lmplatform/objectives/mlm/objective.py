@@ -2,7 +2,8 @@
 
 The driver reads the corpus (`prepare_data`); each worker builds the recipe (`build_recipe`):
 a `MaskedLanguageModel` (lmplatform.models.masked_lm), masks re-drawn for every batch, and
-held-out masked-LM loss plus pseudo-perplexity as validation.
+held-out masked-LM loss plus pseudo-perplexity as validation. With `objective.freeze_encoder` only the
+MLM head is trained (a head warm-up: configs/mlm_head_warmup.yaml).
 """
 from __future__ import annotations
 
@@ -134,6 +135,11 @@ def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     path = resolve_model_path(cfg.model.name_or_path)
     tokenizer = load_tokenizer(path)
     model = MaskedLanguageModel.from_pretrained(path, projection=cfg.objective.projection)
+    if cfg.objective.freeze_encoder:
+        trained = model.freeze_encoder()
+        n_trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        print(f"[lmp] mlm: encoder frozen, training the head alone: {n_trained:,} of "
+              f"{sum(p.numel() for p in model.parameters()):,} parameters ({len(trained)} tensors)", flush=True)
     masker = build_masker(cfg, tokenizer)
 
     def export(trained: MaskedLanguageModel, folder: Path) -> None:
