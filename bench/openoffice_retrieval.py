@@ -85,13 +85,14 @@ def retrieval_config(files: dict[str, Path], split_file: str, max_distractors: O
 
 # -- scoring -------------------------------------------------------------------------------------------
 class TestSet:
-    """The test split against the whole corpus, built once; scores any encoder folder per query."""
+    """The test split (or another `split` of `files`) against the whole corpus, built once; scores any encoder
+    folder per query."""
 
-    def __init__(self, files: dict[str, Path], max_distractors: Optional[int] = None):
+    def __init__(self, files: dict[str, Path], max_distractors: Optional[int] = None, split: str = "test"):
         from lmplatform.config.schema import RetrievalValidationConfig
         from lmplatform.evaluation.retrieval_validation import build_retrieval_set
 
-        self.cfg = RetrievalValidationConfig.model_validate(retrieval_config(files, "test", max_distractors))
+        self.cfg = RetrievalValidationConfig.model_validate(retrieval_config(files, split, max_distractors))
         self.rset = build_retrieval_set(self.cfg)
 
     def score(self, model: str, max_seq_length: int) -> dict[str, Any]:

@@ -74,8 +74,9 @@ def _shared_data_absent(problem: Problem) -> bool:
 
 def _made_by_a_run(problem: Problem) -> bool:
     # A registry reference (e.g. biencoder_ewc.yaml's models:/lmplatform-mlm@champion) names what an earlier
-    # run registers; a fresh clone has none, and the config's comments say which run makes it.
-    return problem.path is not None and problem.path.startswith(REGISTRY_PREFIXES)
+    # run registers, and a file under runs/ what an earlier command writes (openoffice_duplicates.yaml's pair
+    # files, from `lmp data pairs`); a fresh clone has neither, and the config's comments say which makes it.
+    return problem.path is not None and (problem.path.startswith(REGISTRY_PREFIXES) or Path(problem.path).parts[:1] == ("runs",))
 
 
 def _reported(problems: list[Problem]) -> list[str]:

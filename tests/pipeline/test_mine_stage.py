@@ -16,6 +16,8 @@ DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
 def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     from mlflow.tracking import MlflowClient
 
+    from lmplatform.config.schema import DistractorConfig
+    from lmplatform.evaluation.retrieval_validation import read_distractors
     from lmplatform.pipeline.config import load_pipeline_config
     from lmplatform.pipeline.runner import STAGE_TAG, run_pipeline
     from lmplatform.pipeline.state import FINISHED
@@ -57,6 +59,9 @@ def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow
     assert run.data.metrics["mine/pairs"] == 108 and run.data.metrics["mine/distractors"] == 320
     assert run.data.metrics["mine/candidates"] == 320  # every document of the pairs is one of the reports
     assert run.data.metrics["mine/negatives"] == sum(len(row["hard_negatives"]) for row in rows)
+    distractors = read_distractors(DistractorConfig.model_validate(spec["stages"][0]["mine"]["distractors"]), True)[0]
+    candidates = {row["document"] for row in rows} | set(distractors)
+    assert run.data.metrics["mine/encoded_texts"] == len(candidates | {row["query"] for row in rows})  # each text once
     assert [a.path for a in client.list_artifacts(mined.mlflow_run_id, "mined")] == ["mined/pairs.jsonl"]
 
     train_run = client.get_run(trained.mlflow_run_id)

@@ -79,8 +79,10 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
              tune: bool = True, resume: Optional[str] = None) -> DemoSummary:
     from lmplatform.pipeline.config import load_pipeline_config
     from lmplatform.pipeline.runner import run_pipeline
+    from lmplatform.ray_runtime import ensure_ray
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
+    ensure_ray(serving=serve)  # one Ray for the whole demo: its service's metrics need Ray's collection on
     console = Console()
     summary = DemoSummary()
     cfg = load_pipeline_config(project_root() / DEMO_PIPELINE, list(overrides))

@@ -66,7 +66,7 @@ def run(
             os.environ[ACCESS_LOG_ENV] = "1"  # an embedded Ray's replicas inherit it
             # A cluster's replicas get it from the app's runtime env (Serve merges env_vars into the job's).
             plan.app.setdefault("runtime_env", {}).setdefault("env_vars", {})[ACCESS_LOG_ENV] = "1"
-        ensure_ray(address)
+        ensure_ray(address, serving=True)
         launch(plan, progress=lambda line: typer.echo(f"[lmp] {line}", err=True))
     except _errors() as exc:
         fail(str(exc))

@@ -96,10 +96,14 @@ def mine_pairs(cfg: MineConfig, model: str, work_dir: Path) -> tuple[list[Pair],
     distractors = read_distractors(cfg.distractors, cfg.pairs.clean)[0] if cfg.distractors else []
     candidates = list(dict.fromkeys([p.document for p in pairs] + distractors))
     queries = list(dict.fromkeys(p.query for p in pairs))
+    # A duplicate report is usually a candidate too (the distractors are the whole corpus): encode each text once.
+    texts = list(dict.fromkeys(queries + candidates))
     start = time.perf_counter()
-    vectors = encode_texts(queries + candidates, model, cfg, work_dir)
+    vectors = encode_texts(texts, model, cfg, work_dir)
     encode_seconds = time.perf_counter() - start
-    query_vectors, candidate_vectors = vectors[: len(queries)], vectors[len(queries) :]
+    text_row = {text: i for i, text in enumerate(texts)}
+    query_vectors = vectors[[text_row[text] for text in queries]]
+    candidate_vectors = vectors[[text_row[text] for text in candidates]]
 
     excluded = group_texts(pairs)
     # the query's group can hold candidates ranked above the window: search past them
@@ -132,6 +136,7 @@ def mine_pairs(cfg: MineConfig, model: str, work_dir: Path) -> tuple[list[Pair],
         "mine/skipped_cross_encoder": float(sum(s.cross_encoder for s in selections)),
         "mine/mean_positive_score": float(np.mean(positive_scores)),
         "mine/mean_negative_score": float(np.mean(negative_scores)) if negative_scores else float("nan"),
+        "mine/encoded_texts": float(len(texts)),
         "mine/encode_seconds": encode_seconds,
     }
     return pairs, selections, metrics

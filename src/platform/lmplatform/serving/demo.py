@@ -77,7 +77,7 @@ def serve_and_query(model: str, corpus: str | Path, queries: Sequence[str] = DEM
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    ensure_ray()
+    ensure_ray(serving=True)
     # The demo shows its own deploy progress and each replica's readiness through it: Serve's INFO
     # lifecycle lines (driver, controller, replicas) would repeat that.
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
