@@ -33,7 +33,7 @@ def test_matches_hand_computation() -> None:
     out = info_nce(torch.tensor(q), torch.tensor(k), 0.5)
     assert float(out.loss) == pytest.approx(_hand_loss(q, k, 0.5), rel=1e-5)
     # query 2 ([1,1]) is closer to key 0 than to its own key [-1,1]: 2 of 3 right
-    assert out.accuracy == pytest.approx(2 / 3)
+    assert float(out.accuracy) == pytest.approx(2 / 3)
 
 
 def test_symmetric_averages_both_directions() -> None:

@@ -12,10 +12,12 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
 
+from lmplatform.config import load_run_config
 from lmplatform.config.schema import OptimConfig
 from lmplatform.train.collate import TextCollator
 from lmplatform.train.feed import FedBatch, Feeder, Prefetcher
 from lmplatform.train.ingest import resume_batches
+from lmplatform.train.loop import Trainer
 from lmplatform.train.optim import build_optimizer
 from lmplatform.train.recipe import Batch
 from tests.conftest import TOKEN_WORDS
@@ -105,13 +107,9 @@ class Recorder:
         self.logged.append((step, dict(metrics)))
 
 
-def test_a_micro_step_reads_nothing_back_from_the_device(tiny_bert: Path, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    steps = 5
-    cfg = pair_config(tiny_bert, [f"optim.max_steps={steps}", "optim.grad_accum_steps=2", "tracking.log_every_n_steps=1000",
-                                  "data.prefetch=true"])  # the collate and the counts run on another thread
-    trainer = pair_trainer(cfg, tmp_path)
-    trainer.tracker = Recorder()
+def _spy_on_reads(monkeypatch: pytest.MonkeyPatch, trainer: Trainer, modules: tuple[str, ...]) -> dict[int, list[str]]:
+    """Every read of a tensor's value on the training thread from code of `modules` (not the feed's), by the
+    optimizer step under way when it happened; `monkeypatch.undo()` ends the spying."""
     main = threading.get_ident()
     reads: dict[int, list[str]] = {}
 
@@ -120,7 +118,7 @@ def test_a_micro_step_reads_nothing_back_from_the_device(tiny_bert: Path, tmp_pa
 
         def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
             caller = sys._getframe(1).f_globals.get("__name__", "")
-            if threading.get_ident() == main and caller.startswith(STEP_MODULES) and caller != "lmplatform.train.feed":
+            if threading.get_ident() == main and caller.startswith(modules) and caller != "lmplatform.train.feed":
                 reads.setdefault(trainer.progress.step, []).append(f"{caller}:{name}")
             return real(self, *args, **kwargs)
 
@@ -128,6 +126,17 @@ def test_a_micro_step_reads_nothing_back_from_the_device(tiny_bert: Path, tmp_pa
 
     for name in CONVERSIONS:
         monkeypatch.setattr(torch.Tensor, name, spy(name))
+    return reads
+
+
+def test_a_micro_step_reads_nothing_back_from_the_device(tiny_bert: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = 5
+    cfg = pair_config(tiny_bert, [f"optim.max_steps={steps}", "optim.grad_accum_steps=2", "tracking.log_every_n_steps=1000",
+                                  "data.prefetch=true"])  # the collate and the counts run on another thread
+    trainer = pair_trainer(cfg, tmp_path)
+    trainer.tracker = Recorder()
+    reads = _spy_on_reads(monkeypatch, trainer, STEP_MODULES)
     batches = pair_batches(rows=8)
 
     def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
@@ -143,6 +152,47 @@ def test_a_micro_step_reads_nothing_back_from_the_device(tiny_bert: Path, tmp_pa
     (logged_step, logged), = trainer.tracker.logged
     assert logged_step == steps and np.isfinite(logged["loss"]) and np.isfinite(logged["grad_norm"])
     assert 0.0 < logged["padding_ratio"] < 1.0  # pairs of different lengths pad
+
+
+# The real objectives: their metrics stay device tensors until the logging step, and neither they, the
+# masker nor our models branch on a tensor's value. (Hugging Face's BERT still checks its attention mask
+# on the host, transformers.masking_utils, and a CPU optimizer's step counter is read on the host: neither
+# module is watched.)
+OBJECTIVE_RUNS = {
+    "biencoder": ([], lambda: pair_batches(rows=8), {"ranking_loss", "inbatch_accuracy", "temperature"}),
+    "mlm": (["objective.name=mlm"], lambda: _text_batches(4), {"mlm_loss", "mlm_accuracy"}),
+    "mlm-whole-word": (["objective.name=mlm", "objective.whole_word=true"], lambda: _text_batches(4),
+                       {"mlm_loss", "mlm_accuracy"}),
+}
+
+
+@pytest.mark.parametrize("objective", list(OBJECTIVE_RUNS))
+def test_real_objectives_read_nothing_back_outside_logging_steps(objective: str, tiny_bert: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    overrides, make_batches, names = OBJECTIVE_RUNS[objective]
+    steps = 4
+    common = [f"optim.max_steps={steps}", "optim.grad_accum_steps=2", "tracking.log_every_n_steps=1000", "data.prefetch=true"]
+    if objective == "biencoder":
+        cfg = pair_config(tiny_bert, common)
+    else:
+        cfg = load_run_config(None, [
+            f"model.name_or_path={tiny_bert}", "model.max_seq_length=32", "data.train_paths=[unused.jsonl]",
+            "optim.batch_size=4", "optim.lr=1e-3", "optim.warmup_steps=0", "optim.seed=7",
+            "checkpoint.every_n_steps=1000", "scaling.cpus_per_worker=1", *common, *overrides,
+        ])
+    trainer = pair_trainer(cfg, tmp_path)
+    trainer.tracker = Recorder()
+    reads = _spy_on_reads(monkeypatch, trainer, ("lmplatform.", *STEP_MODULES))
+    batches = make_batches()
+    trainer.fit(lambda epoch, skip: resume_batches(iter(batches), trainer.recipe.collate, skip), lambda: None)
+    monkeypatch.undo()
+
+    during = {step: reads[step] for step in range(steps) if step in reads}
+    assert during == {}, during
+    assert any(read.startswith("lmplatform.train.loop:") for read in reads[steps])  # the window, read once
+    (logged_step, logged), = trainer.tracker.logged
+    assert logged_step == steps and names | {"loss", "grad_norm"} <= set(logged)
+    assert all(isinstance(logged[name], float) and np.isfinite(logged[name]) for name in names)
 
 
 # -- AdamW kernels ------------------------------------------------------------------------------------

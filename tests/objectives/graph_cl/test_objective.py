@@ -191,7 +191,7 @@ def test_anchors_without_a_valid_negative_are_not_counted_as_identified(variant:
         _, correct, scored, unscored = recipe.objective.scores(recipe.model, mixed)
         _, metrics = recipe.objective(recipe.model, mixed)
     assert (scored, unscored) == (4, 3) and correct <= 4  # one relation per synthetic sentence, one anchor each
-    assert metrics[f"{variant}_accuracy"] == pytest.approx(correct / 4)
+    assert float(metrics[f"{variant}_accuracy"]) == pytest.approx(float(correct) / 4)
 
 
 def test_graph_identification_accuracy_reports_unscored_sentences_instead_of_counting_them(tiny_bert: Path, tmp_path: Path) -> None:

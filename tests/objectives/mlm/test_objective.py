@@ -20,7 +20,7 @@ def test_loss_decreases_on_a_toy_corpus(mlm_parts) -> None:  # noqa: ANN001
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(metrics["mlm_loss"])
+        losses.append(float(metrics["mlm_loss"]))
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
 
 

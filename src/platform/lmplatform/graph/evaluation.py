@@ -161,7 +161,7 @@ def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str, sent
         for start in range(0, len(sentences), cfg.batch_size):
             batch = collate.collate(sentences[start : start + cfg.batch_size])
             _, right, n, left_out = objective.scores(encoder, batch)
-            correct, scored, unscored = correct + right, scored + n, unscored + left_out
+            correct, scored, unscored = correct + float(right), scored + n, unscored + left_out
     return {"accuracy": correct / scored if scored else None, "scored": scored, "unscored": unscored}
 
 

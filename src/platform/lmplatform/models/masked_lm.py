@@ -120,7 +120,9 @@ class MaskedLanguageModel(nn.Module):
         logits, targets = self.masked_logits(input_ids, attention_mask, labels)
         loss = F.cross_entropy(logits.float(), targets)
         correct = (logits.argmax(-1) == targets).sum()
-        return {"loss": loss, "n_masked": torch.tensor(targets.numel()), "correct": correct}
+        # n_masked on the logits' device (a fill, not a host-to-device copy, which would wait for the device)
+        n_masked = torch.full((), targets.numel(), dtype=torch.long, device=correct.device)
+        return {"loss": loss, "n_masked": n_masked, "correct": correct}
 
     def save_pretrained(self, path: str | Path, tokenizer: PreTrainedTokenizerBase, pooling: str, max_seq_length: int) -> Path:
         path = Path(path)

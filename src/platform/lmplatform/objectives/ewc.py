@@ -256,7 +256,7 @@ class EWCPenalty(nn.Module):
         anchor = {names[n]: p.detach() for n, p in anchor_model.named_parameters()}
         return cls(model, fisher, anchor, lambda_)
 
-    def forward(self, model: nn.Module) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         params = dict(model.named_parameters())
         total = None
         for slot, name in enumerate(self.param_names):
@@ -264,4 +264,4 @@ class EWCPenalty(nn.Module):
             term = (getattr(self, f"fisher_{slot}") * (theta.float() - getattr(self, f"anchor_{slot}")) ** 2).sum()
             total = term if total is None else total + term
         penalty = 0.5 * self.lambda_ * total
-        return penalty, {"ewc_penalty": float(penalty.detach())}
+        return penalty, {"ewc_penalty": penalty.detach()}  # read by the loop at logging time

@@ -88,6 +88,7 @@ def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     count = torch.tensor([tensor.shape[0]], dtype=torch.long, device=tensor.device)
     counts = [torch.zeros_like(count) for _ in range(world)]
     dist.all_gather(counts, count)
+    # A host read (a sync), needed: the sizes shape the padding and the cut. Distributed runs only.
     sizes = [int(c.item()) for c in counts]
     largest = max(sizes)
     if largest == 0:  # every worker is empty (e.g. no hard negatives anywhere in this step)
@@ -98,15 +99,17 @@ def gather_with_grad(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     return gathered, sum(sizes[:rank])
 
 
-def inbatch_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+def inbatch_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Share of rows whose label column scores strictly above every other column; logits [b, n], labels [b].
 
     A tie counts as a miss, so a collapsed encoder (all logits equal) scores 0, not 1/n or 1.
+    A detached 0-dim tensor on the logits' device: the training loop reads it at logging time only.
     """
-    if not len(labels):
-        return 0.0
+    logits = logits.detach()
+    if not len(labels):  # a shape, known on the host
+        return logits.new_zeros((), dtype=torch.float32)
     own = logits.gather(1, labels[:, None])
-    return float(((logits >= own).sum(1) == 1).float().mean())
+    return ((logits >= own).sum(1) == 1).float().mean()
 
 
 @dataclass
@@ -114,13 +117,14 @@ class InfoNCEOutput:
     loss: torch.Tensor
     query_to_key_loss: torch.Tensor
     key_to_query_loss: Optional[torch.Tensor]
-    accuracy: float  # share of local queries whose own key alone scores highest (ties count against it)
+    accuracy: torch.Tensor  # 0-dim: share of local queries whose own key alone scores highest (ties count against it)
 
-    def metrics(self, prefix: str = "") -> dict[str, float]:
-        out = {f"{prefix}loss": float(self.loss.detach()), "inbatch_accuracy": self.accuracy}
+    def metrics(self, prefix: str = "") -> dict[str, torch.Tensor]:
+        """Detached 0-dim tensors, left on the device: reading them here would sync every micro-step."""
+        out = {f"{prefix}loss": self.loss.detach(), "inbatch_accuracy": self.accuracy.detach()}
         if self.key_to_query_loss is not None:
-            out[f"{prefix}q2k_loss"] = float(self.query_to_key_loss.detach())
-            out[f"{prefix}k2q_loss"] = float(self.key_to_query_loss.detach())
+            out[f"{prefix}q2k_loss"] = self.query_to_key_loss.detach()
+            out[f"{prefix}k2q_loss"] = self.key_to_query_loss.detach()
         return out
 
 

@@ -36,9 +36,12 @@ class DynamicMasker:
         vocab = torch.ones(len(tokenizer), dtype=torch.bool)
         vocab[self.special_ids] = False
         self.random_ids = vocab.nonzero().squeeze(1)
+        self._special_ids_by_device: dict[str, torch.Tensor] = {}
 
     def maskable(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        allowed = ~torch.isin(input_ids, self.special_ids.to(input_ids.device))
+        # A comparison with each special id, not torch.isin: on CUDA, isin of a large tensor sorts through
+        # torch.unique, whose output size is read back from the device.
+        allowed = ~(input_ids.unsqueeze(-1) == self._special_ids_on(input_ids.device)).any(-1)
         if attention_mask is not None:
             allowed &= attention_mask.bool()
         return allowed
@@ -54,39 +57,48 @@ class DynamicMasker:
 
         Every draw is made on the CPU: from `generator` when given (evaluation's fixed masks), else from
         torch's global CPU generator, which each checkpoint saves per rank, so a resumed run masks as the
-        uninterrupted one would, on a GPU too.
+        uninterrupted one would, on a GPU too. Nothing is read back from the device (no branch on a tensor's
+        value, no count sizing a draw) and the draws reach a GPU from pinned memory without waiting for it,
+        so masking does not stall a training step: each call draws the same shapes whatever the batch holds.
         """
         device = input_ids.device
         allowed = self.maskable(input_ids, attention_mask)
         if self.whole_word and word_ids is not None:
-            selected = self._select_words(word_ids, allowed, generator)
+            # One draw per (row, word id), word ids being below the row length; every sub-word of a picked
+            # word is selected.
+            word_draws = _to_device(torch.rand(word_ids.shape, generator=generator, device="cpu"), device)
+            draws = torch.gather(word_draws, 1, word_ids.clamp(min=0))
+            allowed &= word_ids >= 0
         else:
-            draws = torch.rand(input_ids.shape, generator=generator, device="cpu").to(device)
-            selected = (draws < self.mask_probability) & allowed
-        if not selected.any() and allowed.any():
-            # A tiny batch can draw nothing; predict one token so the loss is defined.
-            candidates = allowed.flatten().nonzero().squeeze(1)
-            pick = candidates[torch.randint(len(candidates), (1,), generator=generator).item()]
-            selected.view(-1)[pick] = True
+            draws = _to_device(torch.rand(input_ids.shape, generator=generator, device="cpu"), device)
+        selected = (draws < self.mask_probability) & allowed
+        # A tiny batch can draw nothing: then the allowed token of the lowest draw (a uniform pick among the
+        # allowed tokens) is predicted, so the loss is defined. Branch-free, as deciding would read the device.
+        lowest = draws.masked_fill(~allowed, 2.0).flatten().argmin()  # draws are below 1
+        fallback = torch.zeros_like(selected).flatten().scatter_(0, lowest[None], True).view_as(selected) & allowed
+        selected |= fallback & ~selected.any()
 
         labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
-        inputs = input_ids.clone()
-        roll = torch.rand(input_ids.shape, generator=generator, device="cpu").to(device)
+        roll = _to_device(torch.rand(input_ids.shape, generator=generator, device="cpu"), device)
         to_mask = selected & (roll < self.replace_with_mask)
         to_random = selected & (roll >= self.replace_with_mask) & (roll < self.replace_with_mask + self.replace_with_random)
-        inputs[to_mask] = self.mask_token_id
-        n_random = int(to_random.sum())
-        if n_random:
-            choice = torch.randint(len(self.random_ids), (n_random,), generator=generator)
-            inputs[to_random] = self.random_ids[choice].to(device)
+        # A random id drawn for every position (only the to_random ones are used): the draw's size does not
+        # depend on how many were picked, which only the device knows.
+        random_ids = self.random_ids[torch.randint(len(self.random_ids), input_ids.shape, generator=generator)]
+        inputs = input_ids.masked_fill(to_mask, self.mask_token_id)
+        inputs = torch.where(to_random, _to_device(random_ids, device), inputs)
         return inputs, labels
 
-    def _select_words(
-        self, word_ids: torch.Tensor, allowed: torch.Tensor, generator: Optional[torch.Generator]
-    ) -> torch.Tensor:
-        # One draw per (row, word id); every sub-word of a picked word is selected.
-        n_words = int(word_ids.max().item()) + 1 if word_ids.numel() else 0
-        draws = torch.rand((word_ids.shape[0], max(n_words, 1)), generator=generator) < self.mask_probability
-        draws = draws.to(word_ids.device)
-        safe_ids = word_ids.clamp(min=0)
-        return torch.gather(draws, 1, safe_ids) & (word_ids >= 0) & allowed
+    def _special_ids_on(self, device: torch.device) -> torch.Tensor:
+        key = str(device)
+        if key not in self._special_ids_by_device:
+            self._special_ids_by_device[key] = _to_device(self.special_ids, device)
+        return self._special_ids_by_device[key]
+
+
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device: PyTorch synchronizes after a CUDA copy from
+    pageable memory, whereas one from pinned memory is only queued (the pinned block is kept until it ran)."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)

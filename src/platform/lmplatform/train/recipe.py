@@ -19,7 +19,8 @@ WeightedMetrics = dict[str, tuple[float, float]]
 class TrainingRecipe:
     """The model to optimise, the objective that scores it, and how data becomes batches.
 
-    - `objective(model, batch)` returns (loss, metrics). It runs under the run's autocast; the loop
+    - `objective(model, batch)` returns (loss, metrics), the metrics as detached 0-dim tensors (the loop
+      reads them at logging time only; a float would read the device every micro-step). It runs under the run's autocast; the loop
       then calls backward once on the loss times a factor (1/grad_accum_steps, the fp16 loss scale),
       outside autocast. The loss's backward may do more than differentiate its graph: GradCache
       (objectives/gradcache.py) embeds its chunks again from a hook on the loss, scaling the cached

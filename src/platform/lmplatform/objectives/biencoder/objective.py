@@ -90,12 +90,13 @@ class BiencoderObjective(nn.Module):
         self.uses_hard_negatives = uses_hard_negatives
         self.mini_batch_size = mini_batch_size
 
-    def forward(self, model: Encoder, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: Encoder, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if self.mini_batch_size is not None and torch.is_grad_enabled():
             out = self._cached_loss(model, batch)
         else:
             out = self._loss(model, batch)
-        metrics = out.metrics("ranking_") | {"temperature": float(self.temperature().detach())}
+        # Detached 0-dim tensors: the loop reads them at logging time, not every micro-step.
+        metrics = out.metrics("ranking_") | {"temperature": self.temperature().detach()}
         return out.loss, metrics
 
     def _loss(self, model: Encoder, batch: Batch) -> InfoNCEOutput:

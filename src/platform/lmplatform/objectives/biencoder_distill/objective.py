@@ -90,11 +90,12 @@ def distillation_loss(loss: str, cosines: torch.Tensor, teacher: torch.Tensor, s
     raise ValueError(f"objective.loss {loss!r} is not one of: margin_mse, kl")
 
 
-def margin_agreement(cosines: torch.Tensor, teacher: torch.Tensor) -> tuple[float, float]:
-    """(count, total) of (query, negative) whose positive-minus-negative margin has the teacher's sign."""
-    student_ahead = cosines[:, :1] > cosines[:, 1:]
+def margin_agreement(cosines: torch.Tensor, teacher: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(count, total) of (query, negative) whose positive-minus-negative margin has the teacher's sign:
+    the count a 0-dim tensor on the device (unread), the total a shape."""
+    student_ahead = cosines.detach()[:, :1] > cosines.detach()[:, 1:]
     teacher_ahead = teacher[:, :1] > teacher[:, 1:]
-    return float((student_ahead == teacher_ahead).sum()), float(student_ahead.numel())
+    return (student_ahead == teacher_ahead).sum(), student_ahead.numel()
 
 
 # -- the worker side -------------------------------------------------------------
@@ -133,16 +134,17 @@ class BiencoderDistillObjective(nn.Module):
         self.kl_temperature = kl_temperature
         self.in_batch_weight = in_batch_weight
 
-    def forward(self, model: Encoder, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: Encoder, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         queries, positives, negatives = student_embeddings(model, batch)
         cosines = student_cosines(queries, positives, negatives)
         teacher = batch[TEACHER_SCORES].float()
         loss = distillation_loss(self.loss, cosines, teacher, self.student_temperature, self.kl_temperature)
-        agree, total = margin_agreement(cosines.detach(), teacher)
-        metrics = {"distill_loss": float(loss.detach()), "margin_agreement": agree / total}
+        agree, total = margin_agreement(cosines, teacher)
+        # detached 0-dim tensors: the loop reads them at logging time, not every micro-step
+        metrics = {"distill_loss": loss.detach(), "margin_agreement": agree.float() / max(total, 1)}
         if self.in_batch_weight > 0:
             ranking = info_nce(queries, positives, self.student_temperature, hard_negatives=negatives)
-            metrics |= {"ranking_loss": float(ranking.loss.detach()), "inbatch_accuracy": ranking.accuracy}
+            metrics |= {"ranking_loss": ranking.loss.detach(), "inbatch_accuracy": ranking.accuracy}
             loss = loss + self.in_batch_weight * ranking.loss
         return loss, metrics
 
@@ -167,7 +169,7 @@ class DistillEvaluator:
             sums["distill_loss"][0] += float(loss) * len(queries)
             sums["distill_loss"][1] += len(queries)
             agree, total = margin_agreement(cosines, teacher)
-            sums["margin_agreement"][0] += agree
+            sums["margin_agreement"][0] += float(agree)
             sums["margin_agreement"][1] += total
             for name, (value, weight) in self.inbatch(model, [batch], rank).items():
                 sums.setdefault(name, [0.0, 0.0])

@@ -34,11 +34,12 @@ class ClassificationObjective(nn.Module):
         super().__init__()
         self.register_buffer("class_weights", class_weights if class_weights is not None else torch.empty(0))
 
-    def forward(self, model: ClassifierModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: ClassifierModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits = model(batch["input_ids"], batch["attention_mask"])
         weight = self.class_weights if self.class_weights.numel() else None
         loss = F.cross_entropy(logits, batch["labels"], weight=weight)
-        accuracy = float((logits.argmax(-1) == batch["labels"]).float().mean())
+        # a detached 0-dim tensor: the loop reads it at logging time, not every micro-step
+        accuracy = (logits.detach().argmax(-1) == batch["labels"]).float().mean()
         return loss, {"accuracy": accuracy}
 
 

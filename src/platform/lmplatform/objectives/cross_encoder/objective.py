@@ -51,11 +51,12 @@ def logits_of(model: CrossEncoder, batch: Batch) -> torch.Tensor:
 
 
 class CrossEncoderObjective(nn.Module):
-    def forward(self, model: CrossEncoder, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: CrossEncoder, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits = logits_of(model, batch).float()
         loss = F.binary_cross_entropy_with_logits(logits, batch["labels"])
-        accuracy = float(((logits.detach() > 0).float() == batch["labels"]).float().mean())
-        return loss, {"bce_loss": float(loss.detach()), "accuracy": accuracy}
+        # detached 0-dim tensors: the loop reads them at logging time, not every micro-step
+        accuracy = ((logits.detach() > 0).float() == batch["labels"]).float().mean()
+        return loss, {"bce_loss": loss.detach(), "accuracy": accuracy}
 
 
 class RerankEvaluator:

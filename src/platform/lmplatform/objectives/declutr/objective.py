@@ -35,7 +35,7 @@ from lmplatform.objectives.infonce import (
     temperature_learning_rates,
 )
 from lmplatform.objectives.masking import DynamicMasker
-from lmplatform.objectives.mlm.objective import MLMEvaluator
+from lmplatform.objectives.mlm.objective import MLMEvaluator, mlm_metrics
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 
@@ -143,19 +143,19 @@ class DeclutrObjective(nn.Module):
         inputs, labels = self.masker(ids, mask, None, generator)
         return model(input_ids=inputs, attention_mask=mask, labels=labels)
 
-    def forward(self, model: MaskedLanguageModel, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: MaskedLanguageModel, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         nce = self.contrastive(model, batch)
         loss = self.contrastive_weight * nce.loss
+        # Detached 0-dim tensors: the loop reads them at logging time, not every micro-step.
         metrics = {
-            "contrastive_loss": float(nce.loss.detach()),
-            "inbatch_accuracy": nce.accuracy,
-            "temperature": float(self.temperature().detach()),
+            "contrastive_loss": nce.loss.detach(),
+            "inbatch_accuracy": nce.accuracy.detach(),
+            "temperature": self.temperature().detach(),
         }
         if self.mlm_weight > 0:
             out = self.mlm(model, batch)
             loss = loss + self.mlm_weight * out["loss"]
-            metrics["mlm_loss"] = float(out["loss"].detach())
-            metrics["mlm_accuracy"] = float(out["correct"]) / max(int(out["n_masked"]), 1)
+            metrics |= mlm_metrics(out)
         return loss, metrics
 
 
@@ -180,7 +180,7 @@ class DeclutrEvaluator:
                 n = float(self.objective.split(batch))
                 nce = self.objective.contrastive(model, batch, gather=False)
                 sums["contrastive_loss"] += float(nce.loss) * n
-                sums["inbatch_accuracy"] += nce.accuracy * n
+                sums["inbatch_accuracy"] += float(nce.accuracy) * n
                 anchors += n
                 out = self.objective.mlm(model, batch, generator)
                 k = float(out["n_masked"])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Iterable, Literal, Optional
+from typing import Any, Iterable, Literal, Optional
 
 import torch
 import torch.nn.functional as F
@@ -167,15 +167,15 @@ class GraphContrastiveObjective(nn.Module):
             hidden = self.node_encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
             return gather_nodes(hidden, batch["node_index"], batch["node_weight"])
 
-    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         loss, correct, scored, _ = self.scores(model, batch)
-        metrics = {f"{self.variant}_loss": float(loss.detach())}
-        if scored:
+        metrics: dict[str, Any] = {f"{self.variant}_loss": loss.detach()}  # read by the loop at logging time
+        if scored:  # a host count (see `_positive_beats_hard`), so no read here
             metrics[f"{self.variant}_accuracy"] = correct / scored
         return loss, metrics
 
-    def scores(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float, int, int]:
-        """(loss, anchors whose positive won, anchors scored, anchors left unscored).
+    def scores(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any, int, int]:
+        """(loss, anchors whose positive won (a 0-dim tensor or 0.0), anchors scored, anchors left unscored).
 
         An anchor none of whose hard negatives is valid has nothing to be told apart from: counting it
         as identified would inflate the accuracy (its positive beats an empty set), and counting it as
@@ -238,13 +238,19 @@ class GraphContrastiveObjective(nn.Module):
         return loss, correct, scored, len(rel) - scored
 
 
-def _positive_beats_hard(anchor: torch.Tensor, positive: torch.Tensor, hard: torch.Tensor, valid: torch.Tensor) -> tuple[float, int]:
-    """(anchors whose positive beats every valid hard negative, anchors with at least one valid hard negative)."""
+def _positive_beats_hard(anchor: torch.Tensor, positive: torch.Tensor, hard: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(anchors whose positive beats every valid hard negative: a 0-dim float tensor, left unread; anchors with
+    at least one valid hard negative: an int).
+
+    The scored count is read from the device (a sync per training micro-step), on purpose: a batch with no
+    scorable anchor reports no accuracy, rather than a 0 that would pull the window's mean down. graph_cl's
+    forward reads the batch anyway (clgs: its sentences, cldr: its sentence count), so this read adds little.
+    """
     with torch.no_grad():
         pos = F.cosine_similarity(anchor, positive, dim=-1)
         neg = F.cosine_similarity(anchor.unsqueeze(1), hard, dim=-1).masked_fill(~valid, float("-inf"))
         scorable = valid.any(1)
-        return float(((pos > neg.max(1).values) & scorable).sum()), int(scorable.sum())
+        return ((pos > neg.max(1).values) & scorable).sum().float(), int(scorable.sum())
 
 
 class GraphContrastiveEvaluator:
@@ -262,7 +268,7 @@ class GraphContrastiveEvaluator:
             loss, right, n, left_out = self.objective.scores(model, batch)
             loss_sum += float(loss)
             loss_n += 1
-            correct += right
+            correct += float(right)
             scored += n
             unscored += left_out
         out = {f"{variant}_loss": (loss_sum, loss_n)}

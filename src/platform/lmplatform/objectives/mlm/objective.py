@@ -32,11 +32,18 @@ class MLMObjective(nn.Module):
         super().__init__()
         self.masker = masker
 
-    def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: MaskedLanguageModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         inputs, labels = self.masker(batch["input_ids"], batch["attention_mask"], batch.get("word_ids"))
         out = model(input_ids=inputs, attention_mask=batch["attention_mask"], labels=labels)
-        n = max(int(out["n_masked"]), 1)
-        return out["loss"], {"mlm_loss": float(out["loss"].detach()), "mlm_accuracy": float(out["correct"]) / n}
+        return out["loss"], mlm_metrics(out)
+
+
+def mlm_metrics(out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`mlm_loss` and `mlm_accuracy` of a `MaskedLanguageModel` output, as detached 0-dim tensors on its
+    device: the training loop reads them at logging time, so a micro-step does not wait for the device."""
+    correct = out["correct"].detach().float()
+    n_masked = out["n_masked"].to(correct.device).clamp(min=1)
+    return {"mlm_loss": out["loss"].detach(), "mlm_accuracy": correct / n_masked}
 
 
 class MLMEvaluator:

@@ -51,14 +51,14 @@ class STSObjective(nn.Module):
             raise ValueError(f"unknown STS loss {loss!r}; allowed: cosent, cosine_mse")
         self.loss, self.cosent_scale, self.scale = loss, cosent_scale, scale
 
-    def forward(self, model: Encoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    def forward(self, model: Encoder, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         cosines = pair_cosines(model, batch)
         gold = batch["scores"].to(cosines.dtype)
         if self.loss == "cosent":
             loss = cosent_loss(cosines, gold, self.cosent_scale)
         else:
             loss = cosine_mse_loss(cosines, gold, self.scale)
-        return loss, {"mean_cosine": float(cosines.detach().mean())}
+        return loss, {"mean_cosine": cosines.detach().mean()}  # read by the loop at logging time
 
 
 class STSEvaluator:
