@@ -130,7 +130,7 @@ def test_config_rules_name_the_field() -> None:
     from lmplatform.config.loader import ConfigError, load_run_config
 
     base = {"data": {"train_paths": ["x.jsonl"]}, "retrieval_validation": {}}
-    with pytest.raises(ConfigError, match="applies to objectives biencoder, cross_encoder, declutr, not 'mlm'"):
+    with pytest.raises(ConfigError, match="applies to objectives biencoder, biencoder_distill, cross_encoder, declutr, not 'mlm'"):
         load_run_config(None, base=base)
     with pytest.raises(ConfigError, match="retrieval_validation.pairs is required for declutr"):
         load_run_config(None, base=base | {"objective": {"name": "declutr"}})
