@@ -24,7 +24,6 @@ Writes bench/results/openoffice_recipe.json (openoffice_recipe_dev.json with --s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -160,17 +159,12 @@ def run_recipe(spec: Spec, out: Path) -> dict[str, Any]:
 def pair_files(data: Path, out: Path, limit: Optional[int]) -> dict[str, Path]:
     """train / dev / test pair files (query, document, group) as `lmp data pairs` writes them, and the corpus."""
     from lmplatform.evaluation.config import RetrievalDataset
-    from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, training_pairs
+    from lmplatform.evaluation.tasks.retrieval_data import write_split_pairs
 
     oo = data / "duplicate_bug_reports" / "openoffice"
-    files: dict[str, Path] = {"corpus": oo / "corpus.jsonl"}
-    out.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "dev", "test"):
-        dataset = RetrievalDataset(name=split, corpus=str(oo / "corpus.jsonl"), relations=str(oo / "pairs.jsonl"), split=split)
-        rows = training_pairs(load_retrieval_data(dataset), ["title", "description"])[0][:limit]
-        files[split] = out / f"{split}.jsonl"
-        files[split].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return files
+    dataset = RetrievalDataset(name="openoffice", corpus=str(oo / "corpus.jsonl"), relations=str(oo / "pairs.jsonl"))
+    written = write_split_pairs(dataset, out, ["title", "description"], limit=limit)
+    return {"corpus": oo / "corpus.jsonl"} | {split: pairs.path for split, pairs in written.items()}
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -1,11 +1,12 @@
 """The retrieval task's reader: reports and relations into queries, corpus, relevance and exclusions."""
+import json
 from pathlib import Path
 
 import pytest
 
 from lmplatform.data.readers import DataError
 from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
-from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
+from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs, write_split_pairs
 from tests.evaluation.tasks.toy_reports import REPORTS, write_jsonl
 
 
@@ -40,3 +41,13 @@ def test_empty_split_and_missing_file_are_clear(dataset: RetrievalDataset) -> No
         load_retrieval_data(dataset.model_copy(update={"split": "dev"}))
     with pytest.raises(DataError, match="file not found"):
         load_retrieval_data(dataset.model_copy(update={"corpus": "/nonexistent.jsonl"}))
+
+
+def test_split_pair_files_with_counts_and_limit(dataset: RetrievalDataset, tmp_path: Path) -> None:
+    written = write_split_pairs(dataset, tmp_path / "pairs", ["title"], splits=["test", "train"], limit=1)
+    assert list(written) == ["test", "train"]
+    test = written["test"]
+    assert test.path == tmp_path / "pairs" / "test.jsonl" and (test.pairs, test.groups, test.empty) == (1, 1, 0)
+    # the limit keeps the first pairs of the split; the group is the smallest id of 1-2-6, over all splits
+    assert json.loads(test.path.read_text()) == {"query": "printer paper jam", "document": "printer jams", "group": "1"}
+    assert written["train"].path.read_text().count("\n") == 1

@@ -96,22 +96,15 @@ def pairs_command(
 ) -> None:
     """Pair files for the bi-encoder and cross-encoder: one row per duplicate relation of each split, with the
     duplicate group (over all splits) in `group`, for data.group_field."""
-    import json
-
     from lmplatform.evaluation.config import RetrievalDataset
-    from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, training_pairs
+    from lmplatform.evaluation.tasks.retrieval_data import write_split_pairs
 
-    out.mkdir(parents=True, exist_ok=True)
-    for split in splits:
-        dataset = RetrievalDataset(name=split, corpus=str(corpus), relations=str(relations), id_field=id_field,
-                                   query_id_field=query_id_field, target_id_field=target_id_field,
-                                   split_field=split_field, split=split)
-        try:
-            rows, empty = training_pairs(load_retrieval_data(dataset), fields)
-        except user_errors() as exc:
-            fail(str(exc))
-            return
-        path = out / f"{split}.jsonl"
-        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-        groups = len({row["group"] for row in rows})
-        typer.echo(f"{path}: {len(rows)} pairs in {groups} duplicate groups ({empty} left out: an empty text)")
+    dataset = RetrievalDataset(name="pairs", corpus=str(corpus), relations=str(relations), id_field=id_field,
+                               query_id_field=query_id_field, target_id_field=target_id_field, split_field=split_field)
+    try:
+        written = write_split_pairs(dataset, out, fields, splits)
+    except user_errors() as exc:
+        fail(str(exc))
+        return
+    for pairs in written.values():
+        typer.echo(f"{pairs.path}: {pairs.pairs} pairs in {pairs.groups} duplicate groups ({pairs.empty} left out: an empty text)")

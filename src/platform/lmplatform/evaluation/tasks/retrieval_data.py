@@ -1,5 +1,5 @@
 """Read duplicate-report datasets into (queries, corpus, qrels) for a retrieval scenario, or into
-training pairs (`training_pairs`, behind `lmp data pairs`).
+training pairs (`training_pairs`; `write_split_pairs` writes them per split, behind `lmp data pairs`).
 
 Works for any JSONL corpus of reports plus JSONL duplicate relations (pairs or
 undirected links); see `RetrievalDataset`. Bad rows are skipped and counted with
@@ -7,11 +7,12 @@ file and line; relations pointing at unknown reports are skipped and counted.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from lmplatform.data.fields import join_fields
 from lmplatform.data.groups import DuplicateGroups
@@ -170,3 +171,28 @@ def training_pairs(data: RetrievalData, fields: list[str]) -> tuple[list[dict[st
                 continue
             rows.append({"query": query, "document": document, "group": min(data.groups[query_id])})
     return rows, empty
+
+
+@dataclass(frozen=True)
+class SplitPairs:
+    path: Path
+    pairs: int
+    groups: int  # distinct duplicate groups among the pairs written
+    empty: int  # relations left out because the query's or the document's text is empty
+
+
+def write_split_pairs(dataset: RetrievalDataset, out: Path, fields: Sequence[str],
+                      splits: Sequence[str] = ("train", "dev", "test"), limit: Optional[int] = None) -> dict[str, SplitPairs]:
+    """`out/<split>.jsonl` for each split: the `training_pairs` of `dataset` (its name and split are set per
+    split), the first `limit` of them when given. Raises DataError on the first split that cannot be read;
+    the earlier splits' files are written by then."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for split in splits:
+        data = load_retrieval_data(dataset.model_copy(update={"name": split, "split": split}))
+        rows, empty = training_pairs(data, list(fields))
+        rows = rows[:limit]
+        path = out / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+        written[split] = SplitPairs(path, len(rows), len({row["group"] for row in rows}), empty)
+    return written
