@@ -9,7 +9,7 @@ With `objective.mini_batch_size` the loss is computed with GradCache (objectives
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +29,8 @@ from lmplatform.objectives.infonce import (
     temperature_learning_rates,
 )
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
+
+Evaluate = Callable[[Encoder, Iterable[Batch], int], WeightedMetrics]  # TrainingRecipe.evaluate
 
 
 def _texts(column: np.ndarray) -> list[str]:
@@ -175,26 +177,36 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     return prepared_pairs(pairs, pair_datasets(pairs), len(pairs.train))
 
 
+def save_encoder(trained: Encoder, folder: Path) -> None:
+    trained.save_pretrained(folder)
+
+
+def pair_encoder_recipe(cfg: RunConfig, objective: nn.Module, evaluate: Evaluate,
+                        collator: type[QueryDocumentCollator] = QueryDocumentCollator,
+                        learning_rates: Optional[dict[str, float]] = None) -> TrainingRecipe:
+    """The recipe of an objective that trains one `Encoder` (cfg.model) on query / document / hard-negative
+    rows, the bi-encoder's and the distilled bi-encoder's: the trained encoder is what is saved and what
+    retrieval validation searches with."""
+    model = Encoder.from_pretrained(cfg.model.name_or_path, cfg.model.pooling, cfg.model.max_seq_length)
+    return TrainingRecipe(
+        model=model,
+        objective=objective,
+        collate=collator(model.tokenizer, cfg.model.max_seq_length, cfg.objective.max_hard_negatives),
+        export=save_encoder,
+        evaluate=evaluate,
+        count_tokens=count_pair_tokens,
+        retrieval_view=lambda trained: trained,
+        learning_rates=learning_rates or {},
+    )
+
+
 def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     objective_cfg = cfg.objective
-    model = Encoder.from_pretrained(cfg.model.name_or_path, cfg.model.pooling, cfg.model.max_seq_length)
     temperature = temperature_from_config(objective_cfg)
-
-    def export(trained: Encoder, folder: Path) -> None:
-        trained.save_pretrained(folder)
-
     objective = BiencoderObjective(
         temperature, objective_cfg.symmetric, objective_cfg.gather_across_workers,
         uses_hard_negatives=cfg.data.hard_negative_field is not None and objective_cfg.max_hard_negatives > 0,
         mini_batch_size=objective_cfg.mini_batch_size,
     )
-    return TrainingRecipe(
-        model=model,
-        objective=objective,
-        collate=QueryDocumentCollator(model.tokenizer, cfg.model.max_seq_length, objective_cfg.max_hard_negatives),
-        export=export,
-        evaluate=InBatchRetrievalEvaluator(temperature),
-        count_tokens=count_pair_tokens,
-        retrieval_view=lambda trained: trained,
-        learning_rates=temperature_learning_rates(objective, temperature, objective_cfg.temperature_lr),
-    )
+    return pair_encoder_recipe(cfg, objective, InBatchRetrievalEvaluator(temperature),
+                               learning_rates=temperature_learning_rates(objective, temperature, objective_cfg.temperature_lr))

@@ -34,8 +34,8 @@ from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.biencoder.objective import (
     InBatchRetrievalEvaluator,
     QueryDocumentCollator,
-    count_pair_tokens,
     embed,
+    pair_encoder_recipe,
     prepared_pairs,
 )
 from lmplatform.objectives.infonce import Temperature, info_nce
@@ -329,19 +329,6 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
 
 def build_recipe(cfg: RunConfig) -> TrainingRecipe:
     objective_cfg = cfg.objective
-    model = Encoder.from_pretrained(cfg.model.name_or_path, cfg.model.pooling, cfg.model.max_seq_length)
-
-    def export(trained: Encoder, folder: Path) -> None:
-        trained.save_pretrained(folder)
-
     objective = BiencoderDistillObjective(objective_cfg.loss, objective_cfg.student_temperature,
                                           objective_cfg.kl_temperature, objective_cfg.in_batch_weight)
-    return TrainingRecipe(
-        model=model,
-        objective=objective,
-        collate=DistillCollator(model.tokenizer, cfg.model.max_seq_length, objective_cfg.max_hard_negatives),
-        export=export,
-        evaluate=DistillEvaluator(objective),
-        count_tokens=count_pair_tokens,
-        retrieval_view=lambda trained: trained,
-    )
+    return pair_encoder_recipe(cfg, objective, DistillEvaluator(objective), DistillCollator)
