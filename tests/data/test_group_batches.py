@@ -42,6 +42,34 @@ def test_no_batch_of_any_random_grouping_holds_a_conflict() -> None:
         _check_epoch(order, keys, negatives, batch_size, min_size)
 
 
+def test_length_grouped_draws_keep_every_guarantee_and_pad_less() -> None:
+    rng = random.Random(3)
+    for trial in range(40):
+        n, batch_size = rng.randint(2, 150), rng.randint(1, 12)
+        keys, negatives = _random_rows(rng, n)
+        lengths = [rng.randint(1, 500) for _ in range(n)]
+        order = conflict_free_batches(keys, batch_size, seed=trial, epoch=0, negative_keys=negatives,
+                                      lengths=lengths, buffer_batches=4)
+        _check_epoch(order, keys, negatives, batch_size, 1)
+        full = sum(len(b) == batch_size for b in order.batches)
+        assert all(len(b) == batch_size for b in order.batches[:full])  # short batches only at the end
+
+    # rows of their own (no conflicts): the padded length (each batch's longest row) falls by far
+    keys = [frozenset({("group", i)}) for i in range(256)]
+    lengths = [random.Random(i).randint(1, 1000) for i in range(256)]
+
+    def padded(order: BatchOrder) -> int:
+        return sum(len(b) * max(lengths[r] for r in b) for b in order.batches)
+
+    plain = conflict_free_batches(keys, 16, seed=0, epoch=0)
+    grouped = conflict_free_batches(keys, 16, seed=0, epoch=0, lengths=lengths, buffer_batches=16)
+    assert padded(grouped) < 0.6 * padded(plain)
+    spans = [max(lengths[r] for r in b) - min(lengths[r] for r in b) for b in grouped.batches]
+    assert max(spans) < 200  # one sorted buffer: neighbours in length share a batch
+    first_lengths = [lengths[b[0]] for b in grouped.batches]
+    assert first_lengths != sorted(first_lengths)  # the batches themselves come in a shuffled order
+
+
 def test_the_order_is_fixed_by_seed_and_epoch() -> None:
     keys, negatives = _random_rows(random.Random(1), 80)
     first = conflict_free_batches(keys, 8, seed=5, epoch=2, negative_keys=negatives)

@@ -67,6 +67,3 @@ def test_length_grouping_config_errors_name_the_field(tiny_bert: Path) -> None:
     assert cfg.data.length_grouping.buffer_batches == 16 and cfg.data.prefetch
     with pytest.raises(ConfigError, match=r"data\.length_grouping\.buffer_batches"):
         load_run_config(None, [*base, "data.length_grouping={buffer_batches: 1}"])
-    with pytest.raises(ConfigError, match=r"data\.length_grouping .*objective\.group_aware_batches"):
-        load_run_config(None, [*base, "objective.name=biencoder", "objective.group_aware_batches=true",
-                               "data.length_grouping={buffer_batches: 16}"])

@@ -75,7 +75,8 @@ class DataConfig(Section):
         "groups are the pairs' duplicate links (a text and its partner, through any chain of pairs).")
     length_grouping: Optional[LengthGroupingConfig] = Field(
         None, description="Group the training rows by length within a shuffle buffer, e.g. {buffer_batches: 64}; "
-        "every row still comes once per epoch. Not with objective.group_aware_batches (whose batches are planned).")
+        "every row still comes once per epoch. With objective.group_aware_batches, the driver's plan sorts its draw "
+        "the same way, so batches stay free of group conflicts.")
     prefetch: Optional[bool] = Field(
         None, description="Collate (tokenize) the next training batch and copy it to the device (pinned memory, "
         "non-blocking) in a background thread while the current step runs. Default: on with a GPU, off on CPU, "
@@ -310,13 +311,6 @@ class RunConfig(Section):
         if self.optim.precision == "fp16" and not self.scaling.use_gpu:
             raise ValueError("optim.precision 'fp16' needs a GPU (scaling.use_gpu: true); "
                              "on CPU use optim.precision 'bf16' or 'fp32'")
-        return self
-
-    @model_validator(mode="after")
-    def _length_grouping_fits(self) -> "RunConfig":
-        if self.data.length_grouping is not None and getattr(self.objective, "group_aware_batches", False):
-            raise ValueError("data.length_grouping cannot reorder the batches of objective.group_aware_batches "
-                             "(the driver plans those); remove one of them")
         return self
 
     @model_validator(mode="after")

@@ -71,6 +71,8 @@ def conflict_free_batches(
     epoch: int,
     negative_keys: Optional[Sequence[Keys]] = None,
     min_batch_size: int = 1,
+    lengths: Optional[Sequence[int]] = None,
+    buffer_batches: int = 64,
 ) -> BatchOrder:
     """Every row in batches of at most `batch_size` rows, no two conflicting rows in one batch.
 
@@ -82,6 +84,10 @@ def conflict_free_batches(
     group is split across batches, never co-batched). Batches with fewer than `min_batch_size` rows
     (a global batch needs a row for every worker) are dropped and counted in `dropped_rows`.
 
+    With `lengths` (one per row), the draw is length-grouped so that dynamic padding pads less: each
+    run of `buffer_batches x batch_size` drawn rows is sorted by length, and the full batches are then
+    put in a seeded random order (the short ones stay last), so an epoch does not go from short to long.
+
     Deferred rows are scanned for every batch, so the cost is O(rows x deferred rows / batch_size) in
     the worst case (one huge group); with groups of a few rows it stays near linear.
     """
@@ -90,7 +96,10 @@ def conflict_free_batches(
     negatives = negative_keys if negative_keys is not None else [frozenset()] * len(keys)
     if len(negatives) != len(keys):
         raise ValueError(f"{len(keys)} rows of keys but {len(negatives)} rows of negative keys")
-    draw = deque(int(i) for i in np.random.default_rng([seed, epoch]).permutation(len(keys)))
+    order = np.random.default_rng([seed, epoch]).permutation(len(keys))
+    if lengths is not None:
+        order = _length_sorted_buffers(order, lengths, buffer_batches * batch_size)
+    draw = deque(int(i) for i in order)
     deferred: list[int] = []
     ever_deferred: set[int] = set()
     batches: list[list[int]] = []
@@ -115,7 +124,20 @@ def conflict_free_batches(
             batches.append(batch.rows)
         else:
             dropped += batch.rows
+    if lengths is not None:
+        full = [b for b in batches if len(b) == batch_size]
+        shuffled = np.random.default_rng([seed, epoch, 1]).permutation(len(full))
+        batches = [full[i] for i in shuffled] + [b for b in batches if len(b) < batch_size]
     return BatchOrder(batches, len(ever_deferred), dropped)
+
+
+def _length_sorted_buffers(order: np.ndarray, lengths: Sequence[int], buffer_rows: int) -> np.ndarray:
+    """`order` with each run of `buffer_rows` rows sorted by length (ties keep the drawn order)."""
+    if len(lengths) != len(order):
+        raise ValueError(f"{len(order)} rows but {len(lengths)} lengths")
+    length_of = np.asarray(lengths, dtype=np.int64)
+    runs = [order[start:start + buffer_rows] for start in range(0, len(order), buffer_rows)]
+    return np.concatenate([run[np.argsort(length_of[run], kind="stable")] for run in runs]) if runs else order
 
 
 def pair_conflict_keys(pairs: Sequence[Pair], linked: Sequence[Pair] = (),
