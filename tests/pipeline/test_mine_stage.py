@@ -1,10 +1,13 @@
 """A real `mine -> train` pipeline on the demo pairs with a tiny BERT: the mine stage encodes on Ray actors,
-searches exactly, writes and logs the pairs file; the next stage trains on it with group-aware batches."""
+searches exactly, writes and logs the pairs file; the next stage trains on it with group-aware batches. And
+`mine_pairs` where the queries are corpus documents too: each text is encoded once and the negatives stay right."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
 import yaml
 
 from lmplatform.data.pairs import Pair
@@ -68,3 +71,58 @@ def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow
     assert train_run.data.params["data.train_paths"] == str([mined.output_path])
     assert train_run.data.metrics["data/group_batches_epochs"] >= 1 and train_run.data.metrics["data/train_groups"] > 0
     assert trained.model_dir and (Path(trained.model_dir) / "config.json").is_file()
+
+
+# Every query is also a corpus document except the last; the two printer queries share their document,
+# so each is in the other's duplicate group.
+REPORTS = ["printer jams on floor two", "paper jam in the floor two printer", "printer jam again on floor two",
+           "vpn drops after the certificate expired", "vpn disconnects every hour", "mail server disk is full",
+           "login fails after password reset", "backup job queue is stuck", "mobile app screen stays blank",
+           "database restart failed overnight", "invoice payment gateway times out"]
+MINED = [("paper jam in the floor two printer", "printer jams on floor two"),
+         ("printer jam again on floor two", "printer jams on floor two"),
+         ("vpn disconnects every hour", "vpn drops after the certificate expired"),
+         ("the mail server disk filled up again", "mail server disk is full")]
+GROUPS = {"paper jam in the floor two printer": set(REPORTS[:3]), "printer jam again on floor two": set(REPORTS[:3]),
+          "vpn disconnects every hour": set(REPORTS[3:5]),
+          "the mail server disk filled up again": {"the mail server disk filled up again", REPORTS[5]}}
+
+
+def test_queries_that_are_corpus_documents_are_encoded_once_and_never_their_own_negatives(
+    ray_session, tiny_bert, tmp_path, monkeypatch  # noqa: ANN001
+) -> None:
+    from lmplatform.pipeline import mine
+    from lmplatform.pipeline.config import MineConfig
+
+    (tmp_path / "reports.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for text in REPORTS))
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps({"query": q, "document": d}) + "\n" for q, d in MINED))
+    cfg = MineConfig.model_validate({
+        "pairs": {"train_paths": [str(tmp_path / "pairs.jsonl")]},
+        "distractors": {"paths": [str(tmp_path / "reports.jsonl")]},
+        "num_negatives": 3, "range_min": 0, "range_max": 20, "relative_margin": None, "max_seq_length": 32})
+    encoded: dict[str, np.ndarray] = {}
+    real_encode = mine.encode_texts
+
+    def spy(texts, model, cfg, work_dir):  # noqa: ANN001,ANN202
+        vectors = real_encode(texts, model, cfg, work_dir)
+        assert not encoded and len(set(texts)) == len(texts), "one encoder call, each text once"
+        encoded.update(zip(texts, vectors))
+        return vectors
+
+    monkeypatch.setattr(mine, "encode_texts", spy)
+    work = tmp_path / "work"
+    work.mkdir()
+    pairs, selections, metrics = mine.mine_pairs(cfg, str(tiny_bert), work)
+
+    assert set(encoded) == set(REPORTS) | {query for query, _ in MINED}  # 11 reports and the one query that is none
+    assert metrics["mine/encoded_texts"] == len(encoded) == 12 and metrics["mine/candidates"] == 11
+    assert len(pairs) == len(selections) == 4
+    for pair, selection in zip(pairs, selections):
+        # the reference ranking, from the vectors each text was encoded to: a query given another text's
+        # vector, or a candidate, would rank differently
+        score = {text: float(encoded[pair.query] @ encoded[text]) for text in REPORTS if text not in GROUPS[pair.query]}
+        expected = sorted(score, key=score.get, reverse=True)[:3]
+        assert selection.negatives == expected, pair.query
+        assert selection.scores == pytest.approx([score[text] for text in expected], abs=1e-4)
+        # the query itself is a candidate (when a report) and the top hit; it and its group are set aside
+        assert selection.excluded == len(GROUPS[pair.query] & set(REPORTS))
