@@ -50,3 +50,26 @@ def test_pairs_joins_report_texts_per_split_with_groups_across_splits(tmp_path: 
     assert read["train"] == [{"query": "Save crashes", "document": "Crash on save. Writer crashes", "group": "1"}]
     assert read["test"] == [{"query": "Crash when saving. again", "document": "Save crashes", "group": "1"}]
     assert "1 left out: an empty text" in result.output
+
+
+def test_pairs_skips_and_reports_rows_that_are_not_json_or_not_unicode(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+    corpus, links = tmp_path / "corpus.jsonl", tmp_path / "pairs.jsonl"
+    corpus.write_text("\n".join([
+        json.dumps({"id": "1", "title": "Crash on save", "description": "Writer crashes"}),
+        json.dumps({"id": "2", "title": "Save \ud800 crashes"}),  # a lone surrogate, escaped as JSON allows
+        '{"id": "3", "title": "Crash\x00 on load"}',  # a raw control character: not JSON
+        '{"id": "4", "title": "Crash when',  # cut off
+        json.dumps({"id": "5", "title": "Crash\x00 when saving"}),  # escaped: valid JSON, valid Unicode, kept
+    ]) + "\n")
+    links.write_text("\n".join([json.dumps({"duplicate_id": q, "master_id": "1", "split": "train"}) for q in "2345"]
+                               + ["not json"]) + "\n")
+    out = tmp_path / "pairs"
+    with caplog.at_level("WARNING"):
+        result = CliRunner().invoke(app, ["data", "pairs", "--corpus", str(corpus), "--relations", str(links),
+                                          "--out", str(out), "--split", "train"])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "1 pairs in 1 duplicate groups" in result.output
+    lines = (out / "train.jsonl").read_bytes().decode("utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"query": "Crash\x00 when saving", "document": "Crash on save. Writer crashes", "group": "1"}]
+    assert f"skipped 4 bad rows, e.g. {corpus}:2: not valid Unicode (lone surrogate U+D800)" in caplog.text

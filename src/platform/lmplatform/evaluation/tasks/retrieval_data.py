@@ -2,8 +2,8 @@
 training pairs (`training_pairs`; `write_split_pairs` writes them per split, behind `lmp data pairs`).
 
 Works for any JSONL corpus of reports plus JSONL duplicate relations (pairs or
-undirected links); see `RetrievalDataset`. Bad rows are skipped and counted with
-file and line; relations pointing at unknown reports are skipped and counted.
+undirected links); see `RetrievalDataset`. Bad rows (not JSON, not an object, not valid Unicode)
+are skipped and counted with file and line; relations pointing at unknown reports are skipped and counted.
 """
 from __future__ import annotations
 
@@ -44,6 +44,16 @@ class ScenarioInputs:
     exclude: list[set[str]]
 
 
+def _not_unicode(fields: dict[str, Any]) -> Optional[str]:
+    """Why a row's text is not valid Unicode, if it is not. A JSON \\uD800-\\uDFFF escape without its other
+    half parses to a lone surrogate, which no UTF-8 file (the pair files) nor tokenizer takes."""
+    try:
+        json.dumps(fields, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"not valid Unicode (lone surrogate U+{ord(exc.object[exc.start]):04X})"
+    return None
+
+
 def _rows(path: str, bad: list[str]) -> list[dict[str, Any]]:
     if not Path(path).is_file():
         raise DataError(f"file not found: {path}")
@@ -51,6 +61,8 @@ def _rows(path: str, bad: list[str]) -> list[dict[str, Any]]:
     for row in read_rows(path, "jsonl"):
         if isinstance(row, BadRow):
             bad.append(str(row))
+        elif (reason := _not_unicode(row.fields)) is not None:
+            bad.append(str(BadRow(row.path, row.line, reason)))
         else:
             out.append(row.fields)
     return out
