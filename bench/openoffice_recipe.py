@@ -88,6 +88,7 @@ ROWS: dict[str, tuple[str, Optional[Callable[[Spec], None]]]] = {
     "no_mined": ("recipe without mined negatives", _without_mining),
     "no_group": ("recipe without group-aware batches", _set("objective.group_aware_batches", False)),
     "symmetric": ("recipe with the symmetric loss", _set("objective.symmetric", True)),
+    "length_grouped": ("recipe with length-grouped batches", _set("data.length_grouping", {"buffer_batches": 64})),
     "gradcache_128": ("recipe at batch 128 through GradCache", _gradcache_128),
     "distilled": ("recipe + distillation from a cross-encoder", _distilled),
 }
