@@ -140,11 +140,14 @@ def run_ours(objective: dict[str, Any], rows: list[dict[str, str]], model: str, 
 
 def run_peer(rows: list[dict[str, str]], model: str, batch_size: int, precision: str, device: str, warmup: int,
              steps: int, work: Path) -> dict[str, Any]:
-    """sentence-transformers' own trainer, as bench/openoffice_retrieval.py `train_peer` sets it up."""
+    """sentence-transformers' own trainer, as bench/openoffice_retrieval.py `train_peer` sets it up, reading the
+    same batches as our loop in the same order (its rows laid out in `epoch_batches` order, read in sequence)."""
     import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.base.sampler import DefaultBatchSampler
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from torch.utils.data import SequentialSampler
     from transformers import TrainerCallback
 
     marks: dict[int, float] = {}
@@ -156,13 +159,19 @@ def run_peer(rows: list[dict[str, str]], model: str, batch_size: int, precision:
                     torch.cuda.synchronize()
                 marks[state.global_step] = time.perf_counter()
 
-    dataset = Dataset.from_dict({"anchor": [r["query"] for r in rows], "positive": [r["document"] for r in rows]})
+    ordered, epoch = [], 0
+    while len(ordered) < (warmup + steps) * batch_size:
+        ordered += [{"anchor": q, "positive": d} for batch in epoch_batches(rows, batch_size, epoch)
+                    for q, d in zip(batch["query"], batch["document"])]
+        epoch += 1
+    dataset = Dataset.from_list(ordered)
     st_model = SentenceTransformer(model, device=device)
     st_model.max_seq_length = MAX_LENGTH
     args = SentenceTransformerTrainingArguments(
         output_dir=str(work / "peer"), max_steps=warmup + steps, per_device_train_batch_size=batch_size,
         learning_rate=LR, warmup_steps=0, save_strategy="no", logging_steps=1_000_000, report_to="none", seed=42,
         dataloader_drop_last=True, use_cpu=device == "cpu",
+        batch_sampler=lambda dataset, **kwargs: DefaultBatchSampler(SequentialSampler(dataset), **kwargs),
         fp16=precision == "fp16", bf16=precision == "bf16",
     )
     trainer = SentenceTransformerTrainer(model=st_model, args=args, train_dataset=dataset,
@@ -181,7 +190,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--peak-tflops", type=float, default=H100_BF16_DENSE_TFLOPS,
                         help="the device's dense peak for the MLM row's FLOP-bound share (default: H100 SXM bf16)")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "mixed"], default=["fp32", "mixed"],
+                        help="mixed: fp16 on a GPU, bf16 on CPU")
     parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--skip-mlm", action="store_true")
     parser.add_argument("--toy", action="store_true", help="tiny random BERT, 64 pairs, batches of 4 and 8")
     args = parser.parse_args(argv)
 
@@ -205,7 +217,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                      "symmetric": False, "max_hard_negatives": 0}
         results: dict[str, Any] = {}
         for batch_size in batch_sizes:
-            for precision in ("fp32", mixed):
+            for precision in [mixed if p == "mixed" else p for p in args.precisions]:
                 key = f"biencoder_b{batch_size}_{precision}"
                 ours = run_ours(biencoder, rows, model, batch_size, precision, device, warmup, args.steps, work / key)
                 row: dict[str, Any] = {"ours": ours}
@@ -215,7 +227,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 results[key] = row
                 print(f"{key}: {json.dumps(row)}", flush=True)
         texts = [{"text": t} for r in rows for t in (r["query"], r["document"])]
-        for precision in ("fp32", "bf16"):  # the peak is a bf16 one
+        for precision in () if args.skip_mlm else ("fp32", "bf16"):  # the peak is a bf16 one
             key = f"mlm_b{batch_sizes[0]}_{precision}"
             ours = run_ours({"name": "mlm"}, texts, model, batch_sizes[0], precision, device, warmup, args.steps, work / key)
             achieved = 6 * ours["params"] * ours["tokens_per_s"] / 1e12
