@@ -28,6 +28,7 @@ from lmplatform.objectives.infonce import (
     temperature_from_config,
     temperature_learning_rates,
 )
+from lmplatform.train.collate import pad_multiple
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 Evaluate = Callable[[Encoder, Iterable[Batch], int], WeightedMetrics]  # TrainingRecipe.evaluate
@@ -47,7 +48,7 @@ class QueryDocumentCollator:
 
     def _encode(self, prefix: str, texts: Sequence[str]) -> Batch:
         features = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
-                                  pad_to_multiple_of=8, return_tensors="pt")
+                                  pad_to_multiple_of=pad_multiple(), return_tensors="pt")
         return {f"{prefix}_input_ids": features["input_ids"], f"{prefix}_attention_mask": features["attention_mask"]}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> Batch:

@@ -36,6 +36,7 @@ from lmplatform.objectives.infonce import (
 )
 from lmplatform.objectives.masking import DynamicMasker
 from lmplatform.objectives.mlm.objective import MLMEvaluator, mlm_metrics
+from lmplatform.train.collate import pad_multiple
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 
@@ -107,7 +108,7 @@ class DeclutrCollator:
         if not anchors:
             raise ValueError(f"no document in this batch of {len(texts)} has {self.sampler.min_document_tokens}+ tokens")
         wrapped = [self.prefix + list(span) + self.suffix for span in anchors + positives]
-        padded = self.tokenizer.pad({"input_ids": wrapped}, padding=True, pad_to_multiple_of=8, return_tensors="pt")
+        padded = self.tokenizer.pad({"input_ids": wrapped}, padding=True, pad_to_multiple_of=pad_multiple(), return_tensors="pt")
         return {"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"]}
 
 
