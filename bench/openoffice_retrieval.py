@@ -125,8 +125,27 @@ def paired(a: Any, b: Any) -> tuple[float, float, float]:
 
 
 # -- the two trainers ----------------------------------------------------------------------------------
-def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int]) -> dict[str, Any]:
-    """sentence-transformers' own trainer: MultipleNegativesRankingLoss (scale 20) at the shared budget."""
+class PlannedBatches:
+    """A batch sampler that hands the peer's trainer our planned batches, in our order (the trainer calls
+    `set_epoch`; the plan already differs per epoch)."""
+
+    def __init__(self, batches: list[list[int]]):
+        self.batches = batches
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int],
+               planned: Optional[tuple[list[dict[str, str]], list[list[int]]]] = None) -> dict[str, Any]:
+    """sentence-transformers' own trainer: MultipleNegativesRankingLoss (scale 20) at the shared budget; with
+    `planned` (pairs, batches of their indices), it reads exactly those batches in that order."""
     import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
@@ -135,7 +154,7 @@ def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int]) -> d
     from lmplatform.models.resolve import packaged_model_path
 
     torch.set_num_threads(2)
-    pairs = _jsonl(files["train"])
+    pairs = planned[0] if planned else _jsonl(files["train"])
     dataset = Dataset.from_dict({"anchor": [p["query"] for p in pairs], "positive": [p["document"] for p in pairs]})
     model = SentenceTransformer(str(packaged_model_path()), device="cpu")
     model.max_seq_length = BUDGET["max_seq_length"]
@@ -144,6 +163,7 @@ def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int]) -> d
         per_device_train_batch_size=BUDGET["batch_size"], learning_rate=BUDGET["lr"],
         warmup_steps=BUDGET["warmup_ratio"],  # a float below 1 is a share of the steps (transformers 5)
         save_strategy="no", logging_steps=10, report_to="none", seed=42, dataloader_drop_last=False, use_cpu=True,
+        **({"batch_sampler": lambda dataset, **kwargs: PlannedBatches(planned[1])} if planned else {}),
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset,
                                          loss=MultipleNegativesRankingLoss(model, scale=1 / BUDGET["temperature"]))
@@ -157,14 +177,15 @@ def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int]) -> d
 
 
 def our_config(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: Optional[int],
-               selection_distractors: Optional[int] = None) -> dict[str, Any]:
+               selection_distractors: Optional[int] = None, group_aware: bool = False) -> dict[str, Any]:
     """Our run at the shared budget; with `selection_distractors`, also the study's selection metric
-    (val_ir_*: dev_select against a sample of that many corpus reports)."""
+    (val_ir_*: dev_select against a sample of that many corpus reports); `group_aware`: batches planned on
+    the driver (`objective.group_aware_batches`), whose plan the peer can be handed."""
     cfg: dict[str, Any] = {
         "model": {"name_or_path": "default", "max_seq_length": BUDGET["max_seq_length"]},
         "data": {"train_paths": [str(files["train"])], "validation_paths": [str(files["dev_select"])]},
         "objective": {"name": "biencoder", "temperature": BUDGET["temperature"], "learnable_temperature": False,
-                      "symmetric": False, "max_hard_negatives": 0},
+                      "symmetric": False, "max_hard_negatives": 0, "group_aware_batches": group_aware},
         "optim": {"lr": BUDGET["lr"], "batch_size": BUDGET["batch_size"], "warmup_ratio": BUDGET["warmup_ratio"],
                   "epochs": BUDGET["epochs"], "max_steps": max_steps},
         "scaling": {"num_workers": 1, "cpus_per_worker": 2},
@@ -177,13 +198,14 @@ def our_config(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: 
     return cfg
 
 
-def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: Optional[int]) -> dict[str, Any]:
+def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: Optional[int],
+               group_aware: bool = False) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
     from lmplatform.config.loader import load_run_config
     from lmplatform.train.run import run_training
 
-    cfg = load_run_config(None, base=our_config(files, out, tracking_uri, max_steps))
+    cfg = load_run_config(None, base=our_config(files, out, tracking_uri, max_steps, group_aware=group_aware))
     start = time.perf_counter()
     result = run_training(cfg)
     seconds = time.perf_counter() - start
@@ -193,6 +215,19 @@ def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: 
     samples_per_s = sum(m.value for m in history) / len(history)
     return {"model": str(result.model_dir), "steps": steps, "wall_seconds_with_startup_and_validation": seconds,
             "seconds_per_step": BUDGET["batch_size"] / samples_per_s, "mlflow_run_id": result.mlflow_run_id}
+
+
+def our_plan(files: dict[str, Path], out: Path, tracking_uri: str,
+             max_steps: Optional[int]) -> tuple[list[dict[str, str]], list[list[int]]]:
+    """The training pairs as our reader keeps them and the batches our driver plans for the group-aware run."""
+    from lmplatform.config.loader import load_run_config
+    from lmplatform.data.pairs import read_pairs
+    from lmplatform.objectives.biencoder.group_batches import plan_pairs
+
+    cfg = load_run_config(None, base=our_config(files, out, tracking_uri, max_steps, group_aware=True))
+    pairs = read_pairs(cfg.data)
+    batches = [batch for order in plan_pairs(pairs, cfg)[1] for batch in order.batches]
+    return [{"query": p.query, "document": p.document} for p in pairs.train], batches[:max_steps]
 
 
 # -- the study -----------------------------------------------------------------------------------------
@@ -270,7 +305,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--skip-study", action="store_true")
     parser.add_argument("--speed-only", action="store_true",
-                        help="Only the two trainings back to back, for their seconds per step (on an otherwise idle machine).")
+                        help="Only the two trainings back to back, for their seconds per step (on an otherwise idle "
+                             "machine), on identical batches: ours planned group-aware on the driver, the peer handed that plan.")
     parser.add_argument("--toy", action="store_true", help="A few pairs and steps: checks the script, measures nothing.")
     args = parser.parse_args(argv)
 
@@ -285,12 +321,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     print(f"[bench] pairs per split: {counts}", flush=True)
 
     if args.speed_only:
-        peer = train_peer(files, args.out, max_steps)
-        ours = train_ours(files, args.out, tracking_uri, max_steps)
+        peer = train_peer(files, args.out, max_steps, planned=our_plan(files, args.out, tracking_uri, max_steps))
+        ours = train_ours(files, args.out, tracking_uri, max_steps, group_aware=True)
         ratio = peer["seconds_per_step"] / ours["seconds_per_step"]
         print(f"[bench] speed: ours {ours['seconds_per_step']:.2f} s/step, peer {peer['seconds_per_step']:.2f} s/step: "
               f"{ratio:.2f}x the peer's throughput", flush=True)
-        write_result("openoffice_retrieval_speed", {"budget": BUDGET, "peer": peer, "ours": ours,
+        write_result("openoffice_retrieval_speed" + ("_toy" if args.toy else ""), {"budget": BUDGET, "peer": peer, "ours": ours,
                                                     "speed_ratio_ours_over_peer": ratio})
         return
     test = TestSet(files, max_distractors)

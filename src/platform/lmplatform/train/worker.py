@@ -89,7 +89,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
 
-    from lmplatform.ray_runtime import quiet_train_reports
+    from lmplatform.ray_runtime import HelperPriority, quiet_train_reports
     from lmplatform.runtime import apply_runtime_defaults
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
@@ -120,4 +120,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             return None
         return (recipe.collate(b) for b in validation_shard.iter_batches(batch_size=batch_size, batch_format="numpy"))
 
-    trainer.fit(train_batches, validation_batches)
+    helpers = HelperPriority()
+    try:
+        trainer.fit(train_batches, validation_batches)
+    finally:
+        helpers.stop()

@@ -50,14 +50,19 @@ def plan_epochs(pairs: PairSet, keys: Sequence[Keys], negative_keys: Sequence[Ke
     return orders
 
 
+def plan_pairs(pairs: PairSet, cfg: RunConfig) -> tuple[list[Keys], list[BatchOrder]]:
+    """The training pairs' conflict keys (their groups linked through the validation pairs too) and the
+    epochs' orders the driver plans from them for `cfg`."""
+    negatives = cfg.objective.max_hard_negatives if cfg.data.hard_negative_field is not None else 0
+    keys, negative_keys = pair_conflict_keys(pairs.train, pairs.validation, negatives)
+    return keys, plan_epochs(pairs, keys, negative_keys, cfg)
+
+
 def group_aware_data(pairs: PairSet, cfg: RunConfig) -> PreparedData:
     """The pair data with its training rows as per-rank planned batches (`PreparedData.planned_batches`)."""
     from lmplatform.objectives.biencoder.objective import prepared_pairs
 
-    uses_negatives = cfg.data.hard_negative_field is not None
-    keys, negative_keys = pair_conflict_keys(pairs.train, pairs.validation,
-                                             cfg.objective.max_hard_negatives if uses_negatives else 0)
-    orders = plan_epochs(pairs, keys, negative_keys, cfg)
+    keys, orders = plan_pairs(pairs, cfg)
     world = cfg.scaling.num_workers
     rows = pairs.rows(TRAIN)
     for row in rows:
