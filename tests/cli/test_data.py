@@ -1,4 +1,4 @@
-"""`lmp data span-report` on a crafted corpus with known token counts."""
+"""`lmp data`: span-report on a crafted corpus with known token counts; pairs joined per split, and its bad rows skipped and reported."""
 from __future__ import annotations
 
 import json
