@@ -19,14 +19,16 @@ threading.Thread(target=time.sleep, args=(120,), daemon=True).start()
 open(sys.argv[1], "w").close()
 time.sleep(120)
 """
-
-
-def _start(title: str, ready: Path) -> subprocess.Popen:
-    """A process whose command line starts with `title`, as Ray's workers retitle theirs ("ray::<class>")."""
-    process = subprocess.Popen([title, "-c", SLEEPER, str(ready)], executable=sys.executable)
-    while not ready.exists():
-        time.sleep(0.05)
-    return process
+# A driver that starts one SLEEPER per title, each with a command line that starts with the title, as Ray
+# retitles its workers ("ray::<class>"). The test's own process has the session Ray's daemons as children,
+# so the tree under test gets a driver of its own.
+DRIVER = """
+import subprocess, sys, time
+sleeper, folder, titles = sys.argv[1], sys.argv[2], sys.argv[3:]
+for i, title in enumerate(titles):
+    subprocess.Popen([title, "-c", sleeper, f"{folder}/{i}"], executable=sys.executable)
+time.sleep(120)
+"""
 
 
 def _niceness(pid: int) -> set[int]:
@@ -34,22 +36,26 @@ def _niceness(pid: int) -> set[int]:
 
 
 def test_ray_helpers_go_behind_training_workers_and_other_programs_do_not(tmp_path: Path) -> None:
-    helper = _start("ray::TrainController", tmp_path / "helper")
-    worker = _start("ray::RayTrainWorker", tmp_path / "worker")
-    other = _start("python", tmp_path / "other")  # its arguments hold "ray" (this test's folder name)
+    titles = ["ray::TrainController", "ray::RayTrainWorker", "python"]  # python: its arguments hold "ray" (tmp_path)
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, SLEEPER, str(tmp_path), *titles])
     try:
-        assert max(_niceness(helper.pid)) < HELPER_NICENESS
-        changed = lower_helper_priority(psutil.Process())
-        assert changed == 1
-        assert _niceness(helper.pid) == {HELPER_NICENESS}  # both of its threads
-        assert max(_niceness(worker.pid)) < HELPER_NICENESS
-        assert max(_niceness(other.pid)) < HELPER_NICENESS
-        assert os.getpriority(os.PRIO_PROCESS, 0) < HELPER_NICENESS  # the driver itself is never touched
-        assert lower_helper_priority(psutil.Process()) == 1  # again: nothing to lower, nothing fails
+        while not all((tmp_path / str(i)).exists() for i in range(len(titles))):
+            time.sleep(0.05)
+        root = psutil.Process(driver.pid)
+        by_title = {child.cmdline()[0]: child.pid for child in root.children()}
+        helper, worker, other = (by_title[title] for title in titles)
+        assert max(_niceness(helper)) < HELPER_NICENESS
+        assert lower_helper_priority(root) == 1
+        assert _niceness(helper) == {HELPER_NICENESS}  # both of its threads
+        assert max(_niceness(worker)) < HELPER_NICENESS
+        assert max(_niceness(other)) < HELPER_NICENESS
+        assert max(_niceness(driver.pid)) < HELPER_NICENESS  # the driver itself is never touched
+        assert lower_helper_priority(root) == 1  # again: nothing left to lower, nothing fails
     finally:
-        for process in (helper, worker, other):
-            process.kill()
-            process.wait()
+        for child in psutil.Process(driver.pid).children():
+            child.kill()
+        driver.kill()
+        driver.wait()
 
 
 def test_only_an_embedded_ray_started_for_training_lets_its_workers_do_it() -> None:
