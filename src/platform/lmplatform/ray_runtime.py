@@ -108,7 +108,6 @@ def embedded_runtime_env(training_owns_node: bool = False) -> dict[str, Any]:
     return {"env_vars": env_vars, "worker_process_setup_hook": "lmplatform.ray_runtime.pin_ray_address"}
 
 
-
 def lower_helper_priority(root: psutil.Process) -> int:
     """Set every thread of every Ray process under `root` (the driver that started this Ray) to niceness
     19, except the training workers; returns how many processes were changed. A process that is gone
@@ -144,19 +143,17 @@ class HelperPriority:
     preemption stalls both of a step's OpenMP threads at the next barrier. Measured with
     bench/openoffice_retrieval.py --speed-only (MiniLM bi-encoder, identical batches): 0.91x the
     sentence-transformers trainer's throughput with them at niceness 0, 0.94x at 19. Helpers start
-    during the run (Data's stats actor, read tasks), so the
-    check repeats every `interval_s` seconds until `stop()`. A shared cluster (`ray job submit`), a Ray
-    that serves, and the tests' session Ray are never touched: only the embedded start sets the flag."""
+    during the run (Data's stats actor, read tasks), so the check repeats every `interval_s` seconds
+    until `stop()`. A shared cluster (`ray job submit`), a Ray that serves, and the tests' session Ray
+    are never touched: only the embedded start sets the flag."""
 
     def __init__(self, interval_s: float = 10.0):
         import threading
 
         self.interval_s = interval_s
         self._stopped = threading.Event()
-        self._thread: Optional[threading.Thread] = None
         if os.environ.get(TRAINING_OWNS_NODE) == "1":
-            self._thread = threading.Thread(target=self._run, name="lmp-helper-priority", daemon=True)
-            self._thread.start()
+            threading.Thread(target=self._run, name="lmp-helper-priority", daemon=True).start()
 
     def _run(self) -> None:
         import psutil
