@@ -37,3 +37,14 @@ def check(name: str, value: float, target: float, higher_is_better: bool = True)
     ok = value >= target if higher_is_better else value <= target
     print(f"{'PASS' if ok else 'MISS'} {name}: {value:.3f} (target {'>=' if higher_is_better else '<='} {target})")
     return {"value": round(value, 4), "target": target, "met": ok}
+
+
+def training_steps_seconds(tracking_uri: str, run_id: str, batch_size: int) -> tuple[int, float]:
+    """(steps, seconds) of a run's training steps alone, from our loop's throughput windows in MLflow: each
+    window's samples/s covers the steps since the previous window (no start-up, no validation)."""
+    from mlflow.tracking import MlflowClient
+
+    windows = sorted(MlflowClient(tracking_uri).get_metric_history(run_id, "samples_per_s"), key=lambda m: m.step)
+    seconds = sum((window.step - before) * batch_size / window.value
+                  for before, window in zip([0] + [m.step for m in windows], windows))
+    return windows[-1].step, seconds

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
+from common import SHARED_DATA, training_steps_seconds, write_result  # noqa: E402
 from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,12 +141,8 @@ def run_recipe(spec: Spec, out: Path) -> dict[str, Any]:
     wall = time.perf_counter() - start
     final = result.state.stages[cfg.stages[-1].name]
     client = MlflowClient(result.tracking_uri)
-    # Each logging window's samples/s covers the steps since the previous window.
-    windows = sorted(client.get_metric_history(final.mlflow_run_id, "samples_per_s"), key=lambda m: m.step)
     batch = int(client.get_run(final.mlflow_run_id).data.params["optim.batch_size"])
-    steps, training_seconds = windows[-1].step, 0.0
-    for before, window in zip([0] + [m.step for m in windows], windows):
-        training_seconds += (window.step - before) * batch / window.value
+    steps, training_seconds = training_steps_seconds(result.tracking_uri, final.mlflow_run_id, batch)
     mined = next((result.state.stages[s.name] for s in cfg.stages if s.mine is not None), None)
     mine_seconds = None
     if mined is not None:

@@ -27,7 +27,7 @@ from typing import Any, Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
+from common import SHARED_DATA, training_steps_seconds, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "sts_stsb.yaml"
@@ -73,8 +73,6 @@ class Scorer:
 
 
 def train_ours(config: dict[str, Any], train: Path, dev: Path, out: Path, seed: int, max_steps: Optional[int]) -> dict[str, Any]:
-    from mlflow.tracking import MlflowClient
-
     from lmplatform.config.loader import load_run_config
     from lmplatform.train.run import run_training
 
@@ -86,11 +84,8 @@ def train_ours(config: dict[str, Any], train: Path, dev: Path, out: Path, seed: 
     start = time.perf_counter()
     result = run_training(load_run_config(None, base=spec))
     wall = time.perf_counter() - start
-    windows = sorted(MlflowClient(f"sqlite:///{(out / 'mlflow.db').resolve()}").get_metric_history(result.mlflow_run_id, "samples_per_s"),
-                     key=lambda m: m.step)
-    steps_seconds = sum((w.step - before) * config["optim"]["batch_size"] / w.value
-                        for before, w in zip([0] + [m.step for m in windows], windows))
-    return {"model": str(result.model_dir), "steps": windows[-1].step, "training_seconds": steps_seconds, "wall_seconds": wall}
+    steps, seconds = training_steps_seconds(spec["tracking"]["tracking_uri"], result.mlflow_run_id, config["optim"]["batch_size"])
+    return {"model": str(result.model_dir), "steps": steps, "training_seconds": seconds, "wall_seconds": wall}
 
 
 def train_peer(config: dict[str, Any], train: Path, out: Path, seed: int, max_steps: Optional[int]) -> dict[str, Any]:
