@@ -73,6 +73,18 @@ def test_int8_encoder_is_close_to_fp32_and_keeps_order(tiny_bert: Path) -> None:
         quantized.save_pretrained(Path("/tmp/never-written"))
 
 
+def test_bf16_encode_is_close_to_fp32_and_float32(tiny_bert: Path) -> None:
+    texts = ["printer crash after restart", "vpn certificate expired on the login screen", "database timeout"]
+    encoder = Encoder.from_pretrained(tiny_bert, max_seq_length=32)
+    fp32 = encoder.encode(texts, batch_size=2)
+    bf16 = encoder.encode(texts, batch_size=2, precision="bf16")
+    assert bf16.dtype == np.float32 and np.allclose(np.linalg.norm(bf16, axis=1), 1.0, atol=1e-5)
+    assert not np.array_equal(bf16, fp32)  # the forward passes did run in bf16
+    assert (fp32 * bf16).sum(axis=1).min() > 0.99
+    assert list((bf16 @ fp32.T).argmax(axis=1)) == [0, 1, 2]
+    assert torch.is_autocast_cpu_enabled() is False  # the autocast ended with the call
+
+
 def test_bad_encode_options_are_clear_errors(tiny_bert: Path) -> None:
     with pytest.raises(ValueError, match="allowed: None, int8"):
         Encoder.from_pretrained(tiny_bert, quantize="int4")  # type: ignore[arg-type]
@@ -81,6 +93,12 @@ def test_bad_encode_options_are_clear_errors(tiny_bert: Path) -> None:
         encoder.encode(["x"], batch_size=0)
     with pytest.raises(ValueError, match="num_threads"):
         encoder.encode(["x"], num_threads=0)
+    with pytest.raises(ValueError, match="allowed: fp32, bf16, fp16, auto"):
+        encoder.encode(["x"], precision="int4")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fp16' needs a CUDA device"):
+        encoder.encode(["x"], precision="fp16")
+    with pytest.raises(ValueError, match="applies to fp32 PyTorch encoders; this one is int8"):
+        Encoder.from_pretrained(tiny_bert, max_seq_length=16, quantize="int8").encode(["x"], precision="bf16")
     assert encoder.encode([]).shape == (0, encoder.dim)
 
 

@@ -34,7 +34,7 @@ def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow
                 "pairs": {"train_paths": [str(DEMO / "pairs_train.jsonl")]},
                 "distractors": {"paths": [str(DEMO / "reports.jsonl")], "fields": ["title", "text"]},
                 "num_negatives": 2, "range_min": 1, "range_max": 20, "relative_margin": None,
-                "max_seq_length": 32, "batch_size": 32}},
+                "max_seq_length": 32, "batch_size": 32, "precision": "bf16"}},
             {"name": "train", "init_from": str(tiny_bert), "run": {
                 "model": {"max_seq_length": 32},
                 "data": {"train_paths": ["stage:mined"], "hard_negative_field": "hard_negatives", "validation_fraction": 0.2},

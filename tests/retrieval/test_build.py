@@ -35,3 +35,16 @@ def test_ray_encoding_round_trips_ids_and_matches_in_process_encode(ray_session,
     assert top[0] == "d7" and top[1] == pytest.approx(1.0, abs=1e-4)
     with pytest.raises(FileExistsError, match="already holds parquet shards"):
         encode_corpus_to_shards(corpus, tmp_path / "shards", model=str(tiny_bert))
+
+
+def test_encoding_actor_encodes_at_its_precision(tiny_bert: Path) -> None:
+    from lmplatform.retrieval.build import EncodeBatch
+
+    texts = ["printer crash after restart", "vpn certificate expired", "database timeout"]
+    batch = {"id": np.array(["a", "b", "c"]), "text": np.array(texts)}
+    encoder = Encoder.from_pretrained(tiny_bert, max_seq_length=32)
+    for precision in ("fp32", "bf16"):
+        table = EncodeBatch(str(tiny_bert), ["text"], "id", batch_size=2, max_seq_length=32, precision=precision)(batch)
+        vectors = np.stack(table.column("vector").to_numpy(zero_copy_only=False))
+        assert table.column("id").to_pylist() == ["a", "b", "c"]
+        assert np.allclose(vectors, encoder.encode(texts, batch_size=2, precision=precision), atol=1e-6)

@@ -1,5 +1,5 @@
-"""`optim.precision`: bf16 autocast trains through the real loop on CPU, fp16 is refused without a GPU,
-and fp16's loss scale skips an overflowing step without moving the schedule and survives a checkpoint."""
+"""`optim.precision`: bf16 autocast trains through the real loop on CPU, `auto` resolves on the worker's device,
+fp16 is refused without a GPU, and fp16's loss scale skips an overflowing step without moving the schedule and survives a checkpoint."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,6 +36,15 @@ def test_fp16_without_a_gpu_is_refused(tiny_bert: Path, tmp_path: Path) -> None:
     cfg = pair_config(tiny_bert, ["optim.precision=fp16", "optim.max_steps=1", "scaling.use_gpu=true"])
     with pytest.raises(ValueError, match=r"optim\.precision 'fp16' needs a CUDA device.*'bf16' or 'fp32'"):
         pair_trainer(cfg, tmp_path)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_resolves_on_the_worker_s_device(tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       native: bool) -> None:
+    monkeypatch.setattr("lmplatform.models.precision.native_bf16", lambda device: native)
+    trainer = pair_trainer(pair_config(tiny_bert, ["optim.precision=auto", "optim.max_steps=1"]), tmp_path)
+    assert trainer.precision.dtype is (torch.bfloat16 if native else None)
+    assert not trainer.precision.scaler.is_enabled()
 
 
 def test_overflowing_fp16_step_is_skipped_and_the_loss_scale_is_checkpointed(tiny_bert: Path, tmp_path: Path) -> None:

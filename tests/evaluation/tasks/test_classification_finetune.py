@@ -21,7 +21,8 @@ def test_finetune_rows_and_few_shot_curve_are_reported_and_logged(tiny_bert: Pat
         "tasks": [{"task": "classification", "datasets": [{"name": "toy", "path": data}],
                    "encoders": [{"name": "tiny", "model": str(tiny_bert), "max_seq_length": 16}],
                    "head": {"hidden": 32, "epochs": 20, "lr": 0.01}, "knn_k": 3,
-                   "finetune": {"epochs": 2, "min_steps": 6, "lr": 0.001, "batch_size": 8, "max_seq_length": 16},
+                   "finetune": {"epochs": 2, "min_steps": 6, "lr": 0.001, "batch_size": 8, "max_seq_length": 16,
+                                "precision": "bf16"},
                    "few_shot": {"shots": [2, "all"], "seeds": [13, 14]}}],
     })
     result = run_evaluation(cfg)

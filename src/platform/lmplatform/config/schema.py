@@ -112,10 +112,11 @@ class OptimConfig(Section):
     epochs: Optional[float] = Field(1.0, gt=0.0)
     max_steps: Optional[int] = Field(None, ge=1, description="Optimizer steps; overrides epochs when set.")
     max_grad_norm: Optional[float] = Field(1.0, gt=0.0)
-    precision: Literal["fp32", "bf16", "fp16"] = Field(
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = Field(
         "fp32", description="Forward passes and losses under torch.autocast in this type; weights, gradients and "
         "optimizer state stay fp32. 'bf16' runs on CPU and GPU; 'fp16' needs a GPU (scaling.use_gpu) and scales "
-        "the loss dynamically (torch.amp.GradScaler).")
+        "the loss dynamically (torch.amp.GradScaler); 'auto' takes bf16 where the worker's device has it in "
+        "hardware (Ampere+ GPUs, CPUs with AVX512-BF16 or AMX), else fp16 on a GPU and fp32 on a CPU.")
     seed: int = 42
 
     @model_validator(mode="after")

@@ -222,6 +222,9 @@ class FinetuneConfig(Section):
     head_dropout: float = Field(0.1, ge=0, lt=1)
     seed: int = 13
     max_seq_length: int = Field(128, ge=8, description="Tokens per text while fine-tuning.")
+    precision: Literal["fp32", "bf16", "auto"] = Field(
+        "fp32", description="Autocast type of the fine-tuning passes, as a run's optim.precision ('auto': bf16 where "
+        "the CPU or GPU has it in hardware).")
 
 
 class FewShotConfig(Section):

@@ -43,7 +43,8 @@ def _run_config(model: str, labels: list[str], counts: dict[int, int], head: Cla
         f"objective.head_depth={head.depth}", f"objective.head_dropout={settings.head_dropout}",
         f"objective.class_balance={head.class_balance}", f"optim.lr={settings.lr}",
         f"optim.batch_size={settings.batch_size}", f"optim.warmup_ratio={settings.warmup_ratio}", f"optim.seed={seed}",
-        "checkpoint.every_n_steps=1000000000", "tracking.log_every_n_steps=1000000000", "tracking.register_model=false",
+        f"optim.precision={settings.precision}", "checkpoint.every_n_steps=1000000000",
+        "tracking.log_every_n_steps=1000000000", "tracking.register_model=false",
     ])
     record_classes(cfg, labels, counts)  # what the driver hands Ray Train workers: label order, class weights
     return cfg

@@ -66,7 +66,8 @@ def encode_texts(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: Pa
             handle.write(json.dumps({"id": str(index), "text": text}, ensure_ascii=False) + "\n")
     shards = work_dir / "shards"
     encode_corpus_to_shards(str(source), shards, model=model, text_fields=["text"], id_field="id", actors=cfg.actors,
-                            cpus_per_actor=cfg.cpus_per_actor, batch_size=cfg.batch_size, max_seq_length=cfg.max_seq_length)
+                            cpus_per_actor=cfg.cpus_per_actor, batch_size=cfg.batch_size, max_seq_length=cfg.max_seq_length,
+                            precision=cfg.precision)
     vectors: Optional[np.ndarray] = None
     for ids, block in iter_shards(shards):
         if vectors is None:

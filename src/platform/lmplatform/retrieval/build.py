@@ -29,12 +29,13 @@ class EncodeBatch:
     """A Ray Data actor: holds one Encoder and turns a batch of rows into (id, vector) rows."""
 
     def __init__(self, model: str, text_fields: Sequence[str], id_field: str, batch_size: int,
-                 quantize: Optional[str] = None, max_seq_length: Optional[int] = None, num_threads: Optional[int] = None):
+                 quantize: Optional[str] = None, max_seq_length: Optional[int] = None, num_threads: Optional[int] = None,
+                 precision: str = "fp32"):
         from lmplatform.models.encoder import Encoder
 
         self.encoder = Encoder.from_pretrained(model, max_seq_length=max_seq_length, quantize=quantize)  # type: ignore[arg-type]
         self.text_fields, self.id_field = list(text_fields), id_field
-        self.batch_size, self.num_threads = batch_size, num_threads
+        self.batch_size, self.num_threads, self.precision = batch_size, num_threads, precision
 
     def __call__(self, batch: dict[str, np.ndarray]) -> Any:
         import pyarrow as pa
@@ -44,7 +45,8 @@ class EncodeBatch:
         n = len(batch[self.id_field])
         rows = ({f: batch[f][i] for f in self.text_fields if f in batch} for i in range(n))
         texts = [join_fields(r, self.text_fields) for r in rows]
-        vectors = self.encoder.encode(texts, batch_size=self.batch_size, num_threads=self.num_threads)
+        vectors = self.encoder.encode(texts, batch_size=self.batch_size, num_threads=self.num_threads,
+                                      precision=self.precision)  # type: ignore[arg-type]
         dim = vectors.shape[1]
         return pa.table({
             "id": pa.array([str(x) for x in batch[self.id_field]], pa.string()),
@@ -76,6 +78,7 @@ def encode_corpus_to_shards(
     rows_per_task: int = 1024,
     quantize: Optional[str] = None,
     max_seq_length: Optional[int] = None,
+    precision: str = "fp32",
 ) -> EncodeStats:
     """Encode a JSONL/parquet corpus on Ray actors into parquet shards of (id, vector)."""
     import ray
@@ -102,6 +105,7 @@ def encode_corpus_to_shards(
         fn_constructor_kwargs={
             "model": str(model), "text_fields": list(text_fields), "id_field": id_field, "batch_size": batch_size,
             "quantize": quantize, "max_seq_length": max_seq_length, "num_threads": max(1, int(cpus_per_actor)),
+            "precision": precision,
         },
         batch_size=rows_per_task,
         batch_format="numpy",

@@ -5,7 +5,7 @@ the loss in fp32) while parameters, gradients and optimizer state stay fp32, so 
 is the fp32 one. bf16 has fp32's exponent range and needs nothing more. fp16 does not: small gradients
 underflow to zero, so its loss is multiplied by a dynamic scale (`torch.amp.GradScaler`) before backward
 and the gradients are unscaled before clipping and the step; a step whose gradients overflowed is
-skipped and the scale lowered.
+skipped and the scale lowered. `auto` is resolved on the worker's device (models/precision.py).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import ContextManager
 
 import torch
 
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+from lmplatform.models.precision import autocast_dtype, resolve_precision
 
 
 class MixedPrecision:
@@ -22,12 +22,13 @@ class MixedPrecision:
     `GradScaler` passes losses, gradients and steps through unchanged, so the loop has one code path."""
 
     def __init__(self, precision: str, device: torch.device):
+        precision = resolve_precision(precision, device)
         if precision == "fp16" and device.type != "cuda":
             raise ValueError(f"optim.precision 'fp16' needs a CUDA device and this worker runs on {device}; "
                              "on CPU use optim.precision 'bf16' or 'fp32'")
         self.precision = precision
         self.device_type = device.type
-        self.dtype = AUTOCAST_DTYPES.get(precision)
+        self.dtype = autocast_dtype(precision)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
     def autocast(self) -> ContextManager[None]:
