@@ -40,7 +40,9 @@ def _broken_pipeline(base: Path) -> dict:
         {"name": "task", "run": _run("empty.jsonl", "biencoder"), "init_from": "no/such/model",
          "ewc": {"anchor_model": "default", "fisher_path": "fisher_missing.safetensors", "lambda": 1.0},
          "evaluations": [_evaluation("empty_folder", mlm_head_from="stage:domain")]},
-    ], "tasks": [{**_evaluation("corpus.jsonl"), "task": "domain", "mlm_head_from": "stage:domain"}]}
+    ], "tasks": [{**_evaluation("corpus.jsonl"), "task": "domain", "mlm_head_from": "stage:domain"},
+                 {"name": "retrieval", "task": "pairs", "data": {"train_paths": ["corpus.jsonl"]},
+                  "retrieval": {"distractors": {"paths": ["distractors_missing.jsonl"], "fields": ["text"]}}}]}
 
 
 def test_every_problem_of_every_stage_is_listed_with_its_stage_and_field(workdir: Path) -> None:
@@ -56,11 +58,12 @@ def test_every_problem_of_every_stage_is_listed_with_its_stage_and_field(workdir
         ("stage 'task'", "ewc.fisher_path"),
         ("stage 'task'", "evaluations.old.data.train_paths"),
         ("task 'domain'", "tasks.mlm_head_from"),
+        ("task 'pairs'", "tasks.retrieval.distractors.paths"),
     ])
     with pytest.raises(PreflightError) as info:
         preflight_pipeline(cfg)
     message = str(info.value)
-    assert message.startswith("pipeline 'p' cannot start: 9 problem(s) found before stage 1; nothing was trained")
+    assert message.startswith("pipeline 'p' cannot start: 10 problem(s) found before stage 1; nothing was trained")
     for line in (
         f"stage 'general': data.train_paths: data file not found: general_missing.jsonl (relative paths are read from {workdir})",
         "stage 'general': data.validation_paths: data file not found: validation_missing.jsonl",

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from lmplatform.evaluation.metrics.retrieval import (
@@ -70,6 +72,9 @@ def test_report_aggregates_skips_and_counts():
     assert m["recall@1"] == pytest.approx((1 + 0 + 0) / 3)
     assert m["recall@3"] == pytest.approx((1 + 1 + 0) / 3)
     assert m["mrr@5"] == pytest.approx((1 + 0.5 + 0) / 3)
+    # q2 finds its two relevant at ranks 2 and 3 of 3: DCG 1/log2(3) + 1/log2(4) against the ideal 1 + 1/log2(3)
+    q2_ndcg = (1 / math.log2(3) + 0.5) / (1 + 1 / math.log2(3))
+    assert m["ndcg@3"] == pytest.approx((1 + q2_ndcg + 0) / 3) and m["ndcg@1"] == pytest.approx(1 / 3)
     # q2 AP = (1/2 + 2/3) / 2
     assert m["map"] == pytest.approx((1 + (0.5 + 2 / 3) / 2 + 0) / 3)
     assert m["p@1"] == pytest.approx(1 / 3)

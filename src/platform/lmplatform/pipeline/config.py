@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
-from lmplatform.config.schema import DataConfig, DistractorConfig, RunConfig
+from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig
 
 STAGE_PREFIX = "stage:"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
@@ -42,6 +42,10 @@ class StageEvaluationConfig(Section):
         "(stage:<name>, a path or models:/...). Default: the stage's starting model.",
     )
     task: Optional[str] = Field(None, description="Column of the task-score matrix R this evaluation fills.")
+    retrieval: Optional[RetrievalValidationConfig] = Field(
+        None, description="Evaluation 'retrieval': the queries, candidate pool and cut-offs, by the rules of a run's "
+        "retrieval_validation; its pairs default to `data`, and `retrieval.split` (not `split`) picks the queries. "
+        "The score for R is MRR@mrr_k.")
 
     @model_validator(mode="after")
     def _known(self) -> "StageEvaluationConfig":
@@ -49,6 +53,8 @@ class StageEvaluationConfig(Section):
 
         if self.name not in EVALUATIONS:
             raise ValueError(f"unknown evaluation {self.name!r}; available: {', '.join(sorted(EVALUATIONS))}")
+        if self.retrieval is not None and self.name != "retrieval":
+            raise ValueError(f"evaluation {self.key!r}: `retrieval` settings apply to evaluation 'retrieval' only")
         return self
 
     @property

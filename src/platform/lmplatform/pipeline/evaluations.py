@@ -33,8 +33,23 @@ def old_domain_mlm_loss_evaluation(model_dir: str, cfg: "StageEvaluationConfig",
     return StageEvaluationResult(metrics, score=metrics["mlm_accuracy"])
 
 
+def retrieval_evaluation(model_dir: str, cfg: "StageEvaluationConfig", head_from: Optional[str]) -> StageEvaluationResult:
+    """The model as a bi-encoder: each query of `data`'s pairs ranked against the pool (retrieval_validation's
+    rules: group relevance, ties against the query, distractors); the score for R is MRR@mrr_k."""
+    from lmplatform.config.schema import RetrievalValidationConfig
+    from lmplatform.evaluation.retrieval_validation import build_retrieval_set, evaluate_model, summarize
+    from lmplatform.models.encoder import Encoder
+
+    settings = cfg.retrieval or RetrievalValidationConfig()
+    rset = build_retrieval_set(settings, cfg.data)
+    encoder = Encoder.from_pretrained(model_dir, max_seq_length=cfg.max_seq_length)
+    metrics = summarize(evaluate_model(encoder, rset, settings), rset)
+    return StageEvaluationResult(metrics, score=metrics[f"ir_mrr_at_{settings.mrr_k}"])
+
+
 EVALUATIONS: dict[str, Callable[[str, "StageEvaluationConfig", Optional[str]], StageEvaluationResult]] = {
     "old_domain_mlm_loss": old_domain_mlm_loss_evaluation,
+    "retrieval": retrieval_evaluation,
 }
 
 

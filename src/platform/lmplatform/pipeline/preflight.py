@@ -158,11 +158,12 @@ def _under(location: str, roots: Sequence[str]) -> bool:
     return any(location == root or location.startswith(root + ".") for root in roots)
 
 
-def data_config_problems(config: BaseModel, where: str, skip: Sequence[str] = ()) -> list[Problem]:
+def data_config_problems(config: BaseModel, where: str, skip: Sequence[str] = (), prefix: str = "") -> list[Problem]:
     """The files of every DataConfig and distractor list anywhere in `config` (a run config's data,
-    ewc.fisher_from, retrieval_validation.pairs; a tune space's champion.confirm...)."""
+    ewc.fisher_from, retrieval_validation.pairs; a tune space's champion.confirm; an evaluation's data and
+    retrieval distractors...), their fields named under `prefix`."""
     problems: list[Problem] = []
-    for location, section in config_sections(config):
+    for location, section in config_sections(config, prefix):
         if _under(location, skip):
             continue
         if isinstance(section, DataConfig):
@@ -203,8 +204,7 @@ def run_config_problems(run: RunConfig, where: str, skip: Sequence[str] = ()) ->
 
 def _evaluation_problems(evaluation: StageEvaluationConfig, prefix: str, where: str, will_run: Sequence[str],
                          finished: Mapping[str, str], not_yet: str = NOT_YET) -> list[Problem]:
-    return (data_problems(evaluation.data.train_paths, f"{prefix}.data.train_paths", where)
-            + data_problems(evaluation.data.validation_paths, f"{prefix}.data.validation_paths", where)
+    return (data_config_problems(evaluation, where, prefix=prefix)
             + model_problems(evaluation.mlm_head_from, f"{prefix}.mlm_head_from", where, will_run, finished, not_yet))
 
 

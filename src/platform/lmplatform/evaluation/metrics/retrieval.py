@@ -143,7 +143,7 @@ def retrieval_report(
     ks: Sequence[int] = DEFAULT_KS,
     mrr_ks: Sequence[int] = DEFAULT_MRR_KS,
 ) -> RetrievalReport:
-    """Macro-averaged recall@k, hit@k, MRR@k, P@1 and MAP over the queries in `qrels`.
+    """Macro-averaged recall@k, hit@k, nDCG@k, MRR@k, P@1 and MAP over the queries in `qrels`.
 
     Queries with an empty relevance set are skipped and counted. A query with no
     ranking (the retriever returned nothing) is scored as an empty ranking: 0.
@@ -162,6 +162,7 @@ def retrieval_report(
         ranking = _dedupe(rankings.get(query, []))
         row = {f"recall@{k}": recall_at_k(ranking, relevant, k) for k in ks}
         row.update({f"hit@{k}": hit_at_k(ranking, relevant, k) for k in ks})
+        row.update({f"ndcg@{k}": ndcg_at_k(ranking, relevant, k) for k in ks})
         row.update({f"mrr@{k}": mrr_at_k(ranking, relevant, k) for k in mrr_ks})
         row["p@1"] = precision_at_k(ranking, relevant, 1)
         row["map"] = average_precision(ranking, relevant)
