@@ -9,8 +9,9 @@ as in bench/openoffice_retrieval.py). Rows:
   - the sentence-transformers trainer: MultipleNegativesRankingLoss (scale 20), one epoch, batch 32, lr 2e-5,
     10% warm-up, max length 128 (bench/openoffice_retrieval.py's shared budget);
   - the recipe: a `mine` stage (the start model's hard negatives, group members never taken) and a bi-encoder
-    stage (one mined negative per pair, group-aware batches), at the peer's budget otherwise;
-  - the recipe without each ingredient in turn, with batch 128 through GradCache (mini-batches of 32), and
+    stage (one mined negative per pair, group-aware batches), both under bf16 autocast, at the peer's budget otherwise;
+  - with `--peer-bf16`, the peer under its own bf16 autocast too (the bar stays its default, fp32);
+  - the recipe in fp32, the recipe without each ingredient in turn, with batch 128 through GradCache (mini-batches of 32), and
     distilled from a cross-encoder trained on the same mined pairs; on request (`--rows`), with the symmetric loss.
 Quality: R@1/10/20, MRR@10, nDCG@10, MAP@100 with 95% bootstrap intervals over the split's queries; each row minus
 the peer and each ablation minus the recipe as paired bootstrap intervals. Time, against the peer's `trainer.train()`: the
@@ -36,6 +37,7 @@ from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, tab
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "pipelines" / "openoffice_duplicates.yaml"
 Spec = dict[str, Any]
+PEER_BF16 = "sentence-transformers trainer (bf16)"
 
 
 # -- the rows: the recipe and its ablations, as edits of the pipeline spec --------------------------------
@@ -59,6 +61,14 @@ def _set(path: str, value: Any) -> Callable[[Spec], None]:  # noqa: ANN401
             section = section.setdefault(key, {})
         section[leaf] = value
     return edit
+
+
+def _fp32(spec: Spec) -> None:
+    """Mining and training without bf16 autocast."""
+    _set("optim.precision", "fp32")(spec)
+    for stage in spec["stages"]:
+        if "mine" in stage:
+            stage["mine"]["precision"] = "fp32"
 
 
 def _gradcache_128(spec: Spec) -> None:
@@ -85,6 +95,7 @@ def _distilled(spec: Spec) -> None:
 
 ROWS: dict[str, tuple[str, Optional[Callable[[Spec], None]]]] = {
     "recipe": ("recipe", None),
+    "fp32": ("recipe in fp32", _fp32),
     "no_mined": ("recipe without mined negatives", _without_mining),
     "no_group": ("recipe without group-aware batches", _set("objective.group_aware_batches", False)),
     "symmetric": ("recipe with the symmetric loss", _set("objective.symmetric", True)),
@@ -92,7 +103,7 @@ ROWS: dict[str, tuple[str, Optional[Callable[[Spec], None]]]] = {
     "gradcache_128": ("recipe at batch 128 through GradCache", _gradcache_128),
     "distilled": ("recipe + distillation from a cross-encoder", _distilled),
 }
-DEFAULT_ROWS = ["recipe", "no_mined", "no_group", "gradcache_128", "distilled"]
+DEFAULT_ROWS = ["recipe", "fp32", "no_mined", "no_group", "gradcache_128", "distilled"]
 
 
 def pipeline_spec(files: dict[str, Path], out: Path, tracking_uri: str, row: str, max_steps: Optional[int],
@@ -172,6 +183,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="Where the rows are scored: dev is where the recipe's choices were made, test reports them.")
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=DEFAULT_ROWS,
                         help="Recipe rows to train (default: all but 'symmetric').")
+    parser.add_argument("--peer-bf16", action="store_true",
+                        help="Also train the peer under its bf16 autocast (the recipe trains in bf16; the bar is its default fp32).")
     parser.add_argument("--toy", action="store_true", help="A few pairs and steps: checks the script, measures nothing.")
     args = parser.parse_args(argv)
     if "recipe" not in args.rows:
@@ -198,6 +211,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     timing["sentence-transformers trainer"] = {"training_seconds": peer["train_seconds"], "steps": peer["steps"],
                                                "seconds_per_step": peer["seconds_per_step"]}
     score("sentence-transformers trainer", peer["model"])
+    if args.peer_bf16:
+        peer_bf16 = train_peer(files, args.out, max_steps, bf16=True)
+        timing[PEER_BF16] = {"training_seconds": peer_bf16["train_seconds"], "steps": peer_bf16["steps"],
+                             "seconds_per_step": peer_bf16["seconds_per_step"]}
+        score(PEER_BF16, peer_bf16["model"])
     for row in args.rows:
         name = ROWS[row][0]
         result = run_recipe(pipeline_spec(files, args.out, tracking_uri, row, max_steps, max_distractors), args.out)
@@ -215,12 +233,14 @@ def main(argv: Optional[list[str]] = None) -> None:
         "minus_peer": {name: {m: paired(s[m], scores[peer_name][m]) for m in METRICS}
                        for name, s in scores.items() if name != peer_name},
         "minus_recipe": {name: {m: paired(s[m], scores[recipe_name][m]) for m in METRICS}
-                         for name, s in scores.items() if name not in (peer_name, recipe_name, "MiniLM zero-shot")},
+                         for name, s in scores.items() if name not in (peer_name, recipe_name, PEER_BF16, "MiniLM zero-shot")},
         "recipe_wall_over_peer": timing[recipe_name]["pipeline_seconds"] / peer_seconds,
         # mining's encoding plus the training steps: the recipe's own work, without start-up and validation
         "recipe_training_over_peer": (timing[recipe_name]["training_seconds"] + (timing[recipe_name]["mine_encode_seconds"] or 0.0))
         / peer_seconds,
     }
+    if PEER_BF16 in scores:
+        payload["recipe_minus_peer_bf16"] = {m: paired(scores[recipe_name][m], scores[PEER_BF16][m]) for m in METRICS}
     gain = payload["minus_peer"][recipe_name]
     payload["targets"] = {
         "recipe_beats_peer_mrr_at_10": gain["ir_mrr_at_10"][1] > 0,

@@ -143,9 +143,10 @@ class PlannedBatches:
 
 
 def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int],
-               planned: Optional[tuple[list[dict[str, str]], list[list[int]]]] = None) -> dict[str, Any]:
+               planned: Optional[tuple[list[dict[str, str]], list[list[int]]]] = None, bf16: bool = False) -> dict[str, Any]:
     """sentence-transformers' own trainer: MultipleNegativesRankingLoss (scale 20) at the shared budget; with
-    `planned` (pairs, batches of their indices), it reads exactly those batches in that order."""
+    `planned` (pairs, batches of their indices), it reads exactly those batches in that order; with `bf16`, under
+    its bf16 autocast (the Trainer's `bf16=True`, which runs on CPU too)."""
     import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
@@ -162,7 +163,7 @@ def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int],
         output_dir=str(out / "peer-checkpoints"), num_train_epochs=BUDGET["epochs"], max_steps=max_steps or -1,
         per_device_train_batch_size=BUDGET["batch_size"], learning_rate=BUDGET["lr"],
         warmup_steps=BUDGET["warmup_ratio"],  # a float below 1 is a share of the steps (transformers 5)
-        save_strategy="no", logging_steps=10, report_to="none", seed=42, dataloader_drop_last=False, use_cpu=True,
+        save_strategy="no", logging_steps=10, report_to="none", seed=42, dataloader_drop_last=False, use_cpu=True, bf16=bf16,
         **({"batch_sampler": lambda dataset, **kwargs: PlannedBatches(planned[1])} if planned else {}),
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset,
@@ -170,7 +171,7 @@ def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int],
     start = time.perf_counter()
     output = trainer.train()
     seconds = time.perf_counter() - start
-    folder = out / "peer-model"
+    folder = out / ("peer-model-bf16" if bf16 else "peer-model")
     model.save(str(folder))
     return {"model": str(folder), "steps": int(output.global_step), "train_seconds": seconds,
             "seconds_per_step": seconds / max(int(output.global_step), 1)}
