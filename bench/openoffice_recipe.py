@@ -163,6 +163,11 @@ def run_recipe(spec: Spec, out: Path) -> dict[str, Any]:
             "mlflow_run_id": final.mlflow_run_id}
 
 
+def peer_timing(peer: dict[str, Any]) -> dict[str, Any]:
+    """The timing row of a `train_peer` result."""
+    return {"training_seconds": peer["train_seconds"], "steps": peer["steps"], "seconds_per_step": peer["seconds_per_step"]}
+
+
 # -- data ---------------------------------------------------------------------------------------------------
 def pair_files(data: Path, out: Path, limit: Optional[int]) -> dict[str, Path]:
     """train / dev / test pair files (query, document, group) as `lmp data pairs` writes them, and the corpus."""
@@ -208,13 +213,11 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     score("MiniLM zero-shot", "default")
     peer = train_peer(files, args.out, max_steps)
-    timing["sentence-transformers trainer"] = {"training_seconds": peer["train_seconds"], "steps": peer["steps"],
-                                               "seconds_per_step": peer["seconds_per_step"]}
+    timing["sentence-transformers trainer"] = peer_timing(peer)
     score("sentence-transformers trainer", peer["model"])
     if args.peer_bf16:
         peer_bf16 = train_peer(files, args.out, max_steps, bf16=True)
-        timing[PEER_BF16] = {"training_seconds": peer_bf16["train_seconds"], "steps": peer_bf16["steps"],
-                             "seconds_per_step": peer_bf16["seconds_per_step"]}
+        timing[PEER_BF16] = peer_timing(peer_bf16)
         score(PEER_BF16, peer_bf16["model"])
     for row in args.rows:
         name = ROWS[row][0]
