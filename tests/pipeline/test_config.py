@@ -102,6 +102,7 @@ def test_a_mine_stage_s_pairs_file_feeds_a_later_stage(tmp_path: Path) -> None:
     ([_mine(range_min=5, range_max=5)], r"mine.range_min \(5\) must be below mine.range_max \(5\)"),
     ([_mine(num_negatives=9, range_max=4)], r"mine.num_negatives \(9\) must be at most range_max - range_min \(4\)"),
     ([_mine(relative_margin=1.5)], r"relative_margin"),
+    ([_mine(precision="fp16\x00")], r"precision.*'fp32', 'bf16' or 'auto'"),
 ])
 def test_bad_mine_stages_fail_at_load_time(tmp_path: Path, stages: list[dict], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -61,6 +61,7 @@ def test_finetune_rows_and_few_shot_curve_are_reported_and_logged(tiny_bert: Pat
     ("few_shot", {"shots": [0, 8]}, "shots"),
     ("few_shot", {"seeds": []}, "seeds"),
     ("finetune", {"lr": 0}, "lr"),
+    ("finetune", {"precision": "bf16\ud800"}, "precision"),
 ])
 def test_bad_finetune_and_few_shot_settings_name_the_field(section: str, value: dict, field: str) -> None:
     task = {"task": "classification", "datasets": [{"name": "toy", "train": "a.jsonl", "test": "b.jsonl"}],
