@@ -12,6 +12,10 @@ The MLM row reports our tokens/s (real tokens, padding excluded) and the share o
     python bench/gpu_train.py [--data ../shared/data] [--device cuda] [--steps 50] [--warmup 10]
     python bench/gpu_train.py --device cpu --steps 2 --toy      # smoke check: tiny random BERT, few pairs
 
+The loop as it was before a change is measured in the same run by running this file with the older
+package first on PYTHONPATH (`--precisions fp32 --skip-peer --results-name gpu_train_before`), then
+`--before bench/results/gpu_train_before.json` on the current one (ours_vs_before per row).
+
 Writes bench/results/gpu_train.json (gpu_train_toy.json with --toy).
 """
 from __future__ import annotations
@@ -115,8 +119,9 @@ def run_ours(objective: dict[str, Any], rows: list[dict[str, str]], model: str, 
         "model": {"name_or_path": model, "max_seq_length": MAX_LENGTH},
         "data": {"train_paths": ["unused.jsonl"]},
         "objective": objective,
-        "optim": {"lr": LR, "batch_size": batch_size, "warmup_steps": 0, "max_steps": warmup + steps,
-                  "precision": precision, "seed": 42},
+        # fp32 is the default, left unset so that the loop from before optim.precision existed reads this too
+        "optim": {"lr": LR, "batch_size": batch_size, "warmup_steps": 0, "max_steps": warmup + steps, "seed": 42}
+        | ({} if precision == "fp32" else {"precision": precision}),
         "scaling": {"use_gpu": device == "cuda"},
         "checkpoint": {"every_n_steps": 1_000_000},
         "tracking": {"log_every_n_steps": warmup},
@@ -135,7 +140,7 @@ def run_ours(objective: dict[str, Any], rows: list[dict[str, str]], model: str, 
     (start, tokens_start), (end, tokens_end) = clock.marks[warmup], clock.marks[warmup + steps]
     params = sum(p.numel() for p in trainer.params)
     return {**timed(end - start, steps, batch_size, tokens_end - tokens_start), "params": params,
-            "prefetch": trainer.prefetch}
+            "prefetch": getattr(trainer, "prefetch", False)}
 
 
 def run_peer(rows: list[dict[str, str]], model: str, batch_size: int, precision: str, device: str, warmup: int,
@@ -181,6 +186,13 @@ def run_peer(rows: list[dict[str, str]], model: str, batch_size: int, precision:
     return timed(marks[warmup + steps] - marks[warmup], steps, batch_size)
 
 
+def with_before(row: dict[str, Any], earlier: Optional[dict[str, Any]], rate: str) -> dict[str, Any]:
+    """The row, with the earlier loop's figures and ours ÷ its `rate` where that run has the same row."""
+    if not earlier:
+        return row
+    return row | {"before": earlier["ours"], "ours_vs_before": round(row["ours"][rate] / earlier["ours"][rate], 3)}
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=SHARED_DATA)
@@ -190,8 +202,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--peak-tflops", type=float, default=H100_BF16_DENSE_TFLOPS,
                         help="the device's dense peak for the MLM row's FLOP-bound share (default: H100 SXM bf16)")
-    parser.add_argument("--precisions", nargs="+", choices=["fp32", "mixed"], default=["fp32", "mixed"],
-                        help="mixed: fp16 on a GPU, bf16 on CPU")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "mixed", "bf16"], default=["fp32", "mixed"],
+                        help="mixed: fp16 on a GPU, bf16 on CPU (the MLM row runs fp32, and bf16 when any other is asked)")
+    parser.add_argument("--results-name", default=None, help="bench/results/<name>.json (default gpu_train)")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="an earlier loop's results from this run (e.g. the code before a change, run with "
+                             "--results-name on the same GPU): adds ours ÷ its samples/s as ours_vs_before")
     parser.add_argument("--skip-peer", action="store_true")
     parser.add_argument("--skip-mlm", action="store_true")
     parser.add_argument("--toy", action="store_true", help="tiny random BERT, 64 pairs, batches of 4 and 8")
@@ -201,6 +217,8 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     mixed = "fp16" if device == "cuda" else "bf16"
+    precisions = list(dict.fromkeys(mixed if p == "mixed" else p for p in args.precisions))
+    before = json.loads(args.before.read_text())["results"] if args.before else {}
     device_name = torch.cuda.get_device_name(0) if device == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     batch_sizes = [4, 8] if args.toy else args.batch_sizes
     warmup = 1 if args.toy else args.warmup
@@ -217,24 +235,26 @@ def main(argv: Optional[list[str]] = None) -> None:
                      "symmetric": False, "max_hard_negatives": 0}
         results: dict[str, Any] = {}
         for batch_size in batch_sizes:
-            for precision in [mixed if p == "mixed" else p for p in args.precisions]:
+            for precision in precisions:
                 key = f"biencoder_b{batch_size}_{precision}"
                 ours = run_ours(biencoder, rows, model, batch_size, precision, device, warmup, args.steps, work / key)
                 row: dict[str, Any] = {"ours": ours}
                 if not args.skip_peer:
                     peer = run_peer(rows, model, batch_size, precision, device, warmup, args.steps, work / key)
                     row |= {"peer": peer, "ratio": round(ours["samples_per_s"] / peer["samples_per_s"], 3)}
-                results[key] = row
-                print(f"{key}: {json.dumps(row)}", flush=True)
+                results[key] = with_before(row, before.get(key), "samples_per_s")
+                print(f"{key}: {json.dumps(results[key])}", flush=True)
         texts = [{"text": t} for r in rows for t in (r["query"], r["document"])]
-        for precision in () if args.skip_mlm else ("fp32", "bf16"):  # the peak is a bf16 one
+        mlm_precisions = ["fp32"] + (["bf16"] if precisions != ["fp32"] else [])  # the peak is a bf16 one
+        for precision in () if args.skip_mlm else mlm_precisions:
             key = f"mlm_b{batch_sizes[0]}_{precision}"
             ours = run_ours({"name": "mlm"}, texts, model, batch_sizes[0], precision, device, warmup, args.steps, work / key)
             achieved = 6 * ours["params"] * ours["tokens_per_s"] / 1e12
-            results[key] = {"ours": ours | {"model_tflops": float(f"{achieved:.4g}"),
-                                            "share_of_peak": float(f"{achieved / args.peak_tflops:.3g}")}}
+            results[key] = with_before({"ours": ours | {"model_tflops": float(f"{achieved:.4g}"),
+                                                        "share_of_peak": float(f"{achieved / args.peak_tflops:.3g}")}},
+                                       before.get(key), "tokens_per_s")
             print(f"{key}: {json.dumps(results[key])}", flush=True)
-    write_result("gpu_train_toy" if args.toy else "gpu_train", {
+    write_result(args.results_name or ("gpu_train_toy" if args.toy else "gpu_train"), {
         "device": device_name, "steps": args.steps, "warmup_steps": warmup, "peak_tflops": args.peak_tflops,
         "pairs": len(rows), "max_seq_length": MAX_LENGTH, "results": results,
     })
