@@ -14,10 +14,18 @@ def test_masked_projection_equals_full_projection(mlm_parts) -> None:  # noqa: A
     inputs, labels = masker(batch["input_ids"], batch["attention_mask"], generator=torch.Generator().manual_seed(0))
     model.projection = "masked"
     masked = model(input_ids=inputs, attention_mask=batch["attention_mask"], labels=labels)
-    model.projection = "full"
+    model.projection = "full"  # every position projected, the unmasked ones ignored by the loss
     full = model(input_ids=inputs, attention_mask=batch["attention_mask"], labels=labels)
     assert torch.allclose(masked["loss"], full["loss"], atol=1e-5)
-    assert int(masked["n_masked"]) == int((labels != IGNORE_INDEX).sum())
+    assert int(masked["n_masked"]) == int(full["n_masked"]) == int((labels != IGNORE_INDEX).sum())
+    assert int(masked["correct"]) == int(full["correct"])
+
+
+def test_auto_projection_projects_every_position_off_the_cpu_only(mlm_parts) -> None:  # noqa: ANN001
+    model = mlm_parts[1]
+    assert model.projection == "auto"
+    assert not model.projects_every_position(torch.device("cpu"))
+    assert model.projects_every_position(torch.device("cuda"))
 
 
 def test_missing_head_is_initialised_tied_and_logged(caplog) -> None:  # noqa: ANN001

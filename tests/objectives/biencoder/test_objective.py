@@ -46,6 +46,32 @@ def test_collator_and_loss_use_hard_negatives(tiny_bert: Path) -> None:
     assert float(metrics["temperature"]) == pytest.approx(0.05) and 0 <= float(metrics["inbatch_accuracy"]) <= 1
 
 
+@pytest.mark.parametrize("hard", [False, True])
+def test_one_pass_gives_the_loss_and_gradients_of_a_pass_per_kind(tiny_bert: Path, hard: bool) -> None:
+    torch.manual_seed(0)
+    model = Encoder.from_pretrained(tiny_bert, max_seq_length=16)  # eval mode: no dropout
+    batch = QueryDocumentCollator(model.tokenizer, 16, max_hard_negatives=1)(_batch(hard=hard))
+    assert batch["query_input_ids"].shape[1] < batch["document_input_ids"].shape[1]  # one pass pads the queries
+    passes: list[int] = []
+    model.register_forward_hook(lambda *_: passes.append(1))
+    results = []
+    for one_pass in (False, True, None):
+        passes.clear()
+        objective = BiencoderObjective(Temperature(0.05, learnable=False), uses_hard_negatives=hard, one_pass=one_pass)
+        loss, _ = objective(model, batch)
+        loss.backward()
+        results.append((float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+                        len(passes)))
+        model.zero_grad(set_to_none=True)
+    (per_kind_loss, per_kind, per_kind_passes), (one_loss, one, one_passes), (_, _, default_passes) = results
+    assert (per_kind_passes, one_passes) == (3 if hard else 2, 1)
+    assert default_passes == per_kind_passes  # None: a pass per kind on a CPU batch
+    assert one_loss == pytest.approx(per_kind_loss, rel=1e-5)
+    assert per_kind.keys() == one.keys() and len(per_kind) > 10
+    for name in per_kind:
+        torch.testing.assert_close(one[name], per_kind[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_training_raises_in_batch_retrieval(tiny_bert: Path) -> None:
     torch.manual_seed(0)
     model = Encoder.from_pretrained(tiny_bert, max_seq_length=16)

@@ -1,8 +1,11 @@
 """`MaskedLanguageModel`: an encoder with its masked-LM head (the MLM and DeCLUTR objectives, EWC's Fisher).
 
-It runs the vocabulary projection only at masked positions: on MiniLM the 30k-row
-output layer costs about as much as the encoder, so projecting ~15% of positions
-instead of all of them roughly halves a step.
+Where the arithmetic bounds a step (a CPU), it runs the vocabulary projection only at masked positions:
+on MiniLM the 30k-row output layer costs about as much as the encoder, so projecting ~15% of positions
+instead of all of them roughly halves a step. Picking those positions is a boolean index, whose size only
+the device knows: on a GPU the host waits there for the forward pass to finish before it can queue the
+rest of the step. A GPU step is bound by queueing kernels, so there every position is projected and the
+loss ignores the unmasked ones (`projection="auto"`).
 """
 from __future__ import annotations
 
@@ -42,11 +45,11 @@ def untrained_mlm_head(path: str | Path) -> list[str]:
 
 
 class MaskedLanguageModel(nn.Module):
-    def __init__(self, mlm: PreTrainedModel, projection: str = "masked", untrained_head: tuple[str, ...] = ()):
+    def __init__(self, mlm: PreTrainedModel, projection: str = "auto", untrained_head: tuple[str, ...] = ()):
         super().__init__()
         self.mlm = mlm
         self.head = next((getattr(mlm, a) for a in _HEAD_ATTRIBUTES if hasattr(mlm, a)), None)
-        if projection == "masked" and self.head is None:
+        if projection != "full" and self.head is None:
             logger.warning("%s: unknown MLM head layout; projecting the full sequence", type(mlm).__name__)
             projection = "full"
         self.projection = projection
@@ -81,7 +84,7 @@ class MaskedLanguageModel(nn.Module):
         return self
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, projection: str = "masked") -> "MaskedLanguageModel":
+    def from_pretrained(cls, path: str | Path, projection: str = "auto") -> "MaskedLanguageModel":
         mlm, missing = _load_masked_lm(path)
         if missing:
             tied = mlm.get_output_embeddings() is not None and (
@@ -111,12 +114,28 @@ class MaskedLanguageModel(nn.Module):
         """(logits [n_masked, vocab], targets [n_masked]) for the positions that have a label."""
         selected = labels != IGNORE_INDEX
         if self.projection == "full":
-            logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits
-            return logits[selected], labels[selected]
+            return self.all_logits(input_ids, attention_mask)[selected], labels[selected]
         hidden = self.hidden_states(input_ids, attention_mask)
         return self.head(hidden[selected]), labels[selected]
 
+    def projects_every_position(self, device: torch.device) -> bool:
+        return self.projection == "full" or (self.projection == "auto" and device.type != "cpu")
+
+    def all_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[batch, length, vocab] logits of every position."""
+        if self.head is None:
+            return self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits
+        return self.head(self.hidden_states(input_ids, attention_mask))
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Mean cross-entropy over the labelled positions, with their count and how many were predicted
+        right (0-dim tensors on the device; with every position projected, nothing waits for the device)."""
+        if self.projects_every_position(input_ids.device):
+            logits, targets = self.all_logits(input_ids, attention_mask).flatten(0, 1), labels.flatten()
+            predicted = targets != IGNORE_INDEX
+            loss = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
+            correct = ((logits.argmax(-1) == targets) & predicted).sum()
+            return {"loss": loss, "n_masked": predicted.sum(), "correct": correct}
         logits, targets = self.masked_logits(input_ids, attention_mask, labels)
         loss = F.cross_entropy(logits.float(), targets)
         correct = (logits.argmax(-1) == targets).sum()

@@ -76,22 +76,42 @@ def embed(model: Encoder, batch: Batch, prefix: str) -> Optional[torch.Tensor]:
     return None if texts is None else model(**texts)
 
 
+def embed_together(model: Encoder, batch: Batch, prefixes: Sequence[str]) -> list[Optional[torch.Tensor]]:
+    """Each kind of text's embeddings (None where the batch has none), from one forward pass over all of
+    them padded to the longest. Padding is masked, so each embedding is the one a separate pass gives."""
+    parts = [inputs(batch, prefix) for prefix in prefixes]
+    present = [part for part in parts if part is not None]
+    length = max(part["input_ids"].shape[1] for part in present)
+    # The id under a masked position reaches neither the other tokens nor the pooled vector: 0 will do.
+    joined = {name: torch.cat([F.pad(part[name], (0, length - part[name].shape[1])) for part in present])
+              for name in ("input_ids", "attention_mask")}
+    embeddings = iter(model(**joined).split([part["input_ids"].shape[0] for part in present]))
+    return [None if part is None else next(embeddings) for part in parts]
+
+
 class BiencoderObjective(nn.Module):
     """uses_hard_negatives: the data has a hard-negative field. Then every step passes a (possibly
     empty) negatives tensor, so all workers enter the same collectives even when only some of
     their batches hold hard negatives.
 
     mini_batch_size: compute the loss with GradCache, embedding that many texts at a time (training
-    only; without autograd, as under evaluation, the plain loss is the same and cheaper)."""
+    only; without autograd, as under evaluation, the plain loss is the same and cheaper).
+
+    one_pass: embed queries, documents and negatives in one forward pass rather than one per kind. A GPU
+    step of a small encoder is bound by how fast the host queues kernels, and one pass queues half as many;
+    on a CPU the arithmetic bounds it and the padding that joining adds would cost more. None: one pass
+    where the batch is off the CPU."""
 
     def __init__(self, temperature: Temperature, symmetric: bool = False, gather: bool = True,
-                 uses_hard_negatives: bool = False, mini_batch_size: Optional[int] = None):
+                 uses_hard_negatives: bool = False, mini_batch_size: Optional[int] = None,
+                 one_pass: Optional[bool] = None):
         super().__init__()
         self.temperature = temperature
         self.symmetric = symmetric
         self.gather = gather
         self.uses_hard_negatives = uses_hard_negatives
         self.mini_batch_size = mini_batch_size
+        self.one_pass = one_pass
 
     def forward(self, model: Encoder, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if self.mini_batch_size is not None and torch.is_grad_enabled():
@@ -103,8 +123,12 @@ class BiencoderObjective(nn.Module):
         return out.loss, metrics
 
     def _loss(self, model: Encoder, batch: Batch) -> InfoNCEOutput:
-        queries, documents = embed(model, batch, "query"), embed(model, batch, "document")
-        negatives = embed(model, batch, "negative")
+        one_pass = self.one_pass if self.one_pass is not None else batch["query_input_ids"].device.type != "cpu"
+        if one_pass:
+            queries, documents, negatives = embed_together(model, batch, ("query", "document", "negative"))
+        else:
+            queries, documents = embed(model, batch, "query"), embed(model, batch, "document")
+            negatives = embed(model, batch, "negative")
         if negatives is None and self.uses_hard_negatives:
             negatives = documents.new_zeros((0, documents.shape[1]))
         return info_nce(

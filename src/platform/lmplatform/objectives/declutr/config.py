@@ -38,7 +38,7 @@ class DeclutrObjectiveConfig(Section):
     mask_probability: float = _MLM["mask_probability"]
     replace_with_mask: float = _MLM["replace_with_mask"]
     replace_with_random: float = _MLM["replace_with_random"]
-    projection: Literal["masked", "full"] = _MLM["projection"]
+    projection: Literal["auto", "masked", "full"] = _MLM["projection"]
     seed: int = Field(0, description="Seeds span sampling (combined with the worker rank).")
 
     @model_validator(mode="after")

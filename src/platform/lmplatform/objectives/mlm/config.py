@@ -16,8 +16,10 @@ class MLMObjectiveConfig(Section):
     replace_with_mask: float = Field(0.8, ge=0.0, le=1.0, description="Share of selected tokens set to [MASK].")
     replace_with_random: float = Field(0.1, ge=0.0, le=1.0, description="Share of selected tokens set to a random token.")
     whole_word: bool = Field(False, description="Mask every sub-word of a selected word together.")
-    projection: Literal["masked", "full"] = Field(
-        "masked", description="'masked' runs the vocabulary projection only at masked positions (about 2x faster on MiniLM)."
+    projection: Literal["auto", "masked", "full"] = Field(
+        "auto", description="'masked' runs the vocabulary projection only at masked positions (about 2x faster on "
+        "MiniLM on CPU); 'full' projects every position, so the host never waits to learn how many were masked "
+        "(faster on a GPU, where a step is bound by queueing kernels); 'auto' takes 'full' on a GPU, else 'masked'."
     )
     freeze_encoder: bool = Field(
         False, description="Train the MLM head alone (a head warm-up for an encoder shipped without one, e.g. the "
