@@ -43,7 +43,7 @@ def test_auto_precision_resolves_on_the_worker_s_device(tiny_bert: Path, tmp_pat
                                                        native: bool) -> None:
     monkeypatch.setattr("lmplatform.models.precision.native_bf16", lambda device: native)
     trainer = pair_trainer(pair_config(tiny_bert, ["optim.precision=auto", "optim.max_steps=1"]), tmp_path)
-    assert trainer.precision.dtype is (torch.bfloat16 if native else None)
+    assert trainer.precision.precision == ("bf16" if native else "fp32")
     assert not trainer.precision.scaler.is_enabled()
 
 

@@ -37,7 +37,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from lmplatform.models.onnx_backend import OnnxSession, export_onnx, has_onnx_graph, quantize_onnx
 from lmplatform.models.pooling import Pooling, pool
-from lmplatform.models.precision import Precision, autocast_dtype, resolve_precision
+from lmplatform.models.precision import Precision, autocast, resolve_precision
 from lmplatform.models.quiet import quiet_transformers
 from lmplatform.models.resolve import DEFAULT_MODEL, resolve_model_path
 
@@ -250,15 +250,10 @@ class Encoder(nn.Module):
         if precision == "auto" and (self.onnx is not None or self.quantized):
             return nullcontext()
         precision = resolve_precision(precision, self.device)
-        dtype = autocast_dtype(precision)
-        if dtype is None:
-            return nullcontext()
-        if self.onnx is not None or self.quantized:
+        if precision != "fp32" and (self.onnx is not None or self.quantized):
             raise ValueError(f"precision={precision!r} applies to fp32 PyTorch encoders; this one is "
                              f"{'an ONNX graph' if self.onnx is not None else 'int8'}: encode it with precision='fp32'")
-        if precision == "fp16" and self.device.type != "cuda":
-            raise ValueError(f"precision='fp16' needs a CUDA device and this encoder is on {self.device}; use 'bf16' on CPU")
-        return torch.autocast(self.device.type, dtype=dtype)
+        return autocast(precision, self.device, "precision")
 
     def save_pretrained(self, path: str | Path) -> Path:
         if self.onnx is not None:

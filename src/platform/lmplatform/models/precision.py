@@ -8,7 +8,8 @@ inference pass 1.7x fp32 under bf16 autocast.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from contextlib import nullcontext
+from typing import ContextManager, Literal, Optional
 
 import torch
 
@@ -43,3 +44,16 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 def autocast_dtype(precision: str) -> Optional[torch.dtype]:
     """The autocast type of a resolved precision; None for fp32 (no autocast)."""
     return AUTOCAST_DTYPES.get(precision)
+
+
+def autocast(precision: str, device: torch.device, setting: str) -> ContextManager[None]:
+    """The forward passes' context for a resolved precision on `device`: autocast to bf16/fp16, nothing for
+    fp32. fp16 autocast needs CUDA; elsewhere the error names `setting` (the option the user set) and what
+    runs on a CPU."""
+    dtype = autocast_dtype(precision)
+    if dtype is None:
+        return nullcontext()
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError(f"{setting} 'fp16' needs a CUDA device and this runs on {device}; "
+                         f"on CPU use {setting} 'bf16' or 'fp32'")
+    return torch.autocast(device.type, dtype=dtype)

@@ -9,12 +9,11 @@ skipped and the scale lowered. `auto` is resolved on the worker's device (models
 """
 from __future__ import annotations
 
-import contextlib
 from typing import ContextManager
 
 import torch
 
-from lmplatform.models.precision import autocast_dtype, resolve_precision
+from lmplatform.models.precision import autocast, resolve_precision
 
 
 class MixedPrecision:
@@ -23,19 +22,14 @@ class MixedPrecision:
 
     def __init__(self, precision: str, device: torch.device):
         precision = resolve_precision(precision, device)
-        if precision == "fp16" and device.type != "cuda":
-            raise ValueError(f"optim.precision 'fp16' needs a CUDA device and this worker runs on {device}; "
-                             "on CPU use optim.precision 'bf16' or 'fp32'")
+        autocast(precision, device, "optim.precision")  # refuses fp16 off CUDA before any step
         self.precision = precision
-        self.device_type = device.type
-        self.dtype = autocast_dtype(precision)
+        self.device = device
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
     def autocast(self) -> ContextManager[None]:
         """The forward passes' context: autocast to bf16/fp16, or nothing for fp32."""
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.dtype)
+        return autocast(self.precision, self.device, "optim.precision")
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss to call backward on: times the fp16 loss scale (unchanged otherwise)."""
