@@ -16,7 +16,8 @@ The loop as it was before a change is measured in the same run by running this f
 package first on PYTHONPATH (`--precisions fp32 --skip-peer --results-name gpu_train_before`), then
 `--before bench/results/gpu_train_before.json` on the current one (ours_vs_before per row).
 
-Writes bench/results/gpu_train.json (gpu_train_toy.json with --toy).
+Writes bench/results/gpu_train.json on a GPU, gpu_train_cpu.json on CPU (gpu_train_toy.json with --toy), or
+--results-name.
 """
 from __future__ import annotations
 
@@ -254,7 +255,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                                                         "share_of_peak": float(f"{achieved / args.peak_tflops:.3g}")}},
                                        before.get(key), "tokens_per_s")
             print(f"{key}: {json.dumps(results[key])}", flush=True)
-    write_result(args.results_name or ("gpu_train_toy" if args.toy else "gpu_train"), {
+    default_name = "gpu_train_toy" if args.toy else ("gpu_train" if device == "cuda" else "gpu_train_cpu")
+    write_result(args.results_name or default_name, {
         "device": device_name, "steps": args.steps, "warmup_steps": warmup, "peak_tflops": args.peak_tflops,
         "pairs": len(rows), "max_seq_length": MAX_LENGTH, "results": results,
     })

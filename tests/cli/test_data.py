@@ -73,3 +73,6 @@ def test_pairs_skips_and_reports_rows_that_are_not_json_or_not_unicode(tmp_path:
     assert [json.loads(line) for line in lines] == [
         {"query": "Crash\x00 when saving", "document": "Crash on save. Writer crashes", "group": "1"}]
     assert f"skipped 4 bad rows, e.g. {corpus}:2: not valid Unicode (lone surrogate U+D800)" in caplog.text
+    # The command's own output names every skipped row with its file and line, not only the log.
+    assert "skipped 4 bad row(s)" in result.output
+    assert f"{corpus}:2: not valid Unicode" in result.output and f"{links}:5:" in result.output

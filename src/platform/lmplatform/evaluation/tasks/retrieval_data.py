@@ -191,6 +191,7 @@ class SplitPairs:
     pairs: int
     groups: int  # distinct duplicate groups among the pairs written
     empty: int  # relations left out because the query's or the document's text is empty
+    bad_rows: list[str]  # rows of the corpus or relations file skipped, each with its file and line
 
 
 def write_split_pairs(dataset: RetrievalDataset, out: Path, fields: Sequence[str],
@@ -206,5 +207,5 @@ def write_split_pairs(dataset: RetrievalDataset, out: Path, fields: Sequence[str
         rows = rows[:limit]
         path = out / f"{split}.jsonl"
         path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-        written[split] = SplitPairs(path, len(rows), len({row["group"] for row in rows}), empty)
+        written[split] = SplitPairs(path, len(rows), len({row["group"] for row in rows}), empty, data.bad_rows)
     return written
