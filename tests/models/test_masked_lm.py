@@ -2,7 +2,7 @@
 
 import torch
 
-from lmplatform.models.masked_lm import MaskedLanguageModel
+from lmplatform.models.masked_lm import FULL_PROJECTION_BYTES, MaskedLanguageModel
 from lmplatform.objectives.masking import IGNORE_INDEX
 from lmplatform.train.collate import TextCollator
 
@@ -21,11 +21,14 @@ def test_masked_projection_equals_full_projection(mlm_parts) -> None:  # noqa: A
     assert int(masked["correct"]) == int(full["correct"])
 
 
-def test_auto_projection_projects_every_position_off_the_cpu_only(mlm_parts) -> None:  # noqa: ANN001
+def test_auto_projection_projects_every_position_off_the_cpu_while_the_logits_are_small(mlm_parts) -> None:  # noqa: ANN001
     model = mlm_parts[1]
     assert model.projection == "auto"
-    assert not model.projects_every_position(torch.device("cpu"))
-    assert model.projects_every_position(torch.device("cuda"))
+    words = model.mlm.config.vocab_size
+    assert not model.projects_every_position(torch.zeros(32, 128, dtype=torch.long))
+    assert model.projects_every_position(torch.zeros(32, 128, dtype=torch.long, device="meta"))
+    too_many = FULL_PROJECTION_BYTES // (4 * words) + 1  # positions whose fp32 logits pass the budget
+    assert not model.projects_every_position(torch.zeros(too_many, dtype=torch.long, device="meta"))
 
 
 def test_missing_head_is_initialised_tied_and_logged(caplog) -> None:  # noqa: ANN001

@@ -5,7 +5,9 @@ on MiniLM the 30k-row output layer costs about as much as the encoder, so projec
 instead of all of them roughly halves a step. Picking those positions is a boolean index, whose size only
 the device knows: on a GPU the host waits there for the forward pass to finish before it can queue the
 rest of the step. A GPU step is bound by queueing kernels, so there every position is projected and the
-loss ignores the unmasked ones (`projection="auto"`).
+loss ignores the unmasked ones (`projection="auto"`), as long as the batch's logits stay within
+`FULL_PROJECTION_BYTES` (2 GiB in fp32: 4,096 positions x 30,522 words is 0.5 GiB); a larger batch is
+bound by arithmetic again and would run out of memory first, so it takes the masked projection.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from lmplatform.objectives.masking import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
 
+FULL_PROJECTION_BYTES = 2 * 1024**3
 # The prediction head of each architecture family, called on hidden states.
 _HEAD_ATTRIBUTES = ("cls", "lm_head", "generator_lm_head")
 
@@ -118,8 +121,11 @@ class MaskedLanguageModel(nn.Module):
         hidden = self.hidden_states(input_ids, attention_mask)
         return self.head(hidden[selected]), labels[selected]
 
-    def projects_every_position(self, device: torch.device) -> bool:
-        return self.projection == "full" or (self.projection == "auto" and device.type != "cpu")
+    def projects_every_position(self, input_ids: torch.Tensor) -> bool:
+        if self.projection != "auto":
+            return self.projection == "full"
+        logit_bytes = input_ids.numel() * self.mlm.config.vocab_size * 4
+        return input_ids.device.type != "cpu" and logit_bytes <= FULL_PROJECTION_BYTES
 
     def all_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """[batch, length, vocab] logits of every position."""
@@ -130,7 +136,7 @@ class MaskedLanguageModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         """Mean cross-entropy over the labelled positions, with their count and how many were predicted
         right (0-dim tensors on the device; with every position projected, nothing waits for the device)."""
-        if self.projects_every_position(input_ids.device):
+        if self.projects_every_position(input_ids):
             logits, targets = self.all_logits(input_ids, attention_mask).flatten(0, 1), labels.flatten()
             predicted = targets != IGNORE_INDEX
             loss = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)

@@ -19,7 +19,8 @@ class MLMObjectiveConfig(Section):
     projection: Literal["auto", "masked", "full"] = Field(
         "auto", description="'masked' runs the vocabulary projection only at masked positions (about 2x faster on "
         "MiniLM on CPU); 'full' projects every position, so the host never waits to learn how many were masked "
-        "(faster on a GPU, where a step is bound by queueing kernels); 'auto' takes 'full' on a GPU, else 'masked'."
+        "(faster on a GPU, where a step is bound by queueing kernels); 'auto' takes 'full' on a GPU while a batch's "
+        "fp32 logits stay within 2 GiB, else 'masked'."
     )
     freeze_encoder: bool = Field(
         False, description="Train the MLM head alone (a head warm-up for an encoder shipped without one, e.g. the "
