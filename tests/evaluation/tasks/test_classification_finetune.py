@@ -22,7 +22,7 @@ def test_finetune_rows_and_few_shot_curve_are_reported_and_logged(tiny_bert: Pat
                    "encoders": [{"name": "tiny", "model": str(tiny_bert), "max_seq_length": 16}],
                    "head": {"hidden": 32, "epochs": 20, "lr": 0.01}, "knn_k": 3,
                    "finetune": {"epochs": 2, "min_steps": 6, "lr": 0.001, "batch_size": 8, "max_seq_length": 16,
-                                "precision": "bf16"},
+                                "precision": "bf16", "head_lr": 0.01},
                    "few_shot": {"shots": [2, "all"], "seeds": [13, 14]}}],
     })
     result = run_evaluation(cfg)
@@ -61,6 +61,7 @@ def test_finetune_rows_and_few_shot_curve_are_reported_and_logged(tiny_bert: Pat
     ("few_shot", {"shots": [0, 8]}, "shots"),
     ("few_shot", {"seeds": []}, "seeds"),
     ("finetune", {"lr": 0}, "lr"),
+    ("finetune", {"head_lr": 2}, "head_lr"),
     ("finetune", {"precision": "bf16\ud800"}, "precision"),
 ])
 def test_bad_finetune_and_few_shot_settings_name_the_field(section: str, value: dict, field: str) -> None:

@@ -78,6 +78,26 @@ def test_recipe_trains_the_head_only_when_frozen(tiny_bert: Path, tmp_path: Path
     assert isinstance(recipe.objective, ClassificationObjective)
 
 
+def test_head_lr_gives_the_head_its_own_rate_and_leaves_the_encoder_at_optim_lr(tiny_bert: Path, tmp_path: Path) -> None:
+    from lmplatform.train.optim import build_optimizer
+
+    rows = [{"text": f"disk full {i}", "label": "storage", "split": "train"} for i in range(2)]
+    rows += [{"text": f"vpn down {i}", "label": "network", "split": "train"} for i in range(2)]
+    cfg = _cfg(tiny_bert, _write(tmp_path / "rows.jsonl", rows), "objective.head_hidden=8", "objective.head_lr=0.01",
+               "optim.lr=2e-5")
+    recipe = build_recipe(cfg)
+    names = {id(p): n for n, p in recipe.model.named_parameters()}
+    optimizer = build_optimizer(recipe.parameters(), names, cfg.optim, recipe.learning_rates)
+    rate = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
+    head = {id(p) for p in recipe.model.head.parameters()}
+    encoder = {id(p) for p in recipe.model.encoder.parameters()}
+    assert head and {rate[i] for i in head} == {0.01}
+    assert encoder and {rate[i] for i in encoder} == {2e-5}
+    assert build_recipe(_cfg(tiny_bert, tmp_path / "rows.jsonl")).learning_rates == {}  # unset: one shared rate
+    with pytest.raises(Exception, match="head_lr"):
+        _cfg(tiny_bert, tmp_path / "rows.jsonl", "objective.head_lr=0")
+
+
 def test_workers_get_labels_and_weights_from_the_config_not_the_files(tiny_bert: Path, tmp_path: Path) -> None:
     rows = [{"text": f"disk {i}", "label": "storage", "split": "train"} for i in range(3)]
     rows += [{"text": "vpn down", "label": "network", "split": "train"}]

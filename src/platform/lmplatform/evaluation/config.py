@@ -217,6 +217,9 @@ class FinetuneConfig(Section):
         "two batches an epoch, too few steps to move a transformer.",
     )
     lr: float = Field(2e-5, gt=0, le=1)
+    head_lr: Optional[float] = Field(
+        None, gt=0, le=1, description="Learning rate of the head (the classifier objective's head_lr; default lr, "
+        "shared with the encoder).")
     batch_size: int = Field(16, ge=1)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     head_dropout: float = Field(0.1, ge=0, lt=1)

@@ -45,6 +45,7 @@ def _run_config(model: str, labels: list[str], counts: dict[int, int], head: Cla
         f"optim.batch_size={settings.batch_size}", f"optim.warmup_ratio={settings.warmup_ratio}", f"optim.seed={seed}",
         f"optim.precision={settings.precision}", "checkpoint.every_n_steps=1000000000",
         "tracking.log_every_n_steps=1000000000", "tracking.register_model=false",
+        *([f"objective.head_lr={settings.head_lr}"] if settings.head_lr is not None else []),
     ])
     record_classes(cfg, labels, counts)  # what the driver hands Ray Train workers: label order, class weights
     return cfg

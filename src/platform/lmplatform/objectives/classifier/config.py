@@ -25,6 +25,11 @@ class ClassifierObjectiveConfig(Section):
     head_hidden: int = Field(256, ge=1, description="Width of the head's hidden layer(s).")
     head_depth: int = Field(2, ge=1, le=4, description="Linear layers in the head (2: one hidden layer).")
     head_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    head_lr: Optional[float] = Field(
+        None, gt=0.0, le=1.0, description="Learning rate of the head (default optim.lr, shared with the encoder). "
+        "A head initialised at random barely moves at an encoder's rate such as 2e-5 over a few hundred steps; "
+        "SetFit trains its head at 1e-2 while the encoder takes 2e-5. Warm-up and decay apply to it too.",
+    )
     class_weights: Optional[list[float]] = Field(
         None, description="Cross-entropy weight per class, in `labels` order. With class_balance=weighted_loss and "
         "no value, the driver fills in n/(k*n_c) from the training split.",

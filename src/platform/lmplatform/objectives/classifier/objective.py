@@ -201,4 +201,13 @@ def build_recipe(cfg: RunConfig) -> TrainingRecipe:
         collate=LabelledCollator(encoder.tokenizer, cfg.model.max_seq_length),
         export=export,
         evaluate=ClassificationEvaluator(),
+        learning_rates=head_learning_rates(model, objective.head_lr),
     )
+
+
+def head_learning_rates(model: ClassifierModel, head_lr: Optional[float]) -> dict[str, float]:
+    """{name of every head parameter: head_lr} for `TrainingRecipe.learning_rates`; {} without one."""
+    if head_lr is None:
+        return {}
+    head = {id(p) for p in model.head.parameters()}
+    return {name: head_lr for name, param in model.named_parameters() if id(param) in head}
