@@ -25,7 +25,7 @@ from lmplatform.objectives.masking import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
 
-FULL_PROJECTION_BYTES = 2 * 1024**3
+FULL_PROJECTION_BYTES = 2 * 1024**3  # the largest fp32 logits `projection="auto"` projects in full
 # The prediction head of each architecture family, called on hidden states.
 _HEAD_ATTRIBUTES = ("cls", "lm_head", "generator_lm_head")
 
@@ -122,6 +122,7 @@ class MaskedLanguageModel(nn.Module):
         return self.head(hidden[selected]), labels[selected]
 
     def projects_every_position(self, input_ids: torch.Tensor) -> bool:
+        """Whether `forward` projects every position of this batch (decided from its shape and device alone)."""
         if self.projection != "auto":
             return self.projection == "full"
         logit_bytes = input_ids.numel() * self.mlm.config.vocab_size * 4

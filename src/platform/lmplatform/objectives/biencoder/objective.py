@@ -99,8 +99,8 @@ class BiencoderObjective(nn.Module):
 
     one_pass: embed queries, documents and negatives in one forward pass rather than one per kind. A GPU
     step of a small encoder is bound by how fast the host queues kernels, and one pass queues half as many;
-    on a CPU the arithmetic bounds it and the padding that joining adds would cost more. None: one pass
-    where the batch is off the CPU."""
+    on a CPU the arithmetic bounds it, and padding short queries to the documents' length would cost
+    compute. None: one pass where the batch is off the CPU."""
 
     def __init__(self, temperature: Temperature, symmetric: bool = False, gather: bool = True,
                  uses_hard_negatives: bool = False, mini_batch_size: Optional[int] = None,
