@@ -48,7 +48,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import SHARED_DATA, write_result  # noqa: E402
@@ -396,7 +396,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--toy", action="store_true", help=f"Tiny sizes to prove the wiring (overrides: {TOY}).")
     parser.add_argument("--data", default=str(SHARED_DATA), help="The shared data folder.")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench" / "trouble_reports"))
-    parser.add_argument("--resume", default=None, help="An output folder of an interrupted run: finished pipeline stages and the Fisher are reused.")
+    parser.add_argument("--resume", default=None, help="An output folder of an interrupted run: finished pipeline stages, "
+                        "the Fisher, finished seeds' scores and the reference rows are reused (so --seeds can add seeds).")
     parser.add_argument("--tracking-uri", default=None, help="Default: sqlite in --out.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44], help="optim.seed of every stage; one full run each.")
     parser.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
@@ -507,6 +508,17 @@ def run_seed(seed: int, args: argparse.Namespace, out: Path, files: dict[str, Pa
                           for name, r in {"domain_mlm": shared, **results}.items()}}
 
 
+def cached(path: Path, compute: Callable[[], Any]) -> Any:
+    """`compute()`'s JSON, kept at `path`: a resumed run reuses a finished seed's scores and the reference rows
+    instead of evaluating those models again (about 20 minutes a seed on 2 cores)."""
+    if path.is_file():
+        return json.loads(path.read_text())
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))  # numpy scalars
+    return json.loads(path.read_text())  # the same types whether computed now or read back
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     from lmplatform.runtime import apply_runtime_defaults
@@ -543,9 +555,12 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     probes = [read_glue_probe(name, data / "glue_probes", train_limit=args.glue_train, dev_limit=args.glue_dev)
               for name in ("sst2", "cola")]
-    references = retrieval_rows({"minilm_zero_shot": "default"}, eval_corpus, eval_pairs, args.limit_queries, out, args.max_seq_length)
-    zero_shot_glue = glue_scores("default", probes, args.max_seq_length)
-    seeds = [run_seed(seed, args, out / f"seed{seed}", files, head_model, eval_corpus, eval_pairs, probes) for seed in args.seeds]
+    references, zero_shot_glue = cached(out / "references.json", lambda: (
+        retrieval_rows({"minilm_zero_shot": "default"}, eval_corpus, eval_pairs, args.limit_queries, out, args.max_seq_length),
+        glue_scores("default", probes, args.max_seq_length)))
+    seeds = [cached(out / f"seed{seed}" / "seed_result.json",
+                    lambda seed=seed: run_seed(seed, args, out / f"seed{seed}", files, head_model, eval_corpus, eval_pairs, probes))
+             for seed in args.seeds]
 
     rows = [{"model": "BM25", **references["bm25"]},
             {"model": "MiniLM zero-shot (packaged)", **references["minilm_zero_shot"], **zero_shot_glue}]
