@@ -56,14 +56,13 @@ def split_rows(cfg: Any) -> dict[str, list[dict[str, Any]]]:
         pairs = read_pairs(cfg.data)
         if name == "biencoder":
             return {split: pairs.rows(split) for split in ("train", "validation")}
-        from lmplatform.objectives.cross_encoder.objective import choose_negatives
+        from lmplatform.objectives.cross_encoder.objective import choose_negatives, negative_groups
 
         rng, out = np.random.default_rng(cfg.objective.seed), {}
         for split, split_pairs in (("train", pairs.train), ("validation", pairs.validation)):
             negatives = choose_negatives(split_pairs, cfg.objective.negatives_per_positive, rng,
                                          cfg.objective.use_hard_negatives)
-            out[split] = [{"query": p.query, "document": p.document, "negatives": n}
-                          for p, n in zip(split_pairs, negatives) if n]
+            out[split] = negative_groups(split_pairs, negatives)
         return out
     raise ValueError(f"no Ray-free reader for objective {name!r}")
 

@@ -140,7 +140,8 @@ def choose_negatives(
     return out
 
 
-def _groups(pairs: Sequence[Pair], negatives: list[list[str]]) -> list[dict[str, Any]]:
+def negative_groups(pairs: Sequence[Pair], negatives: list[list[str]]) -> list[dict[str, Any]]:
+    """Training rows of the cross-encoder: each pair with its negatives (a pair that got none is left out)."""
     return [{"query": p.query, "document": p.document, "negatives": n} for p, n in zip(pairs, negatives) if n]
 
 
@@ -161,7 +162,7 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
         negatives = choose_negatives(split_pairs, objective.negatives_per_positive, rng, objective.use_hard_negatives,
                                      mined, documents, objective.mining_top_k)
         short += sum(len(n) < objective.negatives_per_positive for n in negatives)
-        rows[split] = _groups(split_pairs, negatives)
+        rows[split] = negative_groups(split_pairs, negatives)
     summary = (f"\ndata: {objective.negatives} negatives, {objective.negatives_per_positive} per positive"
                + (f"; {short} pair(s) got fewer (too few other documents)" if short else ""))
     return prepared_pairs(pairs, pair_datasets(pairs, rows), len(rows[TRAIN]),
