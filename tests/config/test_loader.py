@@ -7,9 +7,9 @@ from lmplatform.config import ConfigError, load_run_config
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _error(overrides: list[str]) -> str:
+def _error(overrides: list[str], base: dict | None = None) -> str:
     with pytest.raises(ConfigError) as info:
-        load_run_config(None, ["data.train_paths=x.jsonl", *overrides])
+        load_run_config(None, ["data.train_paths=x.jsonl", *overrides], base=base)
     return str(info.value)
 
 
@@ -22,6 +22,16 @@ def test_error_names_field_value_and_allowed_values() -> None:
     message = _error(["model.pooling=avg"])
     assert "model.pooling" in message and "'avg'" in message
     assert "'mean', 'cls' or 'max'" in message
+
+
+@pytest.mark.parametrize("value", ["gpu", "auto\x00", "full\ud800"])
+def test_bad_mlm_and_declutr_projection_names_the_field_and_allowed_values(value: str) -> None:
+    for objective in ("mlm", "declutr"):
+        message = _error([f"objective.name={objective}"], {"objective": {"name": objective, "projection": value}})
+        assert "objective.projection" in message
+        # a lone surrogate is refused as text before the choice is checked; the rest get the allowed values
+        assert ("not valid unicode" in message.lower() or "unicode string" in message) if "\ud800" in value \
+            else "'auto', 'masked' or 'full'" in message
 
 
 def test_out_of_range_number() -> None:
