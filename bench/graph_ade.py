@@ -12,15 +12,19 @@ as mean and std over folds. Paper (CharacterBERT-medical): NER 88.3, RE 79.97, R
     python bench/graph_ade.py                    # full: folds 0-2, one full epoch per encoder per fold
     python bench/graph_ade.py --folds 0 1 2 3 4 5 6 7 8 9   # all ten folds (about 3x the CPU time)
     python bench/graph_ade.py --toy              # folds 0 1, 100 sentences, 2 steps: checks that everything runs
+    python bench/graph_ade.py --in-process --device cuda   # no Ray: training and evaluation in this process (a lent GPU)
+    python bench/graph_ade.py --combine bench/results/graph_ade_fold*.json   # one table from folds run separately
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import SHARED_DATA, check, write_result  # noqa: E402
@@ -50,30 +54,39 @@ def knn_table(summary: dict, folds: int) -> str:
     return markdown_table(header, rows)
 
 
-def train_fold(variant: str, fold: int, args: argparse.Namespace, workdir: Path, tracking_uri: str) -> tuple[Path, float]:
+def train_fold(variant: str, fold: int, args: argparse.Namespace, workdir: Path, tracking_uri: Optional[str]) -> tuple[Path, float]:
     from lmplatform.config import load_run_config
-    from lmplatform.train.run import run_training
 
     overrides = [
         f"model.name_or_path={args.model}", f"data.train_paths={args.data}", f"objective.folds_file={args.folds_file}",
         f"objective.fold={fold}", f"objective.variant={variant}", f"optim.batch_size={args.batch_size}",
         f"optim.lr={args.lr}", f"scaling.cpus_per_worker={args.cpus}", f"checkpoint.storage_path={workdir / 'runs'}",
-        f"tracking.tracking_uri={tracking_uri}", "tracking.experiment=bench-graph-ade", "tracking.register_model=false",
+        "tracking.experiment=bench-graph-ade", "tracking.register_model=false",
         f"tracking.run_name=bench-{variant}-fold{fold}-{int(time.time())}",
     ]
+    overrides += [f"tracking.tracking_uri={tracking_uri}"] if tracking_uri else []
     overrides += [f"optim.max_steps={args.max_steps}"] if args.max_steps else [f"optim.epochs={args.epochs}"]
-    if args.gpu:
+    if args.gpu or args.device == "cuda":
         overrides.append("scaling.use_gpu=true")
     if args.limit:
         overrides.append(f"data.max_documents={args.limit}")
+    if args.in_process:  # its reporter copies every checkpoint, optimizer state included; only the final one is read
+        overrides.append("checkpoint.every_n_steps=1000000000")
     cfg = load_run_config(REPO / f"configs/graph_cl_{variant}.yaml", overrides)
     started = time.perf_counter()
-    result = run_training(cfg)
+    if args.in_process:
+        from in_process import train_in_process
+
+        model_dir = train_in_process(cfg, args.device, workdir / "runs" / f"{variant}-fold{fold}").model_dir
+    else:
+        from lmplatform.train.run import run_training
+
+        model_dir = run_training(cfg).model_dir
     link = workdir / f"fold{fold}" / variant
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.is_symlink() or link.exists():
         link.unlink()
-    link.symlink_to(result.model_dir)
+    link.symlink_to(model_dir)
     return link, time.perf_counter() - started
 
 
@@ -92,9 +105,15 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--cpus", type=float, default=2, help="CPUs per training worker.")
     parser.add_argument("--gpu", action="store_true", help="Train on one GPU per worker (evaluation stays on CPU).")
+    parser.add_argument("--in-process", action="store_true",
+                        help="No Ray: train and evaluate in this process (where Ray is not installed, as on a lent GPU).")
+    parser.add_argument("--device", default="cpu", help="With --in-process: cuda or cpu for training.")
     parser.add_argument("--workdir", default=None, help="Where runs and fold model links go (default: a temp folder).")
     parser.add_argument("--tracking-uri", default=None)
+    parser.add_argument("--no-tsne", action="store_true", help="Skip the t-SNE plots (drawn on the first fold).")
     parser.add_argument("--name", default="graph_ade")
+    parser.add_argument("--combine", nargs="+", metavar="JSON", default=None,
+                        help="Train nothing: one table from the per-fold rows of earlier runs' result files.")
     args = parser.parse_args()
     if args.toy:
         args.folds, args.limit, args.max_steps = TOY["folds"], TOY["limit"], TOY["max_steps"]
@@ -102,12 +121,17 @@ def main() -> None:
     if len(args.folds) < 2:
         print(f"[bench] warning: {len(args.folds)} fold; the std over folds is 0 and says nothing", flush=True)
 
+    if args.combine:
+        combine(args.combine, args.name)
+        return
     from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
     from lmplatform.ray_runtime import ensure_ray
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-graph-ade-")).resolve()
-    tracking_uri = args.tracking_uri or f"sqlite:///{workdir / 'mlruns.db'}"
-    ensure_ray()
+    # in process, MLflow is optional: the lent GPU machine does not have it
+    tracking_uri = args.tracking_uri or (None if args.in_process else f"sqlite:///{workdir / 'mlruns.db'}")
+    if not args.in_process:
+        ensure_ray()
     started = time.perf_counter()
     train_seconds: dict[str, float] = {}
     for fold in args.folds:
@@ -120,45 +144,66 @@ def main() -> None:
         data_path=args.data, folds_file=args.folds_file, folds=args.folds, limit=args.limit,
         ner_model=f"{template}/clner", re_model=f"{template}/cldr", clgs_model=f"{template}/clgs", base_model=args.model,
         probe_models={"baseline": args.model, "clgs": f"{template}/clgs", "cldr": f"{template}/cldr"},
-        baseline_model=args.model,
+        baseline_model=args.model, cpus_per_fold=os.cpu_count() if args.in_process else 1.0, tsne=not args.no_tsne,
     )
     eval_started = time.perf_counter()
-    summary = run_cross_validation(cfg, workdir / "eval", tracking_uri, "bench-graph-ade", parallel=True)
-    eval_seconds = time.perf_counter() - eval_started
+    summary = run_cross_validation(cfg, workdir / "eval", tracking_uri, "bench-graph-ade", parallel=not args.in_process)
+    training = {"device": args.device if args.in_process else ("cuda" if args.gpu else "cpu"), "in_process": args.in_process,
+                "epochs": None if args.max_steps else args.epochs, "max_steps": args.max_steps,
+                "batch_size": args.batch_size, "lr": args.lr, "seconds": train_seconds}
+    report(args.name, summary, {
+        "model": args.model, "limit": args.limit, "training": training,
+        "eval_seconds": round(time.perf_counter() - eval_started, 1),
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "plots": summary.get("plots"), "mlflow_run_id": summary.get("mlflow_run_id"), "workdir": str(workdir),
+    })
 
+
+def combine(paths: list[str], name: str) -> None:
+    """One table from the per-fold rows of earlier runs (folds run as separate jobs or on other machines)."""
+    from lmplatform.graph.evaluation import summarize_folds
+
+    runs = [json.loads(Path(path).read_text()) for path in paths]
+    per_fold = [fold for run in runs for fold in run["per_fold"]]
+    folds = [fold["fold"] for fold in per_fold]
+    if len(set(folds)) != len(folds):
+        raise SystemExit(f"--combine: fold(s) {sorted({f for f in folds if folds.count(f) > 1})} appear in more than one file")
+    training = dict(runs[0]["training"])
+    training["seconds"] = {key: value for run in runs for key, value in run["training"]["seconds"].items()}
+    report(name, summarize_folds(per_fold) | {"per_fold": per_fold}, {
+        "model": runs[0]["model"], "limit": runs[0]["limit"], "training": training, "combined_from": paths,
+        "eval_seconds": round(sum(run["eval_seconds"] for run in runs), 1),
+        "total_seconds": round(sum(run["total_seconds"] for run in runs), 1),
+    })
+
+
+def report(name: str, summary: dict, meta: dict) -> None:
+    """Print the fold summary and write it, with `meta` (model, training, timings), as bench/results/<name>.json."""
     knn = summary["knn"]
     checks = {key: check(f"KNN {key} (mean over folds) vs paper", knn[key]["mean"], target) for key, target in PAPER.items()}
     print("linear probe (relation vs hard negative), mean over folds:")
-    for name, table in summary["probe"].items():
-        print(f"  {name:9s} P {table['precision']['mean']:.3f} R {table['recall']['mean']:.3f} F1 {table['f1']['mean']:.3f}")
+    for probe, table in summary["probe"].items():
+        print(f"  {probe:9s} P {table['precision']['mean']:.3f} R {table['recall']['mean']:.3f} F1 {table['f1']['mean']:.3f}")
     if "clgs_accuracy" in summary:
         print(f"CLGS graph identification accuracy: {summary['clgs_accuracy']['mean']:.3f} ± {summary['clgs_accuracy']['std']:.3f} "
               f"({summary.get('clgs_unscored', 0)} test sentences without a valid hard negative left out)")
-    table = knn_table(summary, len(args.folds))
+    folds = [fold["fold"] for fold in summary["per_fold"]]
+    table = knn_table(summary, len(folds))
     print(table)
-    write_result(args.name, {
-        "model": args.model,
-        "folds": args.folds,
-        "limit": args.limit,
-        "training": {"epochs": None if args.max_steps else args.epochs, "max_steps": args.max_steps,
-                     "batch_size": args.batch_size, "lr": args.lr, "seconds": train_seconds},
+    keys = ("ner_macro_f1", "re_macro_f1", "re_minus_macro_f1", "k_ner", "k_re")
+    write_result(name, meta | {
+        "folds": folds,
         "clgs_accuracy": summary.get("clgs_accuracy"),
         "clgs_unscored_sentences": summary.get("clgs_unscored"),
         "linear_probe": summary["probe"],
-        "knn": {key: knn[key] for key in ("ner_macro_f1", "re_macro_f1", "re_minus_macro_f1", "k_ner", "k_re")},
-        "knn_frozen": {key: summary["knn_baseline"][key] for key in ("ner_macro_f1", "re_macro_f1", "re_minus_macro_f1", "k_ner", "k_re")},
+        "knn": {key: knn[key] for key in keys},
+        "knn_frozen": {key: summary["knn_baseline"][key] for key in keys},
         "knn_trained_minus_frozen": summary["knn_gain"],
         "table_markdown": table,
         "paper_charbert_medical": PAPER,
         "vs_paper": checks,
-        "per_fold": [{k: v for k, v in fold.items()} for fold in summary["per_fold"]],
-        "eval_seconds": round(eval_seconds, 1),
-        "total_seconds": round(time.perf_counter() - started, 1),
-        "plots": summary.get("plots"),
-        "mlflow_run_id": summary.get("mlflow_run_id"),
-        "workdir": str(workdir),
+        "per_fold": summary["per_fold"],
     })
-
 
 if __name__ == "__main__":
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

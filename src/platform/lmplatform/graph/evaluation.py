@@ -64,13 +64,17 @@ class RelationEvalConfig(Section):
     tsne: bool = Field(True, description="t-SNE plots of the relation and entity spaces (first fold only).")
     tsne_points: int = Field(1500, ge=10)
     cpus_per_fold: float = Field(1.0, gt=0.0)
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where the encoders embed the words: auto takes a GPU when the process sees one (a Ray "
+        "task sees none unless it asks for one), else the CPU.",
+    )
 
 
 def _fold_path(template: Optional[str], fold: int) -> Optional[str]:
     return template.replace("{fold}", str(fold)) if template else template
 
 
-def load_backbone(name_or_path: str) -> tuple[Any, Any]:
+def load_backbone(name_or_path: str, device: str = "cpu") -> tuple[Any, Any]:
     from transformers import AutoModel, AutoTokenizer
 
     from lmplatform.models.quiet import quiet_transformers
@@ -78,7 +82,13 @@ def load_backbone(name_or_path: str) -> tuple[Any, Any]:
 
     path = resolve_model_path(name_or_path)
     with quiet_transformers():  # an MLM checkpoint loads into AutoModel
-        return AutoModel.from_pretrained(str(path)).eval(), AutoTokenizer.from_pretrained(str(path))
+        return AutoModel.from_pretrained(str(path)).to(device).eval(), AutoTokenizer.from_pretrained(str(path))
+
+
+def resolve_device(setting: str) -> str:
+    import torch
+
+    return ("cuda" if torch.cuda.is_available() else "cpu") if setting == "auto" else setting
 
 
 class _Encoders:
@@ -86,6 +96,7 @@ class _Encoders:
 
     def __init__(self, cfg: RelationEvalConfig):
         self.cfg = cfg
+        self.device = resolve_device(cfg.device)
         self.models: dict[str, tuple[Any, Any]] = {}
         self.cache: dict[tuple[str, int], list[np.ndarray]] = {}
 
@@ -93,7 +104,7 @@ class _Encoders:
         key = (model, id(sentences))
         if key not in self.cache:
             if model not in self.models:
-                self.models[model] = load_backbone(model)
+                self.models[model] = load_backbone(model, self.device)
             backbone, tokenizer = self.models[model]
             self.cache[key] = encode_words(backbone, tokenizer, sentences, self.cfg.word_pooling,
                                            self.cfg.max_seq_length, self.cfg.batch_size)
