@@ -81,11 +81,13 @@ def warm_up(cfg, out: Path) -> dict:  # noqa: ANN001 - a RunConfig
     encoder_after = recipe.model.backbone.state_dict()
     curve = [{"step": int(r["step"]), "val_mlm_loss": round(r["val_mlm_loss"], 4)}
              for r in reporter.reports if "val_mlm_loss" in r]
-    curve = [{"step": 0, "val_mlm_loss": round(summary["val_mlm_loss_initial"], 4)}] + [
-        c for c in curve if c["step"] > 0]
+    # a checkpoint's report repeats the latest validation: one point per step
+    curve = [{"step": 0, "val_mlm_loss": round(summary["val_mlm_loss_initial"], 4)}] + list(
+        {c["step"]: c for c in curve if c["step"] > 0}.values())
     return {
         "folder": reporter.checkpoints[-1] / FINAL_MODEL_DIR,
-        "steps": steps, "batch_size": size, "train_sentences": len(train), "validation_sentences": len(validation),
+        "steps": trainer.progress.step, "max_steps": steps, "early_stopped_at_step": summary.get("early_stopped_at_step"),
+        "batch_size": size, "train_sentences": len(train), "validation_sentences": len(validation),
         "cpu_s": round(cpu, 1), "wall_s": round(wall, 1), "torch_threads": torch.get_num_threads(),
         "val_curve": curve, "val_mlm_loss": round(summary["val_mlm_loss"], 4),
         "val_mlm_accuracy": round(summary.get("val_mlm_accuracy", float("nan")), 4),

@@ -182,7 +182,8 @@ def head_warmup_spec(data: Path, args: argparse.Namespace) -> dict[str, Any]:
     overrides = [f"data.train_paths=[{','.join(str(p) for p in train)}]", f"data.validation_paths=[{glue / 'cola' / 'dev.jsonl'}]",
                  f"optim.precision={args.precision}", "tracking.register_model=false"]
     if args.head_steps:
-        overrides += [f"optim.max_steps={args.head_steps}", f"checkpoint.every_n_steps={args.head_steps}"]
+        overrides += [f"optim.max_steps={args.head_steps}", f"checkpoint.every_n_steps={args.head_steps}",
+                      "optim.early_stopping=null"]  # a fixed length instead of the plateau
     return {"name": "mlm_head", "description": "the packaged MiniLM's MLM head, trained alone on general sentences",
             "stages": [{"name": "head", "config": str(HEAD_WARMUP), "init_from": "default", "set": overrides}]}
 
@@ -402,7 +403,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44], help="optim.seed of every stage; one full run each.")
     parser.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
                         help="optim.precision of every stage (auto: bf16 where the CPU has it in hardware).")
-    parser.add_argument("--head-steps", type=int, default=None, help="MLM head warm-up steps (default: configs/mlm_head_warmup.yaml's).")
+    parser.add_argument("--head-steps", type=int, default=None, help="MLM head warm-up steps, fixed (default: configs/mlm_head_warmup.yaml's, to the plateau).")
     parser.add_argument("--mlm-steps", type=int, default=50, help="Steps of each MLM stage (shared domain stage; strategy 1's).")
     parser.add_argument("--pair-epochs", type=float, default=1.0, help="Epochs of each bi-encoder stage.")
     parser.add_argument("--task-steps", type=int, default=None, help="Steps of each bi-encoder stage on OpenOffice train pairs instead.")

@@ -48,7 +48,12 @@ def _section(title: str, model: type[BaseModel]) -> list[str]:
         description = (field.description or "") + (f" ({constraints})" if constraints else "")
         name = field.alias or name  # e.g. ewc.lambda, stored as lambda_
         rows.append([f"`{name}`", _type_name(field.annotation), _default(field), description])
-    return lines + markdown_table(["field", "type", "default", "description"], rows).split("\n") + [""]
+    lines += markdown_table(["field", "type", "default", "description"], rows).split("\n") + [""]
+    for name, field in model.model_fields.items():  # a section inside a section (optim.early_stopping) gets its own table
+        nested = _unwrap_optional(field.annotation)
+        if isinstance(nested, type) and issubclass(nested, BaseModel):
+            lines += _section(f"{title}.{field.alias or name}", nested)
+    return lines
 
 
 def objective_models() -> list[type[BaseModel]]:

@@ -97,6 +97,17 @@ def objective_configs() -> tuple[type[Section], ...]:
 ObjectiveConfig = Annotated[Union[objective_configs()], Field(discriminator="name")]
 
 
+class EarlyStoppingConfig(Section):
+    """Stop before the step budget once a validation metric has stopped improving. It is read at every
+    validation (tracking.eval_every_n_steps); the model of the last step is kept, as at the budget's end."""
+
+    metric: str = Field(..., min_length=1, pattern=r"^val_\w+$",
+                        description="A validation metric the run reports, e.g. val_mlm_loss or val_ir_mrr_at_10.")
+    mode: Literal["min", "max"] = Field("min", description="min for losses, max for accuracies and retrieval metrics.")
+    patience: int = Field(3, ge=1, description="Validations in a row without an improvement before the run stops.")
+    min_delta: float = Field(0.0, ge=0.0, description="Smallest change from the best value so far that counts as an improvement.")
+
+
 class OptimConfig(Section):
     """AdamW with a linear warm-up/decay schedule."""
 
@@ -118,6 +129,9 @@ class OptimConfig(Section):
         "the loss dynamically (torch.amp.GradScaler); 'auto' takes bf16 where the worker's device has it in "
         "hardware (Ampere+ GPUs, CPUs with AVX512-BF16 or AMX), else fp16 on a GPU and fp32 on a CPU.")
     seed: int = 42
+    early_stopping: Optional[EarlyStoppingConfig] = Field(
+        None, description="Stop when a validation metric plateaus (needs tracking.eval_every_n_steps); the step "
+        "budget (max_steps or epochs) stays the upper bound and sets the schedule.")
 
     @model_validator(mode="after")
     def _needs_a_length(self) -> "OptimConfig":
@@ -298,6 +312,12 @@ class RunConfig(Section):
         defaults = RetrievalValidationConfig.model_fields
         if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
             raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
+        return self
+
+    @model_validator(mode="after")
+    def _early_stopping_has_validations(self) -> "RunConfig":
+        if self.optim.early_stopping is not None and self.tracking.eval_every_n_steps is None:
+            raise ValueError("optim.early_stopping reads the validations during training: set tracking.eval_every_n_steps")
         return self
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ import torch
 from lmplatform.config.schema import RunConfig
 from lmplatform.models.gradient_checkpointing import enable_gradient_checkpointing
 from lmplatform.train import distributed as D
+from lmplatform.train.early_stopping import plateaued
 from lmplatform.train.feed import FedBatch, Feeder, Prefetcher, place
 from lmplatform.train.optim import build_optimizer, build_scheduler
 from lmplatform.train.precision import MixedPrecision
@@ -341,11 +342,15 @@ class Trainer:
         accum = cfg.optim.grad_accum_steps
         ckpt_every, log_every = cfg.checkpoint.every_n_steps, cfg.tracking.log_every_n_steps
         eval_every = cfg.tracking.eval_every_n_steps
+        stopping = cfg.optim.early_stopping
         if progress.step == 0:
             progress.initial_metrics = initial = self.evaluate(validation_batches())
             if initial:
                 self._log({f"{k}_initial": v for k, v in initial.items()} | initial, step=0)
                 self._print("before training: " + _fmt(initial))
+            if stopping is not None:
+                plateaued(stopping, initial, progress)  # the starting value is the first best
+        stopped_early: Optional[dict[str, float]] = None  # the validation at which the run stopped early
         timer = StepTimer(progress.step)
         window = MetricWindow()
         self.model.train()
@@ -372,18 +377,27 @@ class Trainer:
                     self._print(f"step {step}: " + _fmt(val))
                     # Every worker evaluates at the same steps, so each calls report equally often.
                     self._report({"loss": float(metrics["loss"])}, with_checkpoint=False)
+                    if stopping is not None and plateaued(stopping, val, progress):
+                        stopped_early = val
+                        self._log({"early_stopped_at_step": float(step)}, step)
+                        self._print(f"early stop at step {step}: {stopping.metric} has not improved on "
+                                    f"{progress.best_metric:.4f} (step {progress.best_step}) for {stopping.patience} "
+                                    "validations")
+                        break
                     self.model.train()
                 if step % ckpt_every == 0 and not done:
                     self._report({"loss": float(metrics["loss"])}, with_checkpoint=True)
         finally:
             batches.close()  # stops a prefetching thread
-        final = self.evaluate(validation_batches())
+        final = stopped_early if stopped_early is not None else self.evaluate(validation_batches())  # no change since
         self._log(final, progress.step)
         if final:
             self._print("after training: " + _fmt(final))
         initial = progress.initial_metrics
         tokens = D.sum_over_workers(float(progress.tokens), self.device)
         summary = {**{f"{k}_initial": v for k, v in initial.items()}, **final, "tokens": tokens}
+        if stopped_early is not None:
+            summary["early_stopped_at_step"] = float(progress.step)
         self._report(summary, with_checkpoint=True, final=True)
         return summary
 

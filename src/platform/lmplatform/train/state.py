@@ -34,6 +34,10 @@ class Progress:
     tokens: int = 0
     samples: int = 0
     initial_metrics: dict[str, float] = field(default_factory=dict)  # validation before any step
+    # early stopping (optim.early_stopping): the best value of its metric so far, where, and since when not beaten
+    best_metric: Optional[float] = None
+    best_step: int = 0
+    validations_since_best: int = 0
 
 
 @runtime_checkable

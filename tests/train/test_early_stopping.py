@@ -1,0 +1,95 @@
+"""optim.early_stopping: the run ends after `patience` validations without improvement, keeps its final
+checkpoint and model, and a bad rule is refused with the field named."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from lmplatform.config import load_run_config
+from lmplatform.config.loader import ConfigError
+from lmplatform.objectives.registry import objective_spec
+from lmplatform.train.early_stopping import improves
+from lmplatform.train.ingest import resume_batches
+from lmplatform.train.loop import FolderReporter, Trainer
+from lmplatform.train.state import FINAL_MODEL_DIR
+from tests.conftest import TOKEN_WORDS
+
+
+def test_improves_in_the_direction_of_the_mode_by_more_than_min_delta() -> None:
+    assert improves(5.0, None, "min", 0.1)
+    assert improves(4.8, 5.0, "min", 0.1) and not improves(4.95, 5.0, "min", 0.1) and not improves(5.2, 5.0, "min", 0.0)
+    assert improves(0.72, 0.70, "max", 0.01) and not improves(0.705, 0.70, "max", 0.01) and not improves(0.6, 0.7, "max", 0.0)
+    assert not improves(float("nan"), None, "min", 0.0) and not improves(float("nan"), 1.0, "max", 0.0)
+
+
+def _text_batches(seed: int, count: int) -> list[dict[str, np.ndarray]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        column = np.empty(4, dtype=object)
+        column[:] = [" ".join(rng.choice(TOKEN_WORDS) for _ in range(rng.randint(20, 30))) for _ in range(4)]
+        out.append({"text": column})
+    return out
+
+
+def _mlm_trainer(tiny_bert: Path, tmp_path: Path, *overrides: str) -> tuple[Trainer, FolderReporter, Any]:
+    cfg = load_run_config(None, [f"model.name_or_path={tiny_bert}", "model.max_seq_length=32", "data.train_paths=[unused.jsonl]",
+                                 "objective.name=mlm", "objective.pseudo_perplexity_sentences=0", "optim.max_steps=40",
+                                 "tracking.eval_every_n_steps=2", "checkpoint.every_n_steps=1000", *overrides])
+    reporter = FolderReporter(tmp_path / "checkpoints")
+    trainer = Trainer(cfg, objective_spec("mlm").build_recipe(cfg), cfg.optim.max_steps, torch.device("cpu"), 0, reporter=reporter)
+    trainer.begin(None)
+    return trainer, reporter, cfg
+
+
+def _fit(trainer: Trainer) -> dict[str, float]:
+    train, validation = _text_batches(0, 8), _text_batches(1, 2)
+    collate = trainer.recipe.collate
+
+    def train_batches(epoch: int, skip: int) -> Iterator[Any]:
+        return resume_batches(train, collate, skip)
+
+    return trainer.fit(train_batches, lambda: (collate(b) for b in validation))
+
+
+def test_a_flat_validation_metric_stops_the_run_after_patience_validations(tiny_bert: Path, tmp_path: Path) -> None:
+    # lr so small the weights do not move: the fixed-mask validation loss stays where it started
+    trainer, reporter, _ = _mlm_trainer(tiny_bert, tmp_path, "optim.lr=1e-30", "optim.early_stopping.metric=val_mlm_loss",
+                                        "optim.early_stopping.patience=2")
+    summary = _fit(trainer)
+    assert trainer.progress.step == 4  # validations at steps 2 and 4 did not beat step 0's
+    assert summary["early_stopped_at_step"] == 4 and trainer.progress.best_step == 0
+    assert trainer.progress.validations_since_best == 2
+    assert reporter.checkpoints and reporter.checkpoints[-1].name.endswith("_final")
+    assert (reporter.checkpoints[-1] / FINAL_MODEL_DIR / "config.json").exists()
+
+
+def test_an_improving_metric_runs_to_the_step_budget(tiny_bert: Path, tmp_path: Path) -> None:
+    # the metric must fall by more than 1e9 to count: never, so patience 100 is never reached either
+    trainer, _, _ = _mlm_trainer(tiny_bert, tmp_path, "optim.max_steps=6", "optim.early_stopping.metric=val_mlm_loss",
+                                 "optim.early_stopping.patience=100", "optim.early_stopping.min_delta=1e9")
+    summary = _fit(trainer)
+    assert trainer.progress.step == 6 and "early_stopped_at_step" not in summary
+
+
+def test_a_metric_the_run_does_not_report_is_refused_at_the_first_validation(tiny_bert: Path, tmp_path: Path) -> None:
+    trainer, _, _ = _mlm_trainer(tiny_bert, tmp_path, "optim.early_stopping.metric=val_ir_mrr_at_10")
+    with pytest.raises(ValueError, match=r"optim.early_stopping.metric='val_ir_mrr_at_10'.*val_mlm_loss"):
+        _fit(trainer)
+    assert trainer.progress.step == 0
+
+
+@pytest.mark.parametrize("overrides, named", [
+    (["optim.early_stopping.metric=val_mlm_loss"], "tracking.eval_every_n_steps"),
+    (["tracking.eval_every_n_steps=10", "optim.early_stopping.metric=mlm_loss"], "optim.early_stopping.metric"),
+    (["tracking.eval_every_n_steps=10", "optim.early_stopping.metric=val_mlm_loss", "optim.early_stopping.mode=lowest"],
+     "optim.early_stopping.mode"),
+])
+def test_a_bad_rule_is_refused_before_training_naming_the_field(overrides: list[str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_run_config(None, ["data.train_paths=[unused.jsonl]", *overrides])
