@@ -13,6 +13,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 import pytest
 
 if TYPE_CHECKING:
+    import random
+
+    import numpy as np
+
     from lmplatform.testing.local_cluster import LocalCluster
 
 # Before anything imports ray: keep every port on 127.0.0.1 and auth off (see runtime.py).
@@ -49,6 +53,18 @@ TOKEN_WORDS = (
     "printer database login timeout crash server disk memory network error user report failed restart "
     "payment gateway invoice mobile app screen button certificate expired vpn tunnel backup queue"
 ).split()
+
+
+def text_batches(rng: "random.Random", count: int, rows: int, words: tuple[int, int]) -> list[dict[str, "np.ndarray"]]:
+    """`count` Ray Data numpy batches of `rows` texts of TOKEN_WORDS, each words[0] to words[1] words long."""
+    import numpy as np
+
+    batches = []
+    for _ in range(count):
+        column = np.empty(rows, dtype=object)
+        column[:] = [" ".join(rng.choice(TOKEN_WORDS) for _ in range(rng.randint(*words))) for _ in range(rows)]
+        batches.append({"text": column})
+    return batches
 
 
 def write_tiny_bert(folder: Path, hidden: int = 32, layers: int = 2) -> Path:

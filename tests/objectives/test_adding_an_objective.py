@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import pytest
 import torch
 
@@ -22,7 +21,7 @@ from lmplatform.train.recipe import Batch
 from lmplatform.train.state import FINAL_MODEL_DIR
 from lmplatform.tune.metrics import evaluation_config_keys, reported_metrics
 from lmplatform.tune.space import SpaceError, load_space
-from tests.conftest import TOKEN_WORDS
+from tests.conftest import text_batches
 from tests.objectives.toy import SPEC as TOY
 
 
@@ -85,14 +84,6 @@ def test_its_metrics_are_what_a_study_may_target(toy_registered: None, tiny_bert
         load_space(space)
 
 
-def _batches(rng: random.Random, n: int) -> list[dict[str, np.ndarray]]:
-    rows = []
-    for _ in range(n):
-        column = np.empty(4, dtype=object)
-        column[:] = [" ".join(rng.choice(TOKEN_WORDS) for _ in range(rng.randint(4, 12))) for _ in range(4)]
-        rows.append({"text": column})
-    return rows
-
 
 def test_it_trains_through_the_generic_loop_without_ray(toy_registered: None, tiny_bert: Path, tmp_path: Path) -> None:
     cfg = _config(tiny_bert, "objective.target_norm=2", "tracking.log_every_n_steps=1")
@@ -101,7 +92,7 @@ def test_it_trains_through_the_generic_loop_without_ray(toy_registered: None, ti
     trainer = Trainer(cfg, recipe, 2, torch.device("cpu"), 0, reporter=reporter)
     trainer.begin(None)
     rng = random.Random(0)
-    train, validation = _batches(rng, 3), _batches(rng, 2)
+    train, validation = text_batches(rng, 3, 4, (4, 12)), text_batches(rng, 2, 4, (4, 12))
 
     def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
         return (recipe.collate(b) for b in train[skip:])

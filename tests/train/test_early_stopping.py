@@ -6,7 +6,6 @@ import random
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,7 +16,7 @@ from lmplatform.train.early_stopping import improves
 from lmplatform.train.ingest import resume_batches
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.state import FINAL_MODEL_DIR
-from tests.conftest import TOKEN_WORDS
+from tests.conftest import text_batches
 
 
 def test_improves_in_the_direction_of_the_mode_by_more_than_min_delta() -> None:
@@ -26,15 +25,6 @@ def test_improves_in_the_direction_of_the_mode_by_more_than_min_delta() -> None:
     assert improves(0.72, 0.70, "max", 0.01) and not improves(0.705, 0.70, "max", 0.01) and not improves(0.6, 0.7, "max", 0.0)
     assert not improves(float("nan"), None, "min", 0.0) and not improves(float("nan"), 1.0, "max", 0.0)
 
-
-def _text_batches(seed: int, count: int) -> list[dict[str, np.ndarray]]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        column = np.empty(4, dtype=object)
-        column[:] = [" ".join(rng.choice(TOKEN_WORDS) for _ in range(rng.randint(20, 30))) for _ in range(4)]
-        out.append({"text": column})
-    return out
 
 
 def _mlm_trainer(tiny_bert: Path, tmp_path: Path, *overrides: str) -> tuple[Trainer, FolderReporter, Any]:
@@ -48,7 +38,8 @@ def _mlm_trainer(tiny_bert: Path, tmp_path: Path, *overrides: str) -> tuple[Trai
 
 
 def _fit(trainer: Trainer) -> dict[str, float]:
-    train, validation = _text_batches(0, 8), _text_batches(1, 2)
+    rng = random.Random(0)
+    train, validation = text_batches(rng, 8, 4, (20, 30)), text_batches(rng, 2, 4, (20, 30))
     collate = trainer.recipe.collate
 
     def train_batches(epoch: int, skip: int) -> Iterator[Any]:

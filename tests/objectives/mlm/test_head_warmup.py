@@ -6,7 +6,6 @@ import random
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,7 +16,7 @@ from lmplatform.objectives.registry import objective_spec
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.recipe import Batch
 from lmplatform.train.state import FINAL_MODEL_DIR
-from tests.conftest import TOKEN_WORDS
+from tests.conftest import text_batches
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +35,6 @@ def backbone_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer.save_pretrained(str(folder))
     return folder
 
-
-def _batches(rng: random.Random, n: int) -> list[dict[str, np.ndarray]]:
-    out = []
-    for _ in range(n):
-        column = np.empty(8, dtype=object)
-        column[:] = [" ".join(rng.choice(TOKEN_WORDS) for _ in range(rng.randint(8, 16))) for _ in range(8)]
-        out.append({"text": column})
-    return out
 
 
 def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -76,7 +67,7 @@ def test_head_warmup_trains_the_head_alone_and_saves_it(backbone_only: Path, tmp
     assert optimized == {id(p) for p in trained}  # the frozen encoder is not in the optimizer
     trainer.begin(None)
     rng = random.Random(0)
-    train, validation = _batches(rng, 4), _batches(rng, 2)
+    train, validation = text_batches(rng, 4, 8, (8, 16)), text_batches(rng, 2, 8, (8, 16))
 
     def train_batches(epoch: int, skip: int) -> Iterator[Batch]:
         return (recipe.collate(b) for b in train[skip:])
