@@ -84,3 +84,36 @@ def test_a_metric_the_run_does_not_report_is_refused_at_the_first_validation(tin
 def test_a_bad_rule_is_refused_before_training_naming_the_field(overrides: list[str], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_run_config(None, ["data.train_paths=[unused.jsonl]", *overrides])
+
+
+def _scripted_validation(trainer: Trainer, values: dict[int, float], weights_at: dict[int, dict]) -> None:
+    """Validation returns `values[step]` as val_mlm_loss and records the weights it saw at each step."""
+    def evaluate(batches: Any) -> dict[str, float]:  # noqa: ANN401
+        step = trainer.progress.step
+        weights_at.setdefault(step, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
+        trainer.latest_validation = {"val_mlm_loss": values[step]}
+        return dict(trainer.latest_validation)
+
+    trainer.evaluate = evaluate  # type: ignore[method-assign]
+
+
+def test_keep_best_restores_the_best_validations_weights_and_a_checkpoint_carries_them(tiny_bert: Path, tmp_path: Path) -> None:
+    trainer, reporter, cfg = _mlm_trainer(tiny_bert, tmp_path, "optim.lr=1e-3", "optim.early_stopping.metric=val_mlm_loss",
+                                          "optim.early_stopping.patience=2", "optim.early_stopping.keep=best",
+                                          "checkpoint.every_n_steps=4")
+    weights_at: dict[int, dict] = {}
+    _scripted_validation(trainer, {0: 5.0, 2: 4.0, 4: 4.5, 6: 4.6}, weights_at)
+    summary = _fit(trainer)
+    assert trainer.progress.step == 6 and summary["early_stopped_at_step"] == 6
+    assert summary["early_stopping_kept_step"] == 2
+    assert not all(torch.equal(weights_at[2][k], weights_at[6][k]) for k in weights_at[2])  # training moved them
+    final = trainer.model.state_dict()
+    assert all(torch.equal(final[k], weights_at[2][k]) for k in final)  # the exported model is step 2's
+
+    # the checkpoint of step 4 holds step 2's weights: a run resumed from it still ends with them
+    step4 = next(c for c in reporter.checkpoints if "step00000004" in c.name)
+    resumed = Trainer(cfg, objective_spec("mlm").build_recipe(cfg), cfg.optim.max_steps, torch.device("cpu"), 0,
+                      reporter=FolderReporter(tmp_path / "resumed"))
+    resumed.begin(step4)
+    assert resumed.progress.best_step == 2 and resumed.progress.validations_since_best == 1
+    assert resumed.best_weights is not None and all(torch.equal(resumed.best_weights[k], weights_at[2][k]) for k in final)

@@ -99,13 +99,16 @@ ObjectiveConfig = Annotated[Union[objective_configs()], Field(discriminator="nam
 
 class EarlyStoppingConfig(Section):
     """Stop before the step budget once a validation metric has stopped improving. It is read at every
-    validation (tracking.eval_every_n_steps); the model of the last step is kept, as at the budget's end."""
+    validation (tracking.eval_every_n_steps)."""
 
     metric: str = Field(..., min_length=1, pattern=r"^val_\w+$",
                         description="A validation metric the run reports, e.g. val_mlm_loss or val_ir_mrr_at_10.")
     mode: Literal["min", "max"] = Field("min", description="min for losses, max for accuracies and retrieval metrics.")
     patience: int = Field(3, ge=1, description="Validations in a row without an improvement before the run stops.")
     min_delta: float = Field(0.0, ge=0.0, description="Smallest change from the best value so far that counts as an improvement.")
+    keep: Literal["last", "best"] = Field(
+        "last", description="The model the run ends with: the last step's, or the weights of the best validation "
+        "(held in memory and in every checkpoint, restored before the final validation and export).")
 
 
 class OptimConfig(Section):
@@ -131,7 +134,8 @@ class OptimConfig(Section):
     seed: int = 42
     early_stopping: Optional[EarlyStoppingConfig] = Field(
         None, description="Stop when a validation metric plateaus (needs tracking.eval_every_n_steps); the step "
-        "budget (max_steps or epochs) stays the upper bound and sets the schedule.")
+        "budget (max_steps or epochs) stays the upper bound and sets the schedule. With keep: best, a run that "
+        "reaches its budget also ends with its best validation's weights.")
 
     @model_validator(mode="after")
     def _needs_a_length(self) -> "OptimConfig":

@@ -34,7 +34,14 @@ from lmplatform.train.feed import FedBatch, Feeder, Prefetcher, place
 from lmplatform.train.optim import build_optimizer, build_scheduler
 from lmplatform.train.precision import MixedPrecision
 from lmplatform.train.recipe import Batch, TrainingRecipe
-from lmplatform.train.state import FINAL_MODEL_DIR, Progress, load_checkpoint, save_checkpoint, seed_everything
+from lmplatform.train.state import (
+    FINAL_MODEL_DIR,
+    Progress,
+    load_best_weights,
+    load_checkpoint,
+    save_checkpoint,
+    seed_everything,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +223,7 @@ class Trainer:
         # The newest validation metrics ride along with every report, so a Tune
         # scheduler (ASHA) sees its metric in each intermediate result.
         self.latest_validation: dict[str, float] = {}
+        self.best_weights: Optional[dict[str, torch.Tensor]] = None  # early stopping with keep: best, on the CPU
 
     # -- checkpoints -------------------------------------------------------
     def begin(self, checkpoint: Optional[Path] = None) -> None:
@@ -229,6 +237,8 @@ class Trainer:
     def restore(self, folder: Path) -> None:
         self.progress = load_checkpoint(folder, self.rank, self.model, self.objective, self.optimizer, self.scheduler,
                                         self.recipe.stateful_parts(), self.device, self.precision.scaler)
+        if self._keeps_best():
+            self.best_weights = load_best_weights(folder)
         self._log({"resumed_from_step": float(self.progress.step)}, self.progress.step)
         self._print(f"resumed from checkpoint at step {self.progress.step} (epoch {self.progress.epoch})")
 
@@ -240,7 +250,7 @@ class Trainer:
         with tempfile.TemporaryDirectory(prefix="lmp-ckpt-") as tmp:
             folder = Path(tmp)
             save_checkpoint(folder, self.rank, self.progress, self.model, self.objective, self.optimizer, self.scheduler,
-                            self._checkpointed_parts(), self.device, self.precision.scaler)
+                            self._checkpointed_parts(), self.device, self.precision.scaler, self.best_weights)
             if final and self.rank == 0:
                 self.recipe.export(self.model, folder / FINAL_MODEL_DIR)
             self.reporter.report(metrics, folder,
@@ -349,7 +359,7 @@ class Trainer:
                 self._log({f"{k}_initial": v for k, v in initial.items()} | initial, step=0)
                 self._print("before training: " + _fmt(initial))
             if stopping is not None:
-                plateaued(stopping, initial, progress)  # the starting value is the first best
+                self._plateaued(initial)  # the starting value is the first best
         stopped_early: Optional[dict[str, float]] = None  # the validation at which the run stopped early
         timer = StepTimer(progress.step)
         window = MetricWindow()
@@ -377,7 +387,7 @@ class Trainer:
                     self._print(f"step {step}: " + _fmt(val))
                     # Every worker evaluates at the same steps, so each calls report equally often.
                     self._report({"loss": float(metrics["loss"])}, with_checkpoint=False)
-                    if stopping is not None and plateaued(stopping, val, progress):
+                    if stopping is not None and self._plateaued(val):
                         stopped_early = val
                         self._log({"early_stopped_at_step": float(step)}, step)
                         self._print(f"early stop at step {step}: {stopping.metric} has not improved on "
@@ -389,7 +399,11 @@ class Trainer:
                     self._report({"loss": float(metrics["loss"])}, with_checkpoint=True)
         finally:
             batches.close()  # stops a prefetching thread
-        final = stopped_early if stopped_early is not None else self.evaluate(validation_batches())  # no change since
+        restore_best = self._keeps_best() and self.best_weights is not None and progress.best_step != progress.step
+        if restore_best:
+            self.model.load_state_dict(self.best_weights)
+            self._print(f"restored the weights of step {progress.best_step} ({stopping.metric} {progress.best_metric:.4f})")
+        final = stopped_early if stopped_early is not None and not restore_best else self.evaluate(validation_batches())
         self._log(final, progress.step)
         if final:
             self._print("after training: " + _fmt(final))
@@ -398,8 +412,21 @@ class Trainer:
         summary = {**{f"{k}_initial": v for k, v in initial.items()}, **final, "tokens": tokens}
         if stopped_early is not None:
             summary["early_stopped_at_step"] = float(progress.step)
+        if restore_best:
+            summary["early_stopping_kept_step"] = float(progress.best_step)
         self._report(summary, with_checkpoint=True, final=True)
         return summary
+
+    def _keeps_best(self) -> bool:
+        stopping = self.cfg.optim.early_stopping
+        return stopping is not None and stopping.keep == "best"
+
+    def _plateaued(self, metrics: dict[str, float]) -> bool:
+        """Early stopping's reading of one validation; with keep: best, a new best's weights are copied."""
+        stop = plateaued(self.cfg.optim.early_stopping, metrics, self.progress)
+        if self._keeps_best() and self.progress.validations_since_best == 0:  # this validation set the best
+            self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        return stop
 
     def _paused(self) -> ContextManager[Any]:
         """No batch is collated in the background inside the block (validation shares the collator)."""

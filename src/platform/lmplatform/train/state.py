@@ -24,6 +24,7 @@ from torch import nn
 TRAINING_STATE = "training_state.pt"
 PROGRESS = "progress.json"
 FINAL_MODEL_DIR = "model"
+BEST_WEIGHTS = "best_model"  # key in the training state
 
 
 @dataclass
@@ -88,9 +89,11 @@ def save_checkpoint(
     parts: Optional[Mapping[str, Stateful]] = None,
     device: Optional[torch.device] = None,
     scaler: Optional[torch.amp.GradScaler] = None,
+    best_weights: Optional[Mapping[str, torch.Tensor]] = None,
 ) -> None:
     """`parts`: this rank's stateful recipe parts by name, saved with its random state.
-    `scaler`: the fp16 loss scaler (saved when enabled)."""
+    `scaler`: the fp16 loss scaler (saved when enabled). `best_weights`: the model's weights at the best
+    validation so far (early stopping with keep: best)."""
     folder.mkdir(parents=True, exist_ok=True)
     per_rank = {"rng": rng_state(device), "parts": {name: part.state_dict() for name, part in (parts or {}).items()}}
     torch.save(per_rank, _rank_file(folder, rank))
@@ -104,6 +107,8 @@ def save_checkpoint(
     }
     if scaler is not None and scaler.is_enabled():
         state["grad_scaler"] = scaler.state_dict()
+    if best_weights is not None:
+        state[BEST_WEIGHTS] = dict(best_weights)
     torch.save(state, folder / TRAINING_STATE)
     (folder / PROGRESS).write_text(json.dumps(asdict(progress)))
 
@@ -138,3 +143,8 @@ def load_checkpoint(
             if name in saved["parts"]:
                 part.load_state_dict(saved["parts"][name])
     return Progress(**json.loads((folder / PROGRESS).read_text()))
+
+
+def load_best_weights(folder: Path) -> Optional[dict[str, torch.Tensor]]:
+    """The best validation's weights a checkpoint holds (early stopping with keep: best), or None."""
+    return torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=False).get(BEST_WEIGHTS)
