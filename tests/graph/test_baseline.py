@@ -43,3 +43,11 @@ def test_baseline_rows_match_a_separate_run_of_the_baseline_and_gains_are_per_fo
         assert with_baseline["knn_gain"][key]["std"] == pytest.approx(abs(gains[0] - gains[1]) / 2 ** 0.5)
     assert any(with_baseline["knn_gain"][key]["mean"] != 0 for key in ("ner_macro_f1", "re_macro_f1"))
     assert "knn_baseline" not in alone and "knn_gain" not in alone
+
+
+@pytest.mark.parametrize("value", ["tpu", "cuda\x00", "cpu\ud800"])
+def test_a_bad_evaluation_device_is_refused_naming_the_field(value: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="device"):
+        RelationEvalConfig(data_path="ade.jsonl", folds_file="folds.json", device=value)

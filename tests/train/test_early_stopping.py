@@ -117,3 +117,12 @@ def test_keep_best_restores_the_best_validations_weights_and_a_checkpoint_carrie
     resumed.begin(step4)
     assert resumed.progress.best_step == 2 and resumed.progress.validations_since_best == 1
     assert resumed.best_weights is not None and all(torch.equal(resumed.best_weights[k], weights_at[2][k]) for k in final)
+
+
+@pytest.mark.parametrize("field, value", [("metric", "val_mlm_loss\x00"), ("metric", "val_\ud800"),
+                                          ("mode", "min\x07"), ("keep", "best\ud800")])
+def test_control_characters_and_surrogates_in_the_rule_are_refused_naming_the_field(field: str, value: str) -> None:
+    rule = {"metric": "val_mlm_loss", field: value}
+    with pytest.raises(ConfigError, match=rf"optim\.early_stopping\.{field}"):
+        load_run_config(None, ["data.train_paths=[unused.jsonl]", "tracking.eval_every_n_steps=10"],
+                        base={"optim": {"early_stopping": rule}})

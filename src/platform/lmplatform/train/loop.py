@@ -37,7 +37,6 @@ from lmplatform.train.recipe import Batch, TrainingRecipe
 from lmplatform.train.state import (
     FINAL_MODEL_DIR,
     Progress,
-    load_best_weights,
     load_checkpoint,
     save_checkpoint,
     seed_everything,
@@ -235,10 +234,10 @@ class Trainer:
             seed_everything(self.cfg.optim.seed + 1000 * self.rank)
 
     def restore(self, folder: Path) -> None:
-        self.progress = load_checkpoint(folder, self.rank, self.model, self.objective, self.optimizer, self.scheduler,
-                                        self.recipe.stateful_parts(), self.device, self.precision.scaler)
-        if self._keeps_best():
-            self.best_weights = load_best_weights(folder)
+        self.progress, best_weights = load_checkpoint(
+            folder, self.rank, self.model, self.objective, self.optimizer, self.scheduler, self.recipe.stateful_parts(),
+            self.device, self.precision.scaler)
+        self.best_weights = best_weights if self._keeps_best() else None
         self._log({"resumed_from_step": float(self.progress.step)}, self.progress.step)
         self._print(f"resumed from checkpoint at step {self.progress.step} (epoch {self.progress.epoch})")
 

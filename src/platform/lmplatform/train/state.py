@@ -123,9 +123,9 @@ def load_checkpoint(
     parts: Optional[Mapping[str, Stateful]] = None,
     device: Optional[torch.device] = None,
     scaler: Optional[torch.amp.GradScaler] = None,
-) -> Progress:
-    """Restore what `save_checkpoint` wrote. A checkpoint without a loss scale (written at fp32 or bf16)
-    leaves an fp16 `scaler` at its initial scale."""
+) -> tuple[Progress, Optional[dict[str, torch.Tensor]]]:
+    """Restore what `save_checkpoint` wrote; (progress, the best validation's weights or None). A checkpoint
+    without a loss scale (written at fp32 or bf16) leaves an fp16 `scaler` at its initial scale."""
     state = torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=False)
     model.load_state_dict(state["model"])
     objective.load_state_dict(state["objective"])
@@ -142,9 +142,4 @@ def load_checkpoint(
         for name, part in (parts or {}).items():
             if name in saved["parts"]:
                 part.load_state_dict(saved["parts"][name])
-    return Progress(**json.loads((folder / PROGRESS).read_text()))
-
-
-def load_best_weights(folder: Path) -> Optional[dict[str, torch.Tensor]]:
-    """The best validation's weights a checkpoint holds (early stopping with keep: best), or None."""
-    return torch.load(folder / TRAINING_STATE, map_location="cpu", weights_only=False).get(BEST_WEIGHTS)
+    return Progress(**json.loads((folder / PROGRESS).read_text())), state.get(BEST_WEIGHTS)
