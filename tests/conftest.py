@@ -118,6 +118,32 @@ def write_corpus(path: Path, n: int = 120, seed: int = 0) -> Path:
     return path
 
 
+def write_duplicate_reports(folder: Path, groups: int = 24, seed: int = 0) -> tuple[Path, Path]:
+    """(corpus.jsonl, relations.jsonl) in OpenOffice's layout: reports {id, title, description} and duplicate pairs
+    {duplicate_id, master_id, split}; each group is a master and one or two duplicates sharing its key words,
+    its split (train / dev / test, 2:1:1) drawn by group; 20 unrelated reports join the corpus."""
+    import random
+
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    reports, relations = [], []
+    for group in range(groups):
+        key = rng.sample(TOKEN_WORDS, 4)
+        split = ("train", "train", "dev", "test")[group % 4]
+        ids = [f"r{group}-{n}" for n in range(1 + 1 + group % 2)]
+        for report_id in ids:
+            words = key + rng.sample(TOKEN_WORDS, 3)
+            rng.shuffle(words)
+            reports.append({"id": report_id, "title": " ".join(words[:3]), "description": " ".join(words[3:])})
+        relations += [{"duplicate_id": d, "master_id": ids[0], "split": split} for d in ids[1:]]
+    reports += [{"id": f"x{n}", "title": " ".join(rng.sample(TOKEN_WORDS, 3)), "description": " ".join(rng.sample(TOKEN_WORDS, 5))}
+                for n in range(20)]
+    corpus, links = folder / "corpus.jsonl", folder / "relations.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in reports))
+    links.write_text("".join(json.dumps(r) + "\n" for r in relations))
+    return corpus, links
+
+
 @pytest.fixture
 def corpus_file(tmp_path: Path) -> Path:
     return write_corpus(tmp_path / "corpus.jsonl")

@@ -117,7 +117,7 @@ def test_a_pipeline_resolves_a_stage_teacher_and_refuses_a_later_one(tmp_path: P
     reranker = {"data": {"train_paths": ["pairs.jsonl"]}, "objective": {"name": "cross_encoder"}}
     cfg = pipeline_config_from_dict({"name": "p", "stages": [{"name": "reranker", "run": reranker},
                                                             {"name": "student", "run": distill}]}, tmp_path)
-    run = build_stage_config(cfg, cfg.stages[1], "default", "runs", "r", stage_models={"reranker": "/models/reranker"})
+    run = build_stage_config(cfg, cfg.stages[1], "default", "runs", "r", stage_outputs={"reranker": "/models/reranker"})
     assert run.objective.teacher == "/models/reranker"
     assert build_stage_config(cfg, cfg.stages[1], "default", "runs", "r").objective.teacher == "stage:reranker"
     fields = [p.field for p in stage_problems(cfg, cfg.stages[1], will_run=["reranker"])]

@@ -98,7 +98,7 @@ def test_a_mine_stage_s_pairs_file_feeds_a_later_stage(tmp_path: Path) -> None:
     ([{"name": "a", "run": _mlm()}, {"name": "b", "run": _pairs_run("stage:a")}], r"not an earlier mine stage \(earlier mine stages: none\)"),
     ([_mine(), {"name": "train", "run": _pairs_run("p.jsonl"), "init_from": "stage:mined"}], r"init_from names mine stage 'mined'"),
     ([{**_mine(), "set": ["optim.lr=1"]}], r"a mine stage trains nothing"),
-    ([{**_mine(), "run": _mlm()}], r"exactly one of `config` \(a file\), `run` \(inline\) or `mine`"),
+    ([{**_mine(), "run": _mlm()}], r"exactly one of `config` \(a file\), `run` \(inline\), `mine` or `pairs`"),
     ([_mine(range_min=5, range_max=5)], r"mine.range_min \(5\) must be below mine.range_max \(5\)"),
     ([_mine(num_negatives=9, range_max=4)], r"mine.num_negatives \(9\) must be at most range_max - range_min \(4\)"),
     ([_mine(relative_margin=1.5)], r"relative_margin"),
@@ -107,3 +107,65 @@ def test_a_mine_stage_s_pairs_file_feeds_a_later_stage(tmp_path: Path) -> None:
 def test_bad_mine_stages_fail_at_load_time(tmp_path: Path, stages: list[dict], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_pipeline_config(_write(tmp_path, stages))
+
+
+def _pairs_stage(**extra: object) -> dict:
+    return {"name": "data", "pairs": {"corpus": "corpus.jsonl", "relations": "pairs.jsonl", **extra}}
+
+
+def test_a_pairs_stage_s_files_feed_later_stages_by_split(tmp_path: Path) -> None:
+    holdout = {"split": "dev", "into": ["dev_select", "dev_confirm"]}
+    cfg = load_pipeline_config(_write(tmp_path, [
+        _pairs_stage(holdout=holdout),
+        {"name": "mined", "mine": {"pairs": {"train_paths": ["stage:data/train"]}}},
+        {"name": "train", "run": {**_pairs_run("stage:mined"), "data": {
+            "train_paths": ["stage:mined"], "validation_paths": ["stage:data/dev_select"]}}},
+    ]))
+    assert cfg.stage("data").pairs.outputs() == ["train", "dev_select", "dev_confirm", "test"]
+    assert cfg.stage("data").kind == "pairs" and cfg.stage("mined").kind == "mine" and cfg.stage("train").kind == "train"
+    outputs = {"mined": "/p/mined/pairs.jsonl", "data/dev_select": "/p/data/dev_select.jsonl"}
+    run = build_stage_config(cfg, cfg.stage("train"), "default", "/s", "r", stage_outputs=outputs)
+    assert run.data.train_paths == ["/p/mined/pairs.jsonl"] and run.data.validation_paths == ["/p/data/dev_select.jsonl"]
+
+
+@pytest.mark.parametrize(("stages", "message"), [
+    ([_pairs_stage(), {"name": "t", "run": _pairs_run("stage:data/dev_select")}],
+     r"stage 't': stage:data/dev_select: pairs stage 'data' writes train, dev, test, not 'dev_select'"),
+    ([{"name": "t", "run": _pairs_run("stage:data/train")}, _pairs_stage()],
+     r"stage:data/train names 'data', which is not an earlier pairs stage \(earlier pairs stages: none\)"),
+    ([_pairs_stage(), {"name": "t", "run": _pairs_run("stage:data")}],
+     r"stage:data is a pairs stage, which writes several files: name one of stage:data/train"),
+    ([_pairs_stage(), {"name": "t", "run": _pairs_run("p.jsonl"), "init_from": "stage:data"}],
+     r"init_from names pairs stage 'data', which makes pairs files, not a model"),
+    ([_pairs_stage(holdout={"split": "valid"})], r"pairs.holdout.split 'valid' is not one of pairs.splits \(train, dev, test\)"),
+    ([_pairs_stage(holdout={"into": ["train", "x"]})], r"must be two new names"),
+    ([_pairs_stage(splits=["train", "train"])], r"names a split twice"),
+    ([_pairs_stage(splits=["../up"])], r"pairs.splits: '../up' must match"),
+    ([{**_pairs_stage(), "set": ["optim.lr=1"]}], r"a pairs stage trains nothing"),
+])
+def test_bad_pairs_stages_and_references_fail_at_load_time(tmp_path: Path, stages: list[dict], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_pipeline_config(_write(tmp_path, stages))
+
+
+def test_stage_fields_are_addressed_by_stage_name(tmp_path: Path) -> None:
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump(_pairs_run("p.jsonl")))
+    path = _write(tmp_path, [_mine(), {"name": "inline", "run": _pairs_run("stage:mined")},
+                             {"name": "file", "config": "task.yaml"}])
+    cfg = load_pipeline_config(path, ["stages.mined.mine.range_max=30", "stages.inline.run.optim.lr=3e-5",
+                                      "stages.file.run.optim.lr=4e-5", "stages.inline.objective.temperature=0.1"])
+    assert cfg.stage("mined").mine.range_max == 30
+    inline = build_stage_config(cfg, cfg.stage("inline"), "default", "/s", "r")
+    assert inline.optim.lr == 3e-5 and inline.objective.temperature == 0.1
+    assert build_stage_config(cfg, cfg.stage("file"), "default", "/s", "r").optim.lr == 4e-5  # through its `set` list
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("stages.nope.run.optim.lr=1e-5", r"no stage named 'nope'"),
+    ("stages.inline.run.optim.lrr=1e-5", r"optim.lrr: unknown key"),
+    ("stages.mined.mine.range_maxx=10", r"range_maxx.*unknown key|range_maxx.*Extra inputs"),
+])
+def test_an_unknown_stage_or_field_is_refused_naming_it(tmp_path: Path, override: str, message: str) -> None:
+    path = _write(tmp_path, [_mine(), {"name": "inline", "run": _pairs_run("stage:mined")}])
+    with pytest.raises(ConfigError, match=message):
+        load_pipeline_config(path, [override])

@@ -37,7 +37,8 @@ def pipeline_run(
         "mlflow_parent_run_id": result.parent_run_id,
         "state": str(result.folder / "pipeline_state.json"),
         "stages": {n: {"model_dir": s.model_dir, "mlflow_run_id": s.mlflow_run_id, "model_version": s.model_version,
-                       **({"pairs_file": s.output_path} if s.output_path else {})}
+                       **({"pairs_file": s.output_path} if s.output_path else {}),
+                       **({"files": s.outputs} if s.outputs else {}), **({"reused_from": s.reused_from} if s.reused_from else {})}
                    for n, s in result.state.stages.items()},
         "forgetting": result.forgetting,
         "continual_metrics": result.continual,
@@ -62,7 +63,8 @@ def pipeline_validate(
     for i, stage in enumerate(cfg.stages, 1):
         ewc = f", EWC λ={stage.ewc.lambda_:g} vs {stage.ewc.anchor_reference}" if stage.ewc else ""
         evals = f", evaluations: {', '.join(e.key for e in stage.evaluations)}" if stage.evaluations else ""
-        source = f"mines hard negatives with {stage.init_from}" if stage.mine else f"from {stage.init_from}"
+        source = {"mine": f"mines hard negatives with {stage.init_from}", "train": f"from {stage.init_from}",
+                  "pairs": f"writes {', '.join(stage.pairs.outputs())} from {stage.pairs.relations}" if stage.pairs else ""}[stage.kind]
         typer.echo(f"{i}. {stage.name}: {source}{ewc}{evals}")
 
 

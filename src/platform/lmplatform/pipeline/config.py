@@ -131,6 +131,57 @@ class MineConfig(Section):
         return self
 
 
+class HoldoutConfig(Section):
+    """Cut one split in two by duplicate group, e.g. dev into a part that selects and a part that confirms."""
+
+    split: str = Field("dev", min_length=1, description="The split to cut; its file is replaced by the two parts.")
+    into: tuple[str, str] = Field(("dev_select", "dev_confirm"), description="Names of the two parts (outputs of the stage).")
+    fraction: float = Field(0.5, gt=0.0, lt=1.0, description="Share of the split's groups that go to the second part.")
+    seed: int = Field(0, description="Salts the group hash that assigns each group to a part.")
+
+
+class PairsConfig(Section):
+    """A `pairs` stage: one pairs file per split from a report corpus and its duplicate relations, each pair with
+    its duplicate group (what `lmp data pairs` writes). Later stages name a file as `stage:<name>/<split>`."""
+
+    corpus: str = Field(..., min_length=1, description="JSONL of reports, one object per line.")
+    relations: str = Field(..., min_length=1, description="JSONL of duplicate pairs (or links, with format: links).")
+    format: Literal["pairs", "links"] = "pairs"
+    fields: list[str] = Field(["title", "description"], min_length=1, description="Report fields joined into a text.")
+    id_field: str = "id"
+    query_id_field: str = "duplicate_id"
+    target_id_field: str = "master_id"
+    split_field: str = Field("split", description="Field of the relation rows naming the split.")
+    splits: list[str] = Field(["train", "dev", "test"], min_length=1, description="Splits to write.")
+    holdout: Optional[HoldoutConfig] = None
+    limit: Optional[int] = Field(None, ge=1, description="At most this many pairs per split (smoke runs).")
+
+    @model_validator(mode="after")
+    def _outputs_are_distinct(self) -> "PairsConfig":
+        if len(set(self.splits)) != len(self.splits):
+            raise ValueError(f"pairs.splits names a split twice: {self.splits}")
+        if self.holdout is not None:
+            if self.holdout.split not in self.splits:
+                raise ValueError(f"pairs.holdout.split {self.holdout.split!r} is not one of pairs.splits ({', '.join(self.splits)})")
+            clash = set(self.holdout.into) & (set(self.splits) - {self.holdout.split})
+            if clash or self.holdout.into[0] == self.holdout.into[1]:
+                raise ValueError(f"pairs.holdout.into {list(self.holdout.into)} must be two new names, distinct from the splits")
+            for name in self.holdout.into:
+                if not re.match(_NAME, name):
+                    raise ValueError(f"pairs.holdout.into: {name!r} must match {_NAME}")
+        for name in self.splits:
+            if not re.match(_NAME, name):
+                raise ValueError(f"pairs.splits: {name!r} must match {_NAME} (it names a file)")
+        return self
+
+    def outputs(self) -> list[str]:
+        """The files the stage writes, by name (`stage:<stage>/<output>`)."""
+        if self.holdout is None:
+            return list(self.splits)
+        return [part for split in self.splits
+                for part in (self.holdout.into if split == self.holdout.split else (split,))]
+
+
 class StageConfig(Section):
     name: str = Field(..., pattern=_NAME)
     config: Optional[str] = Field(None, description="A run config YAML (relative to the pipeline file).")
@@ -138,6 +189,9 @@ class StageConfig(Section):
     mine: Optional[MineConfig] = Field(
         None, description="A mining stage instead of a training one: writes the pairs with hard negatives; a later "
         "stage reads them with `stage:<name>` in data.train_paths.")
+    pairs: Optional[PairsConfig] = Field(
+        None, description="A data stage: pairs files per split from a corpus and its duplicate relations; a later "
+        "stage names one as `stage:<name>/<split>`.")
     set: list[str] = Field(default_factory=list, description="--set style overrides applied to the run config.")
     init_from: str = Field(
         "default", description="stage:<name> (that stage's model), models:/<name>@<alias>, a folder, or 'default'; "
@@ -147,11 +201,26 @@ class StageConfig(Section):
 
     @model_validator(mode="after")
     def _one_run_source(self) -> "StageConfig":
-        if sum(source is not None for source in (self.config, self.run, self.mine)) != 1:
-            raise ValueError(f"stage {self.name!r}: set exactly one of `config` (a file), `run` (inline) or `mine`")
-        if self.mine is not None and (self.set or self.ewc or self.evaluations):
-            raise ValueError(f"stage {self.name!r}: a mine stage trains nothing: remove set, ewc and evaluations")
+        if sum(source is not None for source in (self.config, self.run, self.mine, self.pairs)) != 1:
+            raise ValueError(f"stage {self.name!r}: set exactly one of `config` (a file), `run` (inline), `mine` or `pairs`")
+        if (self.mine is not None or self.pairs is not None) and (self.set or self.ewc or self.evaluations):
+            raise ValueError(f"stage {self.name!r}: a {self.kind} stage trains nothing: remove set, ewc and evaluations")
         return self
+
+    @property
+    def kind(self) -> str:
+        """'train', 'mine' or 'pairs'."""
+        return "mine" if self.mine is not None else "pairs" if self.pairs is not None else "train"
+
+
+class StageReuseConfig(Section):
+    """Reuse of stages across pipeline runs: a stage whose resolved config and inputs (by content) match a stage
+    already run takes that stage's outputs instead of running again (lmplatform/pipeline/cache.py)."""
+
+    enabled: bool = Field(False, description="Look stages up before running them, and record them after (a study's "
+                          "pipeline trials turn it on).")
+    path: Optional[str] = Field(None, description="The cache folder, shared by every pipeline that names it. "
+                                "Default: <storage_path>/stage-cache.")
 
 
 class PipelineConfig(Section):
@@ -161,6 +230,7 @@ class PipelineConfig(Section):
     description: str = ""
     tracking: PipelineTrackingConfig = Field(default_factory=PipelineTrackingConfig)
     storage_path: str = Field("runs/pipelines", description="Pipeline state and every stage's Ray Train runs go here.")
+    reuse: StageReuseConfig = Field(default_factory=StageReuseConfig)
     stages: list[StageConfig] = Field(..., min_length=1)
     tasks: list[StageEvaluationConfig] = Field(
         default_factory=list,
@@ -171,7 +241,7 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _references(self) -> "PipelineConfig":
         seen: list[str] = []
-        mines = {stage.name for stage in self.stages if stage.mine is not None}
+        makes_files = {stage.name: stage.kind for stage in self.stages if stage.kind != "train"}
         for stage in self.stages:
             if stage.name in seen:
                 raise ValueError(f"stage name {stage.name!r} is used twice")
@@ -181,9 +251,10 @@ class PipelineConfig(Section):
                 if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] not in seen:
                     raise ValueError(f"stage {stage.name!r}: {what} names {ref[len(STAGE_PREFIX):]!r}, which is not an "
                                      f"earlier stage (earlier: {', '.join(seen) or 'none'})")
-                if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] in mines:
-                    raise ValueError(f"stage {stage.name!r}: {what} names mine stage {ref[len(STAGE_PREFIX):]!r}, which "
-                                     "makes a pairs file, not a model (use it in data.train_paths)")
+                if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] in makes_files:
+                    name = ref[len(STAGE_PREFIX):]
+                    raise ValueError(f"stage {stage.name!r}: {what} names {makes_files[name]} stage {name!r}, which "
+                                     "makes pairs files, not a model (use it in data.train_paths)")
             seen.append(stage.name)
         for task in self.tasks:
             if not task.task:
@@ -209,28 +280,38 @@ def stage_run_data(pipeline: PipelineConfig, stage: StageConfig) -> dict[str, An
 DATA_PATH_FIELDS = ("train_paths", "validation_paths")
 
 
+def stage_references(value: Any) -> list[str]:  # noqa: ANN401 - a YAML value
+    """Every `stage:<name>` and `stage:<name>/<output>` string in a (nested) config value, without the prefix."""
+    if isinstance(value, str):
+        return [value[len(STAGE_PREFIX):]] if value.startswith(STAGE_PREFIX) else []
+    if isinstance(value, dict):
+        return [ref for item in value.values() for ref in stage_references(item)]
+    if isinstance(value, (list, tuple)):
+        return [ref for item in value for ref in stage_references(item)]
+    return []
+
+
+def resolve_references(value: Any, outputs: Mapping[str, str]) -> Any:  # noqa: ANN401 - a YAML value
+    """`value` with each `stage:<ref>` string whose ref is in `outputs` replaced by `outputs[ref]`: a finished
+    stage's file (a mine stage's pairs, `<pairs stage>/<split>`) or model folder (a training stage)."""
+    if isinstance(value, str):
+        return outputs.get(value[len(STAGE_PREFIX):], value) if value.startswith(STAGE_PREFIX) else value
+    if isinstance(value, dict):
+        return {key: resolve_references(item, outputs) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [resolve_references(item, outputs) for item in value]
+    return value
+
+
 def stage_data_references(data: dict[str, Any]) -> list[str]:
     """The stage names a run config's `data` paths refer to as `stage:<name>` (a mine stage's pairs file)."""
     section = data.get("data") or {}
     paths = [p for name in DATA_PATH_FIELDS for p in _as_list(section.get(name))]
-    return [p[len(STAGE_PREFIX):] for p in paths if isinstance(p, str) and p.startswith(STAGE_PREFIX)]
+    return [ref for ref in stage_references(paths) if "/" not in ref]
 
 
 def _as_list(value: Any) -> list[Any]:  # noqa: ANN401 - a YAML value
     return [] if value is None else value if isinstance(value, list) else [value]
-
-
-def _with_stage_outputs(data: dict[str, Any], outputs: Mapping[str, str]) -> dict[str, Any]:
-    """`data` with each `stage:<name>` data path replaced by that stage's output file, where `outputs` has it."""
-    section = data.get("data")
-    if not isinstance(section, dict):
-        return data
-    replaced = dict(section)
-    for name in DATA_PATH_FIELDS:
-        if name in section:
-            replaced[name] = [outputs.get(p[len(STAGE_PREFIX):], p) if isinstance(p, str) and p.startswith(STAGE_PREFIX)
-                              else p for p in _as_list(section[name])]
-    return {**data, "data": replaced}
 
 
 def objective_model_references(data: dict[str, Any]) -> list[tuple[str, str]]:
@@ -246,31 +327,17 @@ def objective_model_references(data: dict[str, Any]) -> list[tuple[str, str]]:
             if isinstance(value, str) and value.startswith(STAGE_PREFIX)]
 
 
-def _with_stage_models(data: dict[str, Any], models: Mapping[str, str]) -> dict[str, Any]:
-    """`data` with each `stage:<name>` objective model reference replaced by that stage's model folder, where `models` has it."""
-    references = objective_model_references(data)
-    if not references:
-        return data
-    section = dict(data["objective"])
-    for field, name in references:
-        if name in models:
-            section[field.split(".", 1)[1]] = models[name]
-    return {**data, "objective": section}
-
-
 def build_stage_config(
     pipeline: PipelineConfig, stage: StageConfig, model: str, storage: str, run_name: str,
     ewc_anchor_model: Optional[str] = None, stage_outputs: Optional[Mapping[str, str]] = None,
-    stage_models: Optional[Mapping[str, str]] = None,
 ) -> RunConfig:
     """The RunConfig the stage trains with: its own config, then what the pipeline decides.
 
-    `stage_outputs` maps finished mine stages to their pairs files, for `stage:<name>` data paths;
-    `stage_models` maps finished training stages to their model folders, for `stage:<name>` in the
-    objective's model fields (a distillation teacher). Without them the references stay as written
-    (validation before anything ran)."""
-    data = _with_stage_outputs(stage_run_data(pipeline, stage), stage_outputs or {})
-    data = _with_stage_models(data, stage_models or {})
+    `stage_outputs` maps finished stages to what they made (`resolve_references`): a mine stage's pairs
+    file for `stage:<name>` data paths, a pairs stage's files for `stage:<name>/<split>`, a training stage's
+    model folder for `stage:<name>` in the objective's model fields (a distillation teacher). Without it the
+    references stay as written (validation before anything ran)."""
+    data = resolve_references(stage_run_data(pipeline, stage), stage_outputs or {})
     overrides = [
         f"model.name_or_path={model}",
         f"checkpoint.storage_path={storage}",
@@ -294,12 +361,29 @@ def build_stage_config(
 def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> PipelineConfig:
     """Read and validate a pipeline YAML; also validates every stage's run config.
 
-    Overrides: `name=x`, `tracking.experiment=x`, ... apply to the pipeline;
-    `stages.<stage>.ewc.lambda=v` and `stages.<stage>.init_from=v` to the stage;
-    any other `stages.<stage>.<section>.<field>=v` is added to that stage's `set` list (its run config).
+    Overrides: `name=x`, `tracking.experiment=x`, ... apply to the pipeline; `stages.<stage>.<field>...=v` to that
+    stage, by the stage's own fields (`stages.biencoder.run.optim.lr=3e-5`, `stages.negatives.mine.range_max=30`,
+    `stages.task.ewc.lambda=10`); any other `stages.<stage>.<section>.<field>=v` is added to the stage's `set`
+    list (its run config). An unknown stage or field fails validation, naming it.
     """
     path = Path(path)
     return pipeline_config_from_dict(read_yaml(path), path.resolve().parent, overrides, source=str(path))
+
+
+# A stage's own fields (`stages.<stage>.<field>...=v` sets them); any other first key is a run-config section.
+STAGE_FIELDS = ("config", "run", "mine", "pairs", "init_from", "ewc", "evaluations")
+
+
+def _stage_override(stage: dict[str, Any], item: str) -> dict[str, Any]:
+    """`stage` with one `<field path>=value` override: a stage field (run.optim.lr, mine.range_max, ewc.lambda,
+    init_from) is set in place, except `run.*` on a stage whose run config is a file, which joins its `set` list as
+    `*`; anything else (optim.lr) is a run-config override, added to `set`."""
+    head = re.split(r"[.=]", item, maxsplit=1)[0]
+    if head == "run" and "run" not in stage and "config" in stage:
+        return {**stage, "set": [*stage.get("set", []), item[len("run."):]]}
+    if head in STAGE_FIELDS:
+        return apply_overrides(stage, [item])
+    return {**stage, "set": [*stage.get("set", []), item]}
 
 
 def pipeline_config_from_dict(
@@ -322,25 +406,28 @@ def pipeline_config_from_dict(
         stages = [s for s in data.get("stages", []) if isinstance(s, dict) and s.get("name") == match.group(1)]
         if not stages:
             raise ConfigError(f"--set {item!r}: no stage named {match.group(1)!r}")
-        if match.group(2).startswith(("ewc.", "init_from=")):  # the stage's own fields
-            stages[0].update(apply_overrides(stages[0], [match.group(2)]))
-        else:
-            stages[0].setdefault("set", []).append(match.group(2))
+        stages[0].update(_stage_override(stages[0], match.group(2)))
     data = apply_overrides(data, plain)
     data.setdefault("base_dir", str(Path(base_dir).resolve()))
     pipeline = parse_config(data, PipelineConfig, source=source)
     earlier_mines: list[str] = []
     earlier_trained: list[str] = []
+    outputs: dict[str, list[str]] = {}  # earlier pairs stages -> the files they write
     for stage in pipeline.stages:
+        content = (stage.mine.model_dump(mode="json") if stage.mine is not None
+                   else stage.pairs.model_dump(mode="json") if stage.pairs is not None else stage_run_data(pipeline, stage))
+        _check_output_references(stage.name, content, outputs, source)
+        if stage.pairs is not None:
+            outputs[stage.name] = stage.pairs.outputs()
+            continue
         if stage.mine is not None:
             earlier_mines.append(stage.name)
             continue
-        run_data = stage_run_data(pipeline, stage)
-        unknown = [n for n in stage_data_references(run_data) if n not in earlier_mines]
+        unknown = [n for n in stage_data_references(content) if n not in earlier_mines]
         if unknown:
             raise ConfigError(f"{source}: stage {stage.name!r}: data paths name stage:{unknown[0]}, which is not an "
                               f"earlier mine stage (earlier mine stages: {', '.join(earlier_mines) or 'none'})")
-        for field, name in objective_model_references(run_data):
+        for field, name in objective_model_references(content):
             if name not in earlier_trained:
                 raise ConfigError(f"{source}: stage {stage.name!r}: {field} names stage:{name}, which is not an earlier "
                                   f"training stage (earlier training stages: {', '.join(earlier_trained) or 'none'})")
@@ -351,3 +438,18 @@ def pipeline_config_from_dict(
         except ConfigError as exc:
             raise ConfigError(f"{source}: stage {stage.name!r}: {exc}") from None
     return pipeline
+
+
+def _check_output_references(stage: str, content: Any, outputs: Mapping[str, list[str]], source: str) -> None:  # noqa: ANN401
+    """Each `stage:<name>/<file>` in `content` names a file an earlier pairs stage writes."""
+    for ref in stage_references(content):
+        name, slash, output = ref.partition("/")
+        if not slash and name in outputs:
+            raise ConfigError(f"{source}: stage {stage!r}: stage:{name} is a pairs stage, which writes several files: "
+                              f"name one of {', '.join(f'stage:{name}/{o}' for o in outputs[name])}")
+        if slash and name not in outputs:
+            raise ConfigError(f"{source}: stage {stage!r}: stage:{ref} names {name!r}, which is not an earlier pairs stage "
+                              f"(earlier pairs stages: {', '.join(outputs) or 'none'})")
+        if slash and output not in outputs[name]:
+            raise ConfigError(f"{source}: stage {stage!r}: stage:{ref}: pairs stage {name!r} writes "
+                              f"{', '.join(outputs[name])}, not {output!r}")

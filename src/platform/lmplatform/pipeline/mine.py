@@ -43,7 +43,7 @@ class MineResult:
         return (f"{int(m['mine/negatives'])} negatives for {int(m['mine/pairs'])} pairs from {int(m['mine/candidates'])} "
                 f"candidates ({int(m['mine/pairs_short'])} pair(s) with fewer than asked; skipped: "
                 f"{int(m['mine/skipped_group'])} of the query's group, {int(m['mine/skipped_margin'])} within the margin, "
-                f"{int(m['mine/skipped_cross_encoder'])} by the cross-encoder)")
+                f"{int(m['mine/skipped_cross_encoder'])} by the cross-encoder); pairs file {self.path}")
 
 
 def group_texts(pairs: Sequence[Pair]) -> list[frozenset[str]]:

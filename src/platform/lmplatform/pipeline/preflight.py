@@ -215,6 +215,9 @@ def stage_problems(cfg: PipelineConfig, stage: StageConfig, will_run: Sequence[s
     `will_run`: the stages before this one (their models exist by the time this stage starts).
     """
     where, finished = f"stage {stage.name!r}", finished or {}
+    if stage.pairs is not None:
+        return (file_problem(stage.pairs.corpus, "pairs.corpus", where)
+                + file_problem(stage.pairs.relations, "pairs.relations", where))
     if stage.mine is not None:
         mine = stage.mine
         problems = data_config_problems(mine, where)

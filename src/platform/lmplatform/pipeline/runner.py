@@ -1,9 +1,11 @@
-"""Run a pipeline: each stage is a `run_training` nested under one MLflow parent run.
+"""Run a pipeline: each stage is a `run_training` (or a mine or pairs step) nested under one MLflow parent run.
 
 A stage's exported model folder is the next stage's starting model (`init_from:
 stage:<name>`) and the θ* of a later EWC stage (`ewc.anchor`). The state file
 records finished stages; `resume=<pipeline run>` skips them and continues the
-unfinished stage, from its Ray Train checkpoint when it had one.
+unfinished stage, from its Ray Train checkpoint when it had one. With stage reuse
+on (`reuse.enabled`, or a study's pipeline trials), a stage whose resolved config
+and inputs match an earlier run's is not run again (`cache.py`).
 """
 from __future__ import annotations
 
@@ -12,15 +14,38 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Protocol
 
 from lmplatform.markdown import markdown_table
-from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, StageEvaluationConfig, build_stage_config
+from lmplatform.pipeline.cache import CachedStage, StageCache, stage_key
+from lmplatform.pipeline.config import (
+    STAGE_PREFIX,
+    PipelineConfig,
+    StageConfig,
+    StageEvaluationConfig,
+    build_stage_config,
+    resolve_references,
+)
 from lmplatform.pipeline.preflight import preflight_pipeline
 from lmplatform.pipeline.state import FAILED, FINISHED, RUNNING, PipelineState, StageState
 
 PIPELINE_TAG = "lmp.pipeline_run"
 STAGE_TAG = "lmp.pipeline_stage"
+REUSED_TAG = "lmp.stage_reused_from"
+REPORTS_FILE = "reports.jsonl"
+# What a reused stage takes over from the run that made it.
+REUSED_FIELDS = ("init_model", "train_run", "model_dir", "model_run_id", "output_path", "outputs", "model_artifact_uri", "registered_model",
+                 "model_version", "ewc_lambda", "before", "after", "task_scores", "metrics", "train_seconds")
+
+
+class StageReporter(Protocol):
+    """Where a pipeline's stages report while they run (a study's trial forwards them to Tune)."""
+
+    def training_callbacks(self, stage: str) -> list[Any]:
+        """Ray Train callbacks for a training stage (they see each report of its workers)."""
+
+    def replay(self, stage: str, reports: list[dict[str, Any]]) -> None:
+        """The reports of a reused stage, in the order it sent them when it ran."""
 
 
 @dataclass
@@ -38,14 +63,22 @@ def new_pipeline_run_name(cfg: PipelineConfig) -> str:
     return f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
-def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineResult:
+def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name: Optional[str] = None,
+                 parent_run_id: Optional[str] = None, tags: Optional[dict[str, str]] = None,
+                 params: Optional[dict[str, Any]] = None, reporter: Optional[StageReporter] = None) -> PipelineResult:
     """Run (or continue) every stage; raises `PreflightError` before anything starts when a stage's
-    data file or model is missing."""
+    data file or model is missing.
+
+    `run_name` names a new run, or continues it when its state exists (a study's trial run again after a
+    restore); `parent_run_id` nests the pipeline's MLflow run (a study's run), `tags` and `params` (a trial's
+    values) are logged on it; `reporter` receives the stages' reports as they happen."""
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, resolve_tracking_uri
     from lmplatform.train.run import resolve_storage_path
 
     root = Path(resolve_storage_path(cfg.storage_path))
+    if run_name and not resume and PipelineState.path(root / run_name).is_file():
+        resume = run_name
     if resume:
         folder = root / resume
         if not PipelineState.path(folder).is_file():
@@ -66,14 +99,15 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineR
     else:
         # Before the parent run and the state file: a pipeline that cannot finish leaves nothing behind.
         preflight_pipeline(cfg)
-        run_name = new_pipeline_run_name(cfg)
+        run_name = run_name or new_pipeline_run_name(cfg)
         folder = root / run_name
         tracking_uri = resolve_tracking_uri(cfg.tracking.tracking_uri)
         parent, _ = TrackedRun.start_or_resume(tracking_uri, cfg.tracking.experiment, run_name, None,
-                                               lambda: {PIPELINE_TAG: run_name, "lmp.pipeline": cfg.name})
+                                               lambda: {PIPELINE_TAG: run_name, "lmp.pipeline": cfg.name, **(tags or {})},
+                                               parent_run_id)
         dumped = cfg.model_dump(mode="json", by_alias=True)
         parent.log_params(flatten({k: v for k, v in dumped.items() if k != "stages"})
-                          | {f"stage.{i}": s["name"] for i, s in enumerate(dumped["stages"])})
+                          | {f"stage.{i}": s["name"] for i, s in enumerate(dumped["stages"])} | (params or {}))
         parent.log_dict(dumped, "pipeline.json")
         state = PipelineState(cfg.name, run_name, parent.run_id, tracking_uri)
         state.save(folder)
@@ -81,6 +115,7 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineR
               f"state in {PipelineState.path(folder)}", flush=True)
 
     ensure_ray()
+    cache = StageCache(Path(resolve_storage_path(cfg.reuse.path or str(root / "stage-cache")))) if cfg.reuse.enabled else None
     try:
         if cfg.tasks and not state.baseline_task_scores:
             start = _resolve_model(cfg.stages[0].init_from, state)
@@ -91,18 +126,120 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None) -> PipelineR
             if record.status == FINISHED:
                 print(f"[lmp] stage {index + 1}/{len(cfg.stages)} {stage.name}: finished earlier, skipped", flush=True)
                 continue
-            if stage.mine is not None:
-                _run_mine_stage(cfg, stage, index, state, folder, parent)
+            if cache is None:
+                _run_any_stage(cfg, stage, index, state, folder, parent, reporter)
             else:
-                _run_stage(cfg, stage, index, state, folder, parent)
+                _run_or_reuse(cache, cfg, stage, index, state, folder, parent, reporter)
     except BaseException:
         parent.finish("FAILED")
         print(f"[lmp] pipeline {state.run_name} failed; continue it with --resume {state.run_name}", flush=True)
         raise
     forgetting = forgetting_table(cfg, state)
     continual = _log_summary(cfg, state, parent, forgetting)
+    if cache is not None:
+        reused = sum(1 for s in cfg.stages if state.stages[s.name].reused_from)
+        parent.log_metrics({"stages_reused": float(reused), "stages_run": float(len(cfg.stages) - reused)})
+        print(f"[lmp] pipeline {state.run_name}: {reused} of {len(cfg.stages)} stage(s) reused", flush=True)
     parent.finish()
     return PipelineResult(state.run_name, state.parent_run_id, state.tracking_uri, folder, state, forgetting, continual)
+
+
+def stage_outputs(state: PipelineState) -> dict[str, str]:
+    """What finished stages made, by the reference that names it (`resolve_references`): a mine stage's pairs
+    file, a pairs stage's files (`<name>/<split>`), a training stage's model folder."""
+    outputs: dict[str, str] = {}
+    for name, done in state.stages.items():
+        if done.status != FINISHED:
+            continue
+        if done.output_path:
+            outputs[name] = done.output_path
+        if done.model_dir:
+            outputs[name] = done.model_dir
+        outputs |= {f"{name}/{split}": path for split, path in done.outputs.items()}
+    return outputs
+
+
+def _run_any_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent: Any,
+                   reporter: Optional[StageReporter], report_log: Optional[Path] = None) -> None:
+    record = state.stage(stage.name)
+    record.started_at, record.finished_at, record.reused_from = time.time(), None, None
+    if stage.kind in ("pairs", "mine"):
+        _run_file_stage(cfg, stage, index, state, folder, parent)
+    else:
+        callbacks = reporter.training_callbacks(stage.name) if reporter is not None else []
+        if report_log is not None:
+            from lmplatform.pipeline.reports import ReportLog
+
+            callbacks.append(ReportLog(report_log))
+        _run_stage(cfg, stage, index, state, folder, parent, callbacks)
+    record.finished_at = time.time()
+    state.save(folder)
+
+
+def stage_content(cfg: PipelineConfig, stage: StageConfig, state: PipelineState) -> dict[str, Any]:
+    """The stage's config with every reference resolved: what decides what it produces (its reuse key)."""
+    outputs = stage_outputs(state)
+    if stage.kind == "pairs":
+        return {"pairs": stage.pairs.model_dump(mode="json")}  # type: ignore[union-attr]
+    init = _resolve_model(stage.init_from, state)
+    if stage.kind == "mine":
+        return {"init": init, "mine": resolve_references(stage.mine.model_dump(mode="json"), outputs)}  # type: ignore[union-attr]
+    anchor = _resolve_model(stage.ewc.anchor_reference, state) if stage.ewc else None
+    run_cfg = build_stage_config(cfg, stage, init, "runs", "reuse-key", anchor, outputs)
+    evaluations = [resolve_references(e.model_dump(mode="json"), outputs) for e in stage.evaluations]
+    return {"run": run_cfg.model_dump(mode="json", by_alias=True), "evaluations": evaluations,
+            "tasks": [t.model_dump(mode="json") for t in cfg.tasks]}
+
+
+def _run_or_reuse(cache: StageCache, cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState,
+                  folder: Path, parent: Any, reporter: Optional[StageReporter]) -> None:
+    """Reuse the stage's cache entry if there is one, else run it and store one; concurrent runs of the same
+    stage wait for the first (see cache.py)."""
+    from lmplatform.pipeline.reports import read_reports
+
+    key = stage_key(stage.kind, stage_content(cfg, stage, state))
+    record = state.stage(stage.name)
+    record.cache_key = key
+    with cache.hold(key):
+        hit = cache.lookup(key)
+        if hit is not None:
+            _reuse_stage(hit, cfg, stage, index, state, folder, parent, reporter)
+            return
+        report_log = folder / stage.name / REPORTS_FILE
+        if record.attempts == 0 and report_log.exists():
+            report_log.unlink()  # left by a run of this name that never recorded an attempt; a resumed attempt appends
+        _run_any_stage(cfg, stage, index, state, folder, parent, reporter, report_log if stage.kind == "train" else None)
+        outputs = {"model_dir": record.model_dir, "output_path": record.output_path} | dict(record.outputs)
+        cache.store(CachedStage(key, stage.name, stage.kind, state.run_name, outputs,
+                                {name: getattr(record, name) for name in (*REUSED_FIELDS, "mlflow_run_id", "seconds")},
+                                read_reports(report_log)))
+
+
+def _reuse_stage(hit: CachedStage, cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState,
+                 folder: Path, parent: Any, reporter: Optional[StageReporter]) -> None:
+    """Take over a cached stage's outputs and results; its own MLflow run points at the run that made them."""
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+
+    record = state.stage(stage.name)
+    record.started_at = time.time()
+    for name in REUSED_FIELDS:
+        if name in hit.record:
+            setattr(record, name, hit.record[name])
+    origin = f"{hit.pipeline_run}/{hit.stage}"
+    run = TrackedRun.start(state.tracking_uri, cfg.tracking.experiment, f"{state.run_name}.{stage.name}",
+                           {PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name, REUSED_TAG: origin,
+                            "lmp.reused_mlflow_run": hit.record.get("mlflow_run_id") or "", "lmp.stage_cache_key": hit.key},
+                           state.parent_run_id)
+    run.log_metrics({k: v for k, v in record.metrics.items() if isinstance(v, (int, float))})
+    run.finish()
+    record.mlflow_run_id, record.reused_from, record.status, record.error = run.run_id, origin, FINISHED, None
+    record.finished_at = time.time()
+    record.seconds = round(record.finished_at - record.started_at, 2)
+    state.save(folder)
+    if reporter is not None and hit.reports:
+        reporter.replay(stage.name, hit.reports)
+    print(f"[lmp] stage {index + 1}/{len(cfg.stages)} {stage.name}: reused from {origin} (same config and inputs, "
+          f"key {hit.key}); ran there in {hit.record.get('seconds') or 0:.0f} s", flush=True)
 
 
 def _resolve_model(reference: str, state: PipelineState) -> str:
@@ -115,15 +252,14 @@ def _resolve_model(reference: str, state: PipelineState) -> str:
     return reference
 
 
-def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent) -> None:  # noqa: ANN001
+def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent: Any,
+               callbacks: Optional[list[Any]] = None) -> None:
     from lmplatform.train.run import new_run_name, run_training
 
     record = state.stage(stage.name)
     init = _resolve_model(stage.init_from, state)
     anchor = _resolve_model(stage.ewc.anchor_reference, state) if stage.ewc else None
-    outputs = {name: done.output_path for name, done in state.stages.items() if done.output_path}  # mine stages' files
-    models = {name: done.model_dir for name, done in state.stages.items() if done.status == FINISHED and done.model_dir}
-    run_cfg = build_stage_config(cfg, stage, init, str(folder), f"{state.run_name}.{stage.name}", anchor, outputs, models)
+    run_cfg = build_stage_config(cfg, stage, init, str(folder), f"{state.run_name}.{stage.name}", anchor, stage_outputs(state))
     record.init_model, record.status, record.error = init, RUNNING, None
     record.ewc_lambda = stage.ewc.lambda_ if stage.ewc else None
     record.attempts += 1
@@ -145,11 +281,13 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
         state.save(folder)
         train_start = time.perf_counter()
         result = run_training(run_cfg, resume=resume, run_name=record.train_run, parent_run_id=state.parent_run_id,
-                              extra_tags={PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name})
+                              extra_tags={PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name}, callbacks=callbacks or None)
         record.train_seconds = round(time.perf_counter() - train_start, 2)
         record.train_run, record.mlflow_run_id = result.run_name, result.mlflow_run_id
+        record.model_run_id = result.mlflow_run_id
         record.model_dir, record.model_artifact_uri = str(result.model_dir), result.model_artifact_uri
         record.registered_model, record.model_version = result.registered_model, result.model_version
+        record.metrics = dict(result.metrics)
         state.save(folder)
         for evaluation in stage.evaluations:
             record.after[evaluation.key] = _evaluate(evaluation, record.model_dir, init, state).metrics
@@ -172,31 +310,42 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
     print(f"[lmp] {label}: finished; model {record.model_dir}", flush=True)
 
 
-def _run_mine_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent) -> None:  # noqa: ANN001
-    """A mine stage: hard negatives for its pairs, in its own MLflow run under the parent (file, metrics, params)."""
+def _run_file_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path,
+                    parent: Any) -> None:
+    """A stage that writes files (mine: hard negatives for its pairs; pairs: a file per split), in its own
+    MLflow run under the parent (files, counts, config)."""
+    from lmplatform.pipeline.config import MineConfig
     from lmplatform.pipeline.mine import run_mine_stage
+    from lmplatform.pipeline.pairs import run_pairs_stage
 
     record = state.stage(stage.name)
-    init = _resolve_model(stage.init_from, state)
+    init = _resolve_model(stage.init_from, state) if stage.mine is not None else None
     record.init_model, record.status, record.error = init, RUNNING, None
     record.attempts += 1
     state.save(folder)
     label = f"stage {index + 1}/{len(cfg.stages)} {stage.name}"
-    print(f"[lmp] {label}: mining hard negatives with {init}", flush=True)
+    tracking = (state.tracking_uri, cfg.tracking.experiment, f"{state.run_name}.{stage.name}", state.parent_run_id,
+                {PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name})
     start = time.perf_counter()
     try:
-        result = run_mine_stage(stage.mine, init, folder / stage.name, state.tracking_uri, cfg.tracking.experiment,
-                                f"{state.run_name}.{stage.name}", state.parent_run_id,
-                                {PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name})
+        if stage.mine is not None:
+            print(f"[lmp] {label}: mining hard negatives with {init}", flush=True)
+            mine = MineConfig.model_validate(resolve_references(stage.mine.model_dump(mode="json"), stage_outputs(state)))
+            result: Any = run_mine_stage(mine, init, folder / stage.name, *tracking)  # type: ignore[arg-type]
+            record.output_path = str(result.path)
+        else:
+            print(f"[lmp] {label}: pairs files from {stage.pairs.relations}", flush=True)  # type: ignore[union-attr]
+            result = run_pairs_stage(stage.pairs, folder / stage.name, *tracking)  # type: ignore[arg-type]
+            record.outputs = {name: str(path) for name, path in result.files.items()}
     except BaseException as exc:
         record.status, record.error = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
         state.save(folder)
         raise
-    record.output_path, record.mlflow_run_id = str(result.path), result.mlflow_run_id
+    record.mlflow_run_id, record.metrics = result.mlflow_run_id, dict(result.metrics)
     record.status, record.seconds = FINISHED, round(time.perf_counter() - start, 2)
     state.save(folder)
     parent.log_metrics({f"{stage.name}/seconds": record.seconds}, step=index + 1)
-    print(f"[lmp] {label}: finished; {result.summary}; pairs file {result.path}", flush=True)
+    print(f"[lmp] {label}: finished; {result.summary}", flush=True)
 
 
 def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):  # noqa: ANN202
@@ -268,8 +417,8 @@ def task_matrix(cfg: PipelineConfig, state: PipelineState) -> Optional[list[list
     tasks = [t.task for t in cfg.tasks]
     if not tasks:
         return None
-    # a mine stage trains no model: it has no row of R
-    return [[state.stages[s.name].task_scores.get(t, float("nan")) for t in tasks] for s in cfg.stages if s.mine is None]
+    # a mine or pairs stage trains no model: it has no row of R
+    return [[state.stages[s.name].task_scores.get(t, float("nan")) for t in tasks] for s in cfg.stages if s.kind == "train"]
 
 
 def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:  # noqa: ANN001
@@ -282,7 +431,7 @@ def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: 
     continual: dict[str, float] = {}
     matrix = task_matrix(cfg, state)
     if matrix is not None:
-        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.mine is None], "R": matrix,
+        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.kind == "train"], "R": matrix,
                          "baseline": state.baseline_task_scores}, "task_matrix.json")
         if len(matrix) == len(matrix[0]):
             baseline = [state.baseline_task_scores.get(t.task) for t in cfg.tasks]  # type: ignore[arg-type]

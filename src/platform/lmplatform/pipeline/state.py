@@ -22,8 +22,10 @@ class StageState:
     init_model: Optional[str] = None
     train_run: Optional[str] = None  # the Ray Train run name (resumable with run_training(resume=...))
     mlflow_run_id: Optional[str] = None
+    model_run_id: Optional[str] = None  # the MLflow run whose artifacts hold the model (another pipeline's, when reused)
     model_dir: Optional[str] = None
     output_path: Optional[str] = None  # a mine stage's pairs file
+    outputs: dict[str, str] = field(default_factory=dict)  # a pairs stage's files, by split
     model_artifact_uri: Optional[str] = None
     registered_model: Optional[str] = None
     model_version: Optional[str] = None
@@ -32,9 +34,14 @@ class StageState:
     after: dict[str, dict[str, float]] = field(default_factory=dict)
     task_scores: dict[str, float] = field(default_factory=dict)
     error: Optional[str] = None
+    metrics: dict[str, float] = field(default_factory=dict)  # a training stage's final report; a mine stage's counts
     # Wall-clock seconds of the last attempt: the training run, and the stage with its evaluations.
     train_seconds: Optional[float] = None
     seconds: Optional[float] = None
+    started_at: Optional[float] = None  # Unix time of the last attempt's start and end
+    finished_at: Optional[float] = None
+    cache_key: Optional[str] = None
+    reused_from: Optional[str] = None  # "<pipeline run>/<stage>" whose outputs this stage reused
 
 
 @dataclass

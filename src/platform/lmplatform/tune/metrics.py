@@ -9,6 +9,8 @@ its `_initial` value. A run with `retrieval_validation` also reports the corpus-
 """
 from __future__ import annotations
 
+from typing import Any
+
 from lmplatform.config.schema import RunConfig
 from lmplatform.objectives.registry import objective_spec
 
@@ -30,9 +32,22 @@ def reported_metrics(cfg: RunConfig) -> set[str]:
     return names | set(LOOP_METRICS)
 
 
+def pipeline_reported_metrics(pipeline: Any) -> set[str]:  # noqa: ANN401 - a PipelineConfig
+    """What a pipeline trial reports: each training stage's metrics as `<stage>/<metric>`."""
+    from lmplatform.pipeline.config import build_stage_config
+
+    names: set[str] = set()
+    for stage in pipeline.stages:
+        if stage.kind == "train":
+            cfg = build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
+            names |= {f"{stage.name}/{metric}" for metric in reported_metrics(cfg)}
+    return names
+
+
 def is_corpus_metric(metric: str) -> bool:
-    """A corpus-level retrieval metric (ranked against the whole pool), as opposed to an in-batch one."""
-    return metric.startswith(CORPUS_METRIC_PREFIX)
+    """A corpus-level retrieval metric (ranked against the whole pool), as opposed to an in-batch one; a pipeline
+    trial's `<stage>/<metric>` by its metric."""
+    return metric.rsplit("/", 1)[-1].startswith(CORPUS_METRIC_PREFIX)
 
 
 # Settings that change what a validation score means. Two models' scores are only compared when these

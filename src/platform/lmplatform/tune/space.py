@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import math
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -82,6 +82,11 @@ class ObjectiveTarget(Section):
 
 class SchedulerSpec(Section):
     name: Literal["asha", "fifo"] = "fifo"
+    metric: Optional[str] = Field(
+        None, description="What ASHA compares at its milestones, when the study's metric comes only at the end of a "
+        "trial (a pipeline's evaluation): e.g. its training stage's biencoder/val_ir_mrr_at_10. Default: the study's metric.")
+    mode: Optional[Literal["min", "max"]] = Field(None, description="Whether scheduler.metric is better low or high. "
+                                                  "Default: the study's mode.")
     grace_period: int = Field(1, ge=1, description="Reports a trial always gets before ASHA may stop it.")
     reduction_factor: float = Field(2.0, gt=1.0)
     max_t: int = Field(100, ge=1, description="Reports (training_iteration) after which a trial stops.")
@@ -143,6 +148,8 @@ class ChampionSpec(Section):
     registered_model: Optional[str] = Field(None, description="Default: the base config's registered model name.")
     alias: str = Field("champion", min_length=1)
     register_best: bool = Field(True, description="Register the best train trial's model and consider it for the alias.")
+    stage: Optional[str] = Field(None, description="Pipeline trials: the stage whose model is registered (default: the "
+                                 "last training stage).")
     confirm: Optional[RetrievalValidationConfig] = Field(
         None, description="A held-out retrieval set no trial saw (pairs, split, distractors): the candidate and the model "
         "it would replace are both scored on it, query by query. Required when the study targets a val_ir_* metric.")
@@ -160,10 +167,15 @@ class ChampionSpec(Section):
 class SearchSpace(Section):
     study: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
-    trial: Literal["train", "function"] = "train"
+    trial: Literal["train", "function", "pipeline"] = "train"
     requires: list[str] = Field(default_factory=list, description="Objectives this study needs (train trials).")
     base_config: Optional[str] = Field(None, description="Run config a train trial starts from (relative to the project).")
-    overrides: list[str] = Field(default_factory=list, description="`a.b=c` applied to the base config before the trial's own values.")
+    base_pipeline: Optional[str] = Field(
+        None, description="Pipeline a pipeline trial runs (relative to the project); parameters address its stages' "
+        "fields by stage name (stages.biencoder.run.optim.lr, stages.negatives.mine.range_max), and the metric is a "
+        "stage's report, <stage>/<metric>. Stages identical across trials run once (reuse).")
+    overrides: list[str] = Field(default_factory=list, description="`a.b=c` applied to the base config (or pipeline) "
+                                 "before the trial's own values.")
     function: Optional[str] = Field(None, description="module:callable for function trials.")
     function_args: dict[str, Any] = Field(default_factory=dict, description="Fixed keyword values passed to the function.")
     reports: list[str] = Field(default_factory=list, description="Metrics a function trial reports.")
@@ -172,7 +184,9 @@ class SearchSpace(Section):
     mode: Literal["min", "max"]
     objectives: list[ObjectiveTarget] = Field(default_factory=list, description="Extra targets for multi-objective TPE.")
     num_samples: int = Field(8, ge=1)
-    max_concurrent: int = Field(2, ge=1)
+    max_concurrent: Union[int, Literal["auto"]] = Field(
+        2, description="Trials at a time (>= 1). 'auto' (pipeline trials): as many as the cluster's CPUs hold, each "
+        "trial needing what its largest stage reserves (training workers, mining actors).")
     seed: Optional[int] = 7
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     resources: TrialResources = Field(default_factory=TrialResources)
@@ -185,8 +199,17 @@ class SearchSpace(Section):
             raise ValueError("train trials need 'base_config'")
         if self.trial == "function" and not self.function:
             raise ValueError("function trials need 'function: module:callable'")
+        if self.trial == "pipeline" and not self.base_pipeline:
+            raise ValueError("pipeline trials need 'base_pipeline' (a pipeline YAML)")
         if self.objectives and self.scheduler.name == "asha":
             raise ValueError("multi-objective studies cannot use the asha scheduler (it needs one metric); use fifo")
+        if isinstance(self.max_concurrent, int) and self.max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1 or 'auto', got {self.max_concurrent}")
+        if self.max_concurrent == "auto" and self.trial != "pipeline":
+            raise ValueError("max_concurrent 'auto' sizes pipeline trials by their stages; give train and function "
+                             "trials a number")
+        if self.scheduler.metric and self.scheduler.name != "asha":
+            raise ValueError("scheduler.metric is what ASHA compares; the fifo scheduler stops nothing: remove it")
         return self
 
     @property
@@ -202,6 +225,7 @@ class LoadedSpace(BaseModel):
     path: Path
     space: SearchSpace
     base: Optional[RunConfig] = None
+    base_pipeline: Optional[Any] = None  # the validated PipelineConfig of a pipeline study
     base_overrides: list[str] = Field(default_factory=list)
 
     def trial_overrides(self, params: dict[str, Any]) -> list[str]:
@@ -213,6 +237,16 @@ class LoadedSpace(BaseModel):
     @property
     def base_config_path(self) -> Path:
         return resolve_project_path(self.space.base_config or "")
+
+    @property
+    def base_pipeline_path(self) -> Path:
+        return resolve_project_path(self.space.base_pipeline or "")
+
+    def trial_pipeline(self, params: dict[str, Any]) -> Any:
+        """The PipelineConfig a pipeline trial with these values runs."""
+        from lmplatform.pipeline.config import load_pipeline_config
+
+        return load_pipeline_config(self.base_pipeline_path, self.trial_overrides(params))
 
     def load_function(self) -> Callable[..., Any]:
         return import_callable(self.space.function or "")
@@ -351,6 +385,8 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
     loaded = LoadedSpace(path=source, space=space, base_overrides=[*space.overrides, *run_sets])
     if space.trial == "train":
         _check_train_space(loaded, lines)
+    elif space.trial == "pipeline":
+        _check_pipeline_space(loaded, lines)
     else:
         _check_function_space(loaded, lines)
     return loaded
@@ -397,6 +433,58 @@ def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
     _check_champion(loaded, lines)
 
 
+def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
+    """Every parameter must address a stage field the base pipeline accepts, with its sampled values; every
+    target must be a metric some stage reports (`<stage>/<metric>`)."""
+    from lmplatform.pipeline.config import load_pipeline_config
+    from lmplatform.tune.metrics import pipeline_reported_metrics
+
+    space, source = loaded.space, loaded.path
+    path = loaded.base_pipeline_path
+    if not path.is_file():
+        raise SpaceError(f"{_where(source, lines, ('base_pipeline',))}: base_pipeline {space.base_pipeline!r} not found ({path})")
+    try:
+        loaded.base_pipeline = load_pipeline_config(path, loaded.base_overrides)
+    except ConfigError as exc:
+        raise SpaceError(f"{_where(source, lines, ('overrides',))}: the base pipeline with the space's overrides is "
+                         f"invalid:\n{exc}") from None
+    stages = [stage.name for stage in loaded.base_pipeline.stages]
+    for name, param in space.parameters.items():
+        parts = name.split(".")
+        if parts[0] == "stages" and (len(parts) < 3 or parts[1] not in stages):
+            raise SpaceError(f"{_where(source, lines, ('parameters', name))}: parameter {name!r} names no stage of "
+                             f"{space.base_pipeline}; its stages: {', '.join(stages)} (address a field as "
+                             "stages.<stage>.<field>..., e.g. stages.<stage>.run.optim.lr)")
+        for value in param.sample_values():
+            try:
+                load_pipeline_config(path, [*loaded.base_overrides, f"{name}={_yaml_scalar(value)}"])
+            except ConfigError as exc:
+                raise SpaceError(f"{_where(source, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
+                                 f"does not fit the base pipeline {space.base_pipeline}:\n{exc}") from None
+        for cond in param.when:
+            if cond not in space.parameters:
+                raise SpaceError(f"{_where(source, lines, ('parameters', name, 'when', cond))}: condition on {cond!r}, "
+                                 "which is not a searched parameter")
+    allowed = pipeline_reported_metrics(loaded.base_pipeline)
+    targets = [(("metric",) if i == 0 else ("objectives", i - 1, "metric"), t.metric) for i, t in enumerate(space.targets)]
+    if space.scheduler.metric:
+        targets.append((("scheduler", "metric"), space.scheduler.metric))
+    for key, metric in targets:
+        if metric not in allowed:
+            raise SpaceError(f"{_where(source, lines, key)}: metric {metric!r} is never reported by a trial of "
+                             f"{space.base_pipeline}; its stages report: {', '.join(sorted(allowed))}")
+    champion = space.champion
+    if champion.register_best:
+        trained = [stage.name for stage in loaded.base_pipeline.stages if stage.kind == "train"]
+        if champion.stage is not None and champion.stage not in trained:
+            raise SpaceError(f"{_where(source, lines, ('champion', 'stage'))}: champion.stage {champion.stage!r} is not a "
+                             f"training stage of {space.base_pipeline}; its training stages: {', '.join(trained) or 'none'}")
+        if not trained:
+            raise SpaceError(f"{_where(source, lines, ('champion',))}: {space.base_pipeline} trains no model to register; "
+                             "set champion.register_best: false")
+    _check_champion(loaded, lines)
+
+
 def _check_champion(loaded: LoadedSpace, lines: _Lines) -> None:
     """A retrieval study's winner must be confirmed on data no trial saw, with a metric that set reports."""
     space, source = loaded.space, loaded.path
@@ -425,7 +513,7 @@ def _check_champion(loaded: LoadedSpace, lines: _Lines) -> None:
 
 def gate_metric(space: SearchSpace) -> str:
     """The per-query metric the champion gate decides on (`ir_*` naming)."""
-    return space.champion.confirm_metric or space.metric.removeprefix("val_")
+    return space.champion.confirm_metric or space.metric.rsplit("/", 1)[-1].removeprefix("val_")
 
 def _check_conditions(loaded: LoadedSpace, lines: _Lines, name: str, param: Parameter) -> None:
     from lmplatform.tracking.mlflow_tracking import flatten

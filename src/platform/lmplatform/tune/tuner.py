@@ -5,6 +5,7 @@ trial is a small driver function that calls `run_training` (which fits a
 TorchTrainer) with `TuneReportCallback`; the workers' reports reach Tune and ASHA.
 The driver reserves a sliver of CPU so it does not starve its own workers.
 Function trials: a plain function trainable that reports with `tune.report`.
+Pipeline trials: each trial runs a whole pipeline with its values (`pipeline_trial.py`).
 
 One MLflow parent run per study, one child run per trial; the best train trial's
 model is registered and may become champion (see `champion.py`).
@@ -130,26 +131,33 @@ def function_trial(
 
 
 # -- building the tuner ----------------------------------------------------------
-def _search_and_schedule(loaded: LoadedSpace) -> tuple[Any, Any, dict[str, Any]]:
+def _search_and_schedule(loaded: LoadedSpace, max_concurrent: int) -> tuple[Any, Any, dict[str, Any]]:
     import optuna
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
     from ray.tune.search import ConcurrencyLimiter
-    from ray.tune.search.optuna import OptunaSearch
 
+    from lmplatform.tune.search import FinalMetricOptunaSearch
     from lmplatform.tune.space import define_by_run
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # not a line per study it creates
     space = loaded.space
     multi = len(space.targets) > 1
     sampler = optuna.samplers.TPESampler(seed=space.seed)
-    searcher = OptunaSearch(
+    searcher = FinalMetricOptunaSearch(
         space=define_by_run(loaded),
         metric=[t.metric for t in space.targets] if multi else space.metric,
         mode=[t.mode for t in space.targets] if multi else space.mode,
         sampler=sampler,
     )
-    searcher = ConcurrencyLimiter(searcher, max_concurrent=space.max_concurrent)
-    if space.scheduler.name == "asha":
+    searcher = ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
+    if space.scheduler.name == "asha" and space.scheduler.metric:
+        # ASHA compares an intermediate metric; the study's own comes at the end (Tune takes one or the other).
+        scheduler = ASHAScheduler(
+            time_attr="training_iteration", grace_period=space.scheduler.grace_period, metric=space.scheduler.metric,
+            mode=space.scheduler.mode or space.mode, reduction_factor=space.scheduler.reduction_factor, max_t=space.scheduler.max_t,
+        )
+        tune_metric = {}
+    elif space.scheduler.name == "asha":
         scheduler = ASHAScheduler(
             time_attr="training_iteration", grace_period=space.scheduler.grace_period,
             reduction_factor=space.scheduler.reduction_factor, max_t=space.scheduler.max_t,
@@ -174,6 +182,13 @@ def _trainable(loaded: LoadedSpace, parent_run_id: str, study: str, tracking_uri
         fn: Callable[..., Any] = tune.with_parameters(
             train_trial, base_config=str(loaded.base_config_path), overrides=trial_base_overrides(loaded),
             parent_run_id=parent_run_id, study=study,
+        )
+    elif space.trial == "pipeline":
+        from lmplatform.tune.pipeline_trial import pipeline_trial
+
+        fn = tune.with_parameters(
+            pipeline_trial, base_pipeline=str(loaded.base_pipeline_path), overrides=loaded.base_overrides,
+            parent_run_id=parent_run_id, tracking_uri=tracking_uri, experiment=experiment, study=study,
         )
     else:
         fn = tune.with_parameters(
@@ -227,7 +242,8 @@ def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
     if os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0") != "0":
         return {}
     space = loaded.space
-    return {"progress_reporter": TrialStatusLines([t.metric for t in space.targets], list(space.parameters))}
+    metrics = [t.metric for t in space.targets] + ([space.scheduler.metric] if space.scheduler.metric else [])
+    return {"progress_reporter": TrialStatusLines(metrics, list(space.parameters))}
 
 
 # -- running a study -------------------------------------------------------------
@@ -237,6 +253,9 @@ def _tracking(loaded: LoadedSpace, tracking_uri: Optional[str], experiment: Opti
     if loaded.base is not None:
         return (resolve_tracking_uri(tracking_uri or loaded.base.tracking.tracking_uri),
                 experiment or loaded.base.tracking.experiment)
+    if loaded.base_pipeline is not None:
+        tracking = loaded.base_pipeline.tracking
+        return resolve_tracking_uri(tracking_uri or tracking.tracking_uri), experiment or tracking.experiment
     return resolve_tracking_uri(tracking_uri), experiment or "lmplatform-tune"
 
 
@@ -284,11 +303,11 @@ def run_study(
             "space": str(Path(space_path).resolve()), "overrides": list(overrides), "parent_run_id": parent_run_id,
             "tracking_uri": tracking_uri, "experiment": experiment,
         }, indent=2))
-    print(f"[lmp] study {study_name}: {space.num_samples} {space.trial} trial(s), {space.max_concurrent} at a time, "
+    ensure_ray()
+    max_concurrent = _max_concurrent(loaded)
+    print(f"[lmp] study {study_name}: {space.num_samples} {space.trial} trial(s), {max_concurrent} at a time, "
           f"{space.scheduler.name} scheduler, target {space.metric} ({space.mode}); MLflow parent run {parent_run_id}",
           flush=True)
-
-    ensure_ray()
     trainable = _trainable(loaded, parent_run_id, study_name, tracking_uri, experiment)
     parent_tracker = TrackedRun(tracking_uri, parent_run_id)
     try:
@@ -296,7 +315,7 @@ def run_study(
             tuner = tune.Tuner.restore(str(experiment_path), trainable=trainable, resume_unfinished=True,
                                        resume_errored=False, restart_errored=True)
         else:
-            searcher, scheduler, tune_metric = _search_and_schedule(loaded)
+            searcher, scheduler, tune_metric = _search_and_schedule(loaded, max_concurrent)
             tuner = tune.Tuner(
                 trainable,
                 tune_config=tune.TuneConfig(
@@ -315,6 +334,17 @@ def run_study(
     result = summarize_study(loaded, grid, study_name, experiment_path, parent_run_id, tracking_uri)
     parent_tracker.finish()
     return result
+
+
+def _max_concurrent(loaded: LoadedSpace) -> int:
+    """The space's number, or for 'auto' as many pipeline trials as the cluster's CPUs hold (pipeline_trial.py)."""
+    if loaded.space.max_concurrent != "auto":
+        return int(loaded.space.max_concurrent)
+    import ray
+
+    from lmplatform.tune.pipeline_trial import concurrent_trials
+
+    return concurrent_trials(loaded.base_pipeline, float(ray.cluster_resources().get("CPU", 1.0)))
 
 
 def _find_study(storage: Path, study: str, resume: str) -> Path:
@@ -378,12 +408,17 @@ def _child_runs(tracking_uri: str, parent_run_id: str) -> dict[str, Any]:
 
 def _close_stopped_run(tracking_uri: str, run: Any) -> None:
     """A trial the scheduler stopped is killed mid-run: its run would stay RUNNING (or read FAILED,
-    if the stop surfaced as an error in the trial) though nothing went wrong; say what happened."""
+    if the stop surfaced as an error in the trial) though nothing went wrong; say what happened. A pipeline
+    trial's stage runs nested under it, cut off with it, are closed too."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     client.set_tag(run.info.run_id, "lmp.stopped_by", "scheduler")
     client.set_terminated(run.info.run_id, status="KILLED")
+    nested = client.search_runs([run.info.experiment_id],
+                                filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}' and attributes.status = 'RUNNING'")
+    for child in nested:
+        client.set_terminated(child.info.run_id, status="KILLED")
 
 
 def summarize_study(
@@ -420,8 +455,9 @@ def summarize_study(
     out.plots, out.plot_notes = save_plots(loaded, rows, plot_dir)
     if out.plots:
         parent.log_artifacts(plot_dir, "plots")
-    if best and space.trial == "train" and space.champion.register_best and best["mlflow_run_id"]:
-        out.champion = _champion(loaded, best, tracking_uri, study_name)
+    if best and space.trial in ("train", "pipeline") and space.champion.register_best and best["mlflow_run_id"]:
+        champion = _champion if space.trial == "train" else _pipeline_champion
+        out.champion = champion(loaded, best, tracking_uri, study_name)
         parent.set_tags({"lmp.champion_moved": out.champion.moved, "lmp.champion_reason": out.champion.reason[:5000],
                          "lmp.registered_version": out.champion.version,
                          **(out.champion.verdict.tags() if out.champion.verdict else {})})
@@ -451,6 +487,41 @@ def _champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, stud
         tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": cfg.objective.name,
               **{f"param.{k}": str(v) for k, v in best["params"].items()}},
         alias=space.champion.alias, gate=gate,
+    )
+
+
+def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, study_name: str) -> ChampionDecision:
+    """Register the best pipeline trial's model (`champion.stage`, by default its last training stage) and let the
+    gate decide on the alias, as for a train trial; a confirmation set may name the trial's own files
+    (`stage:pairs/dev_confirm`), and must share no query with what any of its stages trained or selected on."""
+    from lmplatform.pipeline.config import build_stage_config, resolve_references
+    from lmplatform.pipeline.runner import stage_outputs
+    from lmplatform.pipeline.state import PipelineState
+    from lmplatform.tune.champion import GateInputs, register_and_maybe_promote
+    from lmplatform.tune.gate import check_held_out
+    from lmplatform.tune.pipeline_trial import trial_state_folder
+    from lmplatform.tune.space import ChampionSpec, gate_metric
+
+    space, pipeline = loaded.space, loaded.trial_pipeline(best["params"])
+    state = PipelineState.load(trial_state_folder(loaded, study_name, best["trial_id"]))
+    trained = [stage for stage in pipeline.stages if stage.kind == "train"]
+    stage = next(s for s in trained if s.name == (space.champion.stage or trained[-1].name))
+    record, outputs = state.stages[stage.name], stage_outputs(state)
+    run_cfg = build_stage_config(pipeline, stage, record.init_model or "default", "runs", "gate", None, outputs)
+    spec = ChampionSpec.model_validate(resolve_references(space.champion.model_dump(mode="json"), outputs))
+    gate = None
+    if spec.confirm is not None:
+        for other in trained:
+            check_held_out(spec, build_stage_config(pipeline, other, "default", "runs", "gate", None, outputs))
+        gate = GateInputs(spec, gate_metric(space), run_cfg.objective.name, record.init_model or "default")
+    name = spec.registered_model or f"{pipeline.name}-{stage.name}"
+    value = best["metrics"][space.metric]
+    return register_and_maybe_promote(
+        tracking_uri, name, record.model_run_id or record.mlflow_run_id, "model", space.metric, space.mode, value,
+        f"pipeline:{pipeline.name}:{space.metric}", {k: v for k, v in best["metrics"].items() if "/val_" in k},
+        tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": run_cfg.objective.name,
+              "lmp.pipeline_run": state.run_name, **{f"param.{k}": str(v) for k, v in best["params"].items()}},
+        alias=spec.alias, gate=gate,
     )
 
 

@@ -1,0 +1,66 @@
+"""Stage reuse keys come from content: the same config and the same input bytes give the same key wherever they
+live and whatever the run is called; any change to a value or to an input's bytes gives another key."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from lmplatform.pipeline.cache import CachedStage, StageCache, stage_key
+
+
+def _config(data: Path, lr: float = 2e-5, **placement: str) -> dict:
+    return {"data": {"train_paths": [str(data)]}, "optim": {"lr": lr},
+            "tracking": {"run_name": placement.get("run_name", "a"), "tracking_uri": placement.get("uri", "sqlite:///a.db")},
+            "checkpoint": {"storage_path": placement.get("storage", "/runs/a")}}
+
+
+def test_the_key_follows_content_not_names_or_places(tmp_path: Path) -> None:
+    first, second = tmp_path / "a" / "train.jsonl", tmp_path / "b" / "copy.jsonl"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text('{"query": "q", "document": "d"}\n')
+    key = stage_key("train", _config(first))
+    assert stage_key("train", _config(second, run_name="b", uri="sqlite:///b.db", storage="/runs/b")) == key
+    assert stage_key("mine", _config(first)) != key
+    assert stage_key("train", _config(first, lr=3e-5)) != key
+    second.write_text('{"query": "q", "document": "other"}\n')
+    assert stage_key("train", _config(second)) != key
+
+
+def test_the_packaged_model_is_keyed_by_its_files() -> None:
+    from lmplatform.models.resolve import packaged_model_path
+
+    assert stage_key("mine", {"init": "default"}) == stage_key("mine", {"init": "default"})
+    assert stage_key("mine", {"init_from": "default"}) == stage_key("mine", {"init_from": str(packaged_model_path())})
+
+
+def test_an_entry_whose_outputs_are_gone_is_not_reused(tmp_path: Path) -> None:
+    cache = StageCache(tmp_path / "cache")
+    output = tmp_path / "pairs.jsonl"
+    output.write_text("{}\n")
+    cache.store(CachedStage("k1", "mined", "mine", "run-1", {"output_path": str(output)}, {"metrics": {"mine/pairs": 1.0}}))
+    assert cache.lookup("k1").record == {"metrics": {"mine/pairs": 1.0}}
+    assert cache.lookup("k2") is None
+    output.unlink()
+    assert cache.lookup("k1") is None
+
+
+def test_a_second_run_of_the_same_stage_waits_for_the_first(tmp_path: Path) -> None:
+    cache = StageCache(tmp_path / "cache")
+    order: list[str] = []
+    holding = threading.Event()
+
+    def first() -> None:
+        with cache.hold("k"):
+            holding.set()
+            time.sleep(0.3)
+            order.append("first done")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    holding.wait()
+    with cache.hold("k"):
+        order.append("second in")
+    thread.join()
+    assert order == ["first done", "second in"]
