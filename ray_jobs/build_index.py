@@ -2,11 +2,13 @@
 
     python ray_jobs/build_index.py --corpus data/demo/reports.jsonl --out runs/index/demo \
         [--model default|FOLDER|models:/name@alias] [--fields title,text] [--actors 2] [--kind flat|hnsw|ivf|ivfpq|auto]
-        [--label-field component] [--log-to-run auto|RUN_ID]
+        [--label-field component] [--no-bm25] [--log-to-run auto|RUN_ID]
 
 The index folder also gets documents.jsonl (id, title, text, label), the document
-store the serving app shows hits from; `--log-to-run auto` logs the folder as the
-`index` artifact of the --model version's MLflow run, where `lmp serve` finds it.
+store the serving app shows hits from, and bm25/ (unless --no-bm25), the BM25 index of
+the texts the vectors were made from, which hybrid search (/v1/search mode "hybrid")
+fuses with them. `--log-to-run auto` logs the folder as the `index` artifact of the
+--model version's MLflow run, where `lmp serve` finds it.
     ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" ray_jobs/build_index.py ...
 """
 from __future__ import annotations
@@ -34,13 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantize", choices=["int8"], default=None)
     parser.add_argument("--kind", default="auto", choices=["flat", "hnsw", "ivf", "ivfpq", "auto"])
     parser.add_argument("--label-field", default=None, help="Field copied as the document label (KNN classification).")
+    parser.add_argument("--no-bm25", action="store_true", help="Skip the BM25 index (hybrid search is then refused).")
     parser.add_argument("--log-to-run", default=None, help="'auto' (the run of a models:/ --model) or a run id.")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--address", default=None, help="Ray address (default: $RAY_ADDRESS, else a local Ray).")
     args = parser.parse_args(argv)
 
     from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.retrieval.build import build_index_from_shards, encode_corpus_to_shards
+    from lmplatform.retrieval.build import build_bm25_index, build_index_from_shards, encode_corpus_to_shards
     from lmplatform.retrieval.index import IndexParams
     from lmplatform.serving.release import publish_index
     from lmplatform.serving.store import DOCUMENTS_FILE, write_document_store
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     index = build_index_from_shards(out / "shards", out / "index", IndexParams(kind=args.kind))
     fields = args.fields.split(",")
+    bm25 = None if args.no_bm25 else build_bm25_index(args.corpus, out / "index", fields, args.id_field, index.ids)
     stored = write_document_store(args.corpus, out / "index" / DOCUMENTS_FILE, id_field=args.id_field,
                                   text_fields=[f for f in fields if f != "title"] or fields, label_field=args.label_field)
     run_id = None
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": stats.rows, "encode_seconds": round(stats.seconds, 2), "rows_per_second": round(stats.rows_per_second, 1),
         "shards": stats.shards, "index": str(out / "index"), "kind": index.kind,
         "build_seconds": round(index.stats.build_seconds, 3), "memory_bytes": index.stats.memory_bytes,
-        "recall_at_10": index.stats.recall_at_10, "documents": stored, "logged_to_run": run_id,
+        "recall_at_10": index.stats.recall_at_10, "documents": stored, "bm25": bm25, "logged_to_run": run_id,
     }, indent=2))
     return 0
 

@@ -128,6 +128,8 @@ def test_ray_data_encoder_actors_on_two_nodes_encode_every_document(local_cluste
     stored = [json.loads(line)["id"] for line in (index_dir / "documents.jsonl").read_text().splitlines()]
     assert sorted(stored) == sorted(encoded_corpus.ids)
     assert encoded_corpus.result["rows"] == encoded_corpus.result["documents"] == len(encoded_corpus.ids)
+    assert encoded_corpus.result["bm25"]["documents"] == len(encoded_corpus.ids)  # hybrid search's BM25, by default
+    assert (index_dir / "bm25" / "bm25_meta.json").is_file()
 
 
 def _serve_config(tmp: Path, port: int) -> Path:

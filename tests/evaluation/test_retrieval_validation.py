@@ -13,8 +13,10 @@ from lmplatform.data.readers import DataError
 from lmplatform.evaluation.metrics.retrieval import ndcg_at_k
 from lmplatform.evaluation.retrieval_validation import (
     build_retrieval_set,
+    choose_bm25_weight,
     dense_rankings,
     evaluate_model,
+    hybrid_rankings,
     rank_against_query,
     retrieval_set_from_pairs,
     score_rankings,
@@ -140,3 +142,69 @@ def test_config_rules_name_the_field() -> None:
     assert cfg.retrieval_validation.metric_names()[:3] == ("ir_recall_at_1", "ir_recall_at_10", "ir_recall_at_20")
     # workers validate the config again from its dump, with every field set
     assert type(cfg).model_validate(cfg.model_dump(mode="json")) == cfg
+
+
+class TableEncoder:
+    """An encoder with planted vectors: each text's row of `table`, normalised."""
+
+    def __init__(self, table: dict[str, list[float]]):
+        self.table = table
+
+    def encode(self, texts, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:  # noqa: ANN001
+        rows = np.array([self.table[t] for t in texts], dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+# Dense prefers the distractor "beta issue" for "alpha report"; only BM25 sees the shared word "alpha".
+LEXICAL = {"alpha report": [1, 0], "alpha issue": [0.6, 0.8], "beta issue": [0.8, 0.6], "gamma note": [0, 1]}
+
+
+def test_hybrid_validation_fuses_as_the_hybrid_retriever_does_and_reports_ir_hybrid_metrics() -> None:
+    from lmplatform.retrieval.retrievers import DenseRetriever, HybridRetriever
+    from lmplatform.retrieval.settings import FusionSettings
+
+    pairs = [Pair("alpha report", "alpha issue")]
+    fusion = FusionSettings(bm25_weight=0.7)
+    cfg = CFG.model_copy(update={"hybrid": fusion})
+    rset = retrieval_set_from_pairs(pairs, pairs, ["beta issue", "gamma note"], cfg)
+    metrics = evaluate_model(TableEncoder(LEXICAL), rset, cfg)
+    assert set(metrics) == set(cfg.per_query_metric_names())
+    assert metrics["ir_mrr_at_3"].tolist() == [0.5] and metrics["ir_hybrid_mrr_at_3"].tolist() == [1.0]
+
+    # The same pool, fused by HybridRetriever over the same texts: the same ranking and scores.
+    encoder = TableEncoder(LEXICAL)
+    vectors = encoder.encode([*rset.query_texts, *rset.candidate_texts])
+    fused = hybrid_rankings(vectors[:1] @ vectors[1:].T, rset.bm25(), rset, cfg.depth(), fusion)
+    hybrid = HybridRetriever(DenseRetriever(encoder), settings=fusion)
+    hybrid.index([str(i) for i in range(len(rset.candidate_texts))], rset.candidate_texts)
+    assert fused == [[int(d) for d, _ in row] for row in hybrid.search(rset.query_texts, cfg.depth())]
+
+
+def test_choose_bm25_weight_picks_the_smallest_best_weight_on_the_set() -> None:
+    pairs = [Pair("alpha report", "alpha issue")]
+    rset = retrieval_set_from_pairs(pairs, pairs, ["beta issue"], CFG)
+    # pool: alpha issue (dense 0, bm25 1 after min-max), beta issue (1, 0): the relevant report leads once
+    # w > 1 - w, i.e. w > 0.5; at 0.5 it ties, and a tie counts against the query.
+    choice = choose_bm25_weight(TableEncoder(LEXICAL), rset, CFG, metric="ir_mrr_at_3")
+    assert choice.bm25_weight == 0.6 and choice.metric == "ir_mrr_at_3"
+    assert [choice.per_weight[w]["ir_mrr_at_3"] for w in (0.0, 0.5, 0.6, 1.0)] == [0.5, 0.5, 1.0, 1.0]
+    assert choice.per_weight[0.0]["ir_queries"] == 1
+    with pytest.raises(ValueError, match="metric 'ir_mrr_at_10' is not scored"):
+        choose_bm25_weight(TableEncoder(LEXICAL), rset, CFG)
+    with pytest.raises(ValueError, match=r"values in \[0, 1\]"):
+        choose_bm25_weight(TableEncoder(LEXICAL), rset, CFG, weights=[0.2, 1.2], metric="ir_mrr_at_3")
+
+
+def test_hybrid_metrics_are_reported_to_tune_as_corpus_metrics_and_refused_for_a_cross_encoder() -> None:
+    from lmplatform.config.loader import ConfigError, load_run_config
+    from lmplatform.tune.metrics import is_corpus_metric, reported_metrics
+
+    base = {"data": {"train_paths": ["x.jsonl"]}, "retrieval_validation": {"hybrid": {"bm25_weight": 0.2}}}
+    cfg = load_run_config(None, base=base | {"objective": {"name": "biencoder"}})
+    assert {"val_ir_hybrid_mrr_at_10", "val_ir_mrr_at_10", "val_ir_hybrid_map_at_100"} <= reported_metrics(cfg)
+    assert is_corpus_metric("val_ir_hybrid_ndcg_at_10")
+    with pytest.raises(ConfigError, match="retrieval_validation.hybrid fuses BM25 with a bi-encoder"):
+        load_run_config(None, base=base | {"objective": {"name": "cross_encoder"}})
+    with pytest.raises(ConfigError, match="retrieval_validation.hybrid.bm25_weight"):
+        load_run_config(None, base={**base, "objective": {"name": "biencoder"},
+                                    "retrieval_validation": {"hybrid": {"bm25_weight": 2}}})

@@ -48,3 +48,23 @@ def test_encoding_actor_encodes_at_its_precision(tiny_bert: Path) -> None:
         vectors = np.stack(table.column("vector").to_numpy(zero_copy_only=False))
         assert table.column("id").to_pylist() == ["a", "b", "c"]
         assert np.allclose(vectors, encoder.encode(texts, batch_size=2, precision=precision), atol=1e-6)
+
+
+def test_bm25_index_beside_the_vectors_holds_the_same_texts_and_ids(tmp_path: Path) -> None:
+    import json
+
+    from lmplatform.retrieval.build import build_bm25_index
+    from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
+
+    rows = [{"id": 1, "title": "printer", "text": "jams every morning"}, {"id": "2", "title": "vpn", "text": "tunnel down"},
+            {"title": "no id", "text": "skipped as the encoder skips it"}, {"id": 3, "text": "printer queue stuck"}]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stats = build_bm25_index(corpus, tmp_path / "index", ["title", "text"], expected_ids=["1", "2", "3"])
+    assert stats["documents"] == 3 and stats["bytes"] > 0
+    loaded = BM25Retriever.load(tmp_path / "index" / BM25_DIR)
+    same = BM25Retriever()
+    same.index(["1", "2", "3"], ["printer. jams every morning", "vpn. tunnel down", "printer queue stuck"])
+    assert loaded.search(["printer jams", "vpn", "queue"], k=3) == same.search(["printer jams", "vpn", "queue"], k=3)
+    with pytest.raises(ValueError, match=r"1 missing \(e.g. \['4'\]\), 0 extra"):
+        build_bm25_index(corpus, tmp_path / "other", ["text"], expected_ids=["1", "2", "3", "4"])

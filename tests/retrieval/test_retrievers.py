@@ -3,9 +3,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lmplatform.evaluation.metrics.retrieval import rank_by_score
 from lmplatform.models.cross_encoder import CrossEncoder
 from lmplatform.models.encoder import Encoder
-from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, TwoStageRetriever, rerank
+from lmplatform.retrieval.fusion import convex_scores, reciprocal_rank_fusion
+from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, TwoStageRetriever, rerank
+from lmplatform.retrieval.settings import FusionSettings
 
 CORPUS = {
     "r1": "printer jams on the second floor every morning",
@@ -74,6 +77,53 @@ def test_two_stage_reranks_top_n_and_keeps_the_rest(tiny_bert: Path) -> None:
     first_hits = dense_first.search([query], k=5)[0]
     out = two.search([query], k=5, exclude=[set()])[0]
     assert {d for d, _ in out} == {d for d, _ in first_hits}
-    expected = cross.score([query] * 5, [CORPUS[d] for d, _ in out])
-    assert np.allclose([s for _, s in out], expected, atol=1e-5)
+    expected = cross.score([query] * 5, [CORPUS[d] for d, _ in first_hits])
+    assert [d for d, _ in out] == [d for d, _ in rank_by_score(zip([d for d, _ in first_hits], expected.tolist()))]
+    assert out[0][1] == pytest.approx(1.0) and out[-1][1] == pytest.approx(0.0)  # min-max of the cross-encoder's scores
     assert all(a[1] >= b[1] for a, b in zip(out, out[1:]))
+    # rerank_weight 0: the first stage's order
+    two.rerank_weight = 0.0
+    assert [d for d, _ in two.search([query], k=5)[0]] == [d for d, _ in first_hits]
+
+
+def test_hybrid_at_weight_0_and_1_ranks_as_dense_and_as_bm25(tiny_bert: Path) -> None:
+    encoder = Encoder.from_pretrained(tiny_bert, max_seq_length=32)
+    dense, bm25 = DenseRetriever(encoder), BM25Retriever()
+    dense.index(list(CORPUS), list(CORPUS.values()))
+    bm25.index(list(CORPUS), list(CORPUS.values()))
+    hybrid = HybridRetriever(DenseRetriever(encoder), settings=FusionSettings(hybrid_candidates=3))
+    hybrid.index(list(CORPUS), list(CORPUS.values()))
+    queries = ["printer on the second floor", "the vpn certificate expired overnight"]
+    hybrid.settings = FusionSettings(bm25_weight=0.0, hybrid_candidates=3)
+    assert [[d for d, _ in row] for row in hybrid.search(queries, k=3)] == [[d for d, _ in row] for row in dense.search(queries, k=3)]
+    hybrid.settings = FusionSettings(bm25_weight=1.0, hybrid_candidates=3)
+    by_bm25 = bm25.search(queries, k=3)
+    assert [[d for d, _ in row][: len(b)] for row, b in zip(hybrid.search(queries, k=3), by_bm25)] == [[d for d, _ in b] for b in by_bm25]
+
+    # An excluded document takes no place in the pool nor in its normalisation (r1 is both lists' best for
+    # query 0); with k=4 above hybrid_candidates, each list gives its top 4.
+    hybrid.settings = FusionSettings(bm25_weight=0.4, hybrid_candidates=3)
+    excluded = hybrid.search(queries[:1], k=4, exclude=[{"r1"}])[0]
+    dense_all, bm25_all = dense.search(queries[:1], k=6)[0], dict(bm25.search(queries[:1], k=6)[0])
+    assert dense_all[0][0] == "r1" == bm25.search(queries[:1], k=1)[0][0][0]
+    pool = [d for d, _ in dense_all[1:5]] + [d for d, _ in bm25.search(queries[:1], k=4, exclude=[{"r1"}])[0]]
+    pool = list(dict.fromkeys(pool))
+    expected = convex_scores([dict(dense_all)[d] for d in pool], [bm25_all.get(d, 0.0) for d in pool], 0.4)
+    by_hand = rank_by_score(zip(pool, expected.tolist()))[:4]
+    assert [d for d, _ in excluded] == [d for d, _ in by_hand] and max(expected) == pytest.approx(0.6)
+    assert [s for _, s in excluded] == pytest.approx([s for _, s in by_hand], abs=1e-6)
+    hybrid.settings = FusionSettings(fusion="rrf", hybrid_candidates=3)
+    assert hybrid.search(queries, k=3) == [reciprocal_rank_fusion([[d for d, _ in dense_hits], [d for d, _ in bm25_hits]])[:3]
+                                           for dense_hits, bm25_hits in zip(dense.search(queries, k=3), by_bm25)]
+
+
+def test_bm25_saves_and_loads_with_its_ids(tmp_path: Path) -> None:
+    bm25 = BM25Retriever(k1=1.2, b=0.5)
+    bm25.index(list(CORPUS), list(CORPUS.values()))
+    loaded = BM25Retriever.load(bm25.save(tmp_path / "bm25"))
+    assert (loaded.k1, loaded.b, loaded.ids) == (1.2, 0.5, list(CORPUS))
+    queries = ["invoice timeout", "printer jams", "zebra"]
+    assert loaded.search(queries, k=3) == bm25.search(queries, k=3)
+    assert np.array_equal(loaded.query_scores(["printer"])[0], bm25.query_scores(["printer"])[0])
+    with pytest.raises(FileNotFoundError, match="bm25_meta.json is missing"):
+        BM25Retriever.load(tmp_path)

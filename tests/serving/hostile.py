@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.serving.servable import WORDS
 
 ROUTES = ("/v1/search", "/v1/classify", "/v1/embed", "/v1/similarity", "/v1/embeddings")
-FIELDS = {"/v1/search": ("query", "k", "rerank"), "/v1/classify": ("texts",), "/v1/embed": ("texts",),
+FIELDS = {"/v1/search": ("query", "k", "rerank", "mode", "bm25_weight"), "/v1/classify": ("texts",), "/v1/embed": ("texts",),
           "/v1/similarity": ("a", "b"), "/v1/embeddings": ("input", "model", "encoding_format", "dimensions", "user")}
 
 _word = st.sampled_from(sorted({w for words in WORDS.values() for w in words})).map(lambda w: w + " ")
@@ -48,6 +48,8 @@ json_value = st.recursive(
 
 
 _encoding_format = st.sampled_from(["float", "base64"])
+_mode = st.sampled_from(["dense", "hybrid"])
+_weight = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0, 1]))
 
 
 def _texts() -> st.SearchStrategy[Any]:
@@ -60,7 +62,8 @@ def _shaped(route: str) -> st.SearchStrategy[dict[str, Any]]:
     extra = {"extra": json_value, "\ud800": json_value}  # an unknown key, and one no UTF-8 can hold
     if route == "/v1/search":
         required = {"query": st.one_of(text, text, json_value)}
-        optional = {"k": st.one_of(st.integers(1, 20), number, json_value), "rerank": st.one_of(st.booleans(), json_value)}
+        optional = {"k": st.one_of(st.integers(1, 20), number, json_value), "rerank": st.one_of(st.booleans(), json_value),
+                    "mode": st.one_of(_mode, text, json_value), "bm25_weight": st.one_of(_weight, number, json_value)}
     elif route == "/v1/similarity":
         required = {"a": st.one_of(text, text, json_value), "b": st.one_of(text, text, json_value)}
         optional = {}
@@ -78,7 +81,8 @@ def _well_formed(route: str) -> st.SearchStrategy[dict[str, Any]]:
     """The route's own keys with values of the right type: mostly valid, or refused for the text alone."""
     field_text = st.one_of(readable, readable, readable, text)
     if route == "/v1/search":
-        return st.fixed_dictionaries({"query": field_text}, optional={"k": st.integers(1, 20), "rerank": st.booleans()})
+        return st.fixed_dictionaries({"query": field_text}, optional={"k": st.integers(1, 20), "rerank": st.booleans(),
+                                                                      "mode": _mode, "bm25_weight": _weight})
     if route == "/v1/similarity":
         return st.fixed_dictionaries({"a": field_text, "b": field_text})
     if route == "/v1/embeddings":  # the OpenAI SDK's shape: a text or a list, a model name, often base64

@@ -26,15 +26,21 @@ def make_documents(n: int = 36, seed: int = 0) -> list[dict[str, str]]:
     return docs
 
 
-def write_index(encoder_dir: Path, documents: list[dict[str, str]], out: Path) -> Path:
-    """Encode the documents' texts with the encoder and save index + document store (what build_index.py makes)."""
+def write_index(encoder_dir: Path, documents: list[dict[str, str]], out: Path, bm25: bool = True) -> Path:
+    """Encode the documents' texts with the encoder and save index + document store + BM25 index of the same
+    texts (what build_index.py makes; bm25=False: as with its --no-bm25)."""
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
     from lmplatform.serving.store import DOCUMENTS_FILE
 
     encoder = Encoder.from_pretrained(encoder_dir)
     vectors = encoder.encode([d["text"] for d in documents])
     VectorIndex.build([d["id"] for d in documents], vectors, kind="flat").save(out)
+    if bm25:
+        retriever = BM25Retriever()
+        retriever.index([d["id"] for d in documents], [d["text"] for d in documents])
+        retriever.save(out / BM25_DIR)
     with (out / DOCUMENTS_FILE).open("w") as handle:
         for doc in documents:
             handle.write(json.dumps(doc) + "\n")
@@ -79,3 +85,17 @@ def write_classifier_model(folder: Path, hidden: int = 48) -> Path:
     torch.manual_seed(1)
     ClassifierModel(encoder, MLPHead(hidden, len(LABELS), 16, 2), list(LABELS)).save_pretrained(folder)
     return folder
+
+
+def write_cross_encoder(base: Path, folder: Path) -> Path:
+    """A saved cross-encoder (its head included, so every process loads the same one) over `base`, the head's
+    weights scaled so that its scores spread across (0, 1) instead of all sitting within 1e-3 of 0.5."""
+    import torch
+
+    from lmplatform.models.cross_encoder import CrossEncoder
+
+    torch.manual_seed(2)
+    model = CrossEncoder.from_pretrained(base)
+    with torch.no_grad():
+        model.model.classifier.weight.mul_(50.0)
+    return model.save_pretrained(folder)

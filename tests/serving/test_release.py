@@ -8,6 +8,7 @@ import pytest
 
 from lmplatform.data.readers import DataError
 from lmplatform.serving.release import (
+    Release,
     ReleaseError,
     alias_version,
     check_release,
@@ -73,7 +74,33 @@ def test_check_release_refuses_an_index_built_with_another_model(tiny_bert: Path
     from tests.serving.servable import make_documents, write_index
 
     index_dir = write_index(tiny_bert, make_documents(4), tmp_path / "index")
-    assert check_release(resolve_release(str(tiny_bert), index=str(index_dir))) == {"index_size": 4, "documents": 4, "dim": 32}
+    assert check_release(resolve_release(str(tiny_bert), index=str(index_dir))) == {
+        "index_size": 4, "documents": 4, "dim": 32, "bm25_documents": 4}
     wider = write_tiny_bert(tmp_path / "wider", hidden=48)
     with pytest.raises(ReleaseError, match="32-d vectors but .* makes 48-d"):
         check_release(resolve_release(str(wider), index=str(index_dir)))
+
+
+def test_registered_search_settings_travel_in_the_release(tiny_bert: Path, tmp_path: Path, mlflow_uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.retrieval.settings import SearchSettings
+    from lmplatform.tracking.registry import SEARCH_SETTINGS_TAG, register_search_settings
+    from tests.serving.servable import make_documents, register_with_index, write_index
+
+    (tmp_path / "mlruns").mkdir(exist_ok=True)
+    docs = make_documents(6)
+    with_bm25 = register_with_index(mlflow_uri, "enc", tiny_bert, write_index(tiny_bert, docs, tmp_path / "index"))
+    dense_only = register_with_index(mlflow_uri, "enc", tiny_bert, write_index(tiny_bert, docs, tmp_path / "plain", bm25=False))
+    assert resolve_release("models:/enc/1", mlflow_uri).search is None
+    hybrid = SearchSettings(mode="hybrid", bm25_weight=0.3, reranker="models:/reranker/2")
+    for version in (with_bm25.version, dense_only.version):
+        register_search_settings(mlflow_uri, "enc", version, hybrid)
+    release = resolve_release("models:/enc/1", mlflow_uri)
+    assert release.search == hybrid and Release.model_validate(release.model_dump()) == release  # as replicas get it
+    assert check_release(release, str(tmp_path / "cache"))["bm25_documents"] == 6
+    with pytest.raises(ReleaseError, match="registered to search in hybrid mode, but the index .* has no bm25/"):
+        check_release(resolve_release("models:/enc/2", mlflow_uri), str(tmp_path / "cache"))
+    MlflowClient(mlflow_uri).set_model_version_tag("enc", "1", SEARCH_SETTINGS_TAG, '{"mode": "sparse"}')
+    with pytest.raises(ReleaseError, match="model: invalid lmp.search_settings of models:/enc/1: mode: Input should be"):
+        resolve_release("models:/enc/1", mlflow_uri)

@@ -4,13 +4,16 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.serving.schemas import (
     EmbeddingsRequest,
     RequestLimitError,
+    SearchPlan,
     SearchRequest,
     ServeLimits,
     SimilarityRequest,
     TextsRequest,
+    plan_search,
     snippet,
 )
 
@@ -42,6 +45,34 @@ def test_search_limits_name_the_field() -> None:
     _limit_error(lambda: LIMITS.check_search(SearchRequest(query="x" * 11, k=1)), "query", 413)
     _limit_error(lambda: LIMITS.check_search(SearchRequest(query="vpn", k=0)), "k", 422)
     _limit_error(lambda: LIMITS.check_search(SearchRequest(query="vpn", k=6)), "k", 422)
+
+
+def test_search_mode_and_weight_are_strict() -> None:
+    body = SearchRequest.model_validate({"query": "vpn", "mode": "hybrid", "bm25_weight": 1})
+    assert (body.mode, body.bm25_weight, body.rerank) == ("hybrid", 1.0, None)
+    for bad, field in [({"mode": "sparse"}, "mode"), ({"mode": None, "bm25_weight": 1.5}, "bm25_weight"),
+                       ({"bm25_weight": -0.1}, "bm25_weight"), ({"bm25_weight": "0.2"}, "bm25_weight"),
+                       ({"bm25_weight": True}, "bm25_weight"), ({"bm25_weight": float("nan")}, "bm25_weight"),
+                       ({"bm25_weight": float("inf")}, "bm25_weight"), ({"mode": ["hybrid"]}, "mode"), ({"mode": 1}, "mode")]:
+        with pytest.raises(ValidationError) as caught:
+            SearchRequest.model_validate({"query": "vpn", **bad})
+        assert caught.value.errors()[0]["loc"][0] == field, (bad, caught.value.errors())
+
+
+def test_a_search_plan_takes_the_request_over_the_registered_settings() -> None:
+    def plan(registered=None, reranker=False, **request):  # noqa: ANN001, ANN003, ANN202
+        return plan_search(SearchRequest(query="vpn", **request), registered, reranker, 8)
+
+    assert plan() == SearchPlan("dense", None, False, 8, 1.0)  # nothing registered: today's dense search
+    hybrid = plan(mode="hybrid", bm25_weight=0.4)
+    assert (hybrid.mode, hybrid.fusion.bm25_weight, hybrid.fusion.hybrid_candidates) == ("hybrid", 0.4, 100)
+    registered = SearchSettings(mode="hybrid", bm25_weight=0.3, reranker="models:/ce/1", rerank_depth=12, rerank_weight=0.6)
+    assert plan(registered, reranker=True) == SearchPlan("hybrid", registered.fusion_settings(), True, 12, 0.6)
+    assert plan(registered, reranker=True, mode="dense", rerank=False) == SearchPlan("dense", None, False, 12, 0.6)
+    assert not plan(registered).rerank  # a registered re-ranker that is not deployed: not used by default
+    _limit_error(lambda: plan(bm25_weight=0.5), "bm25_weight", 422)  # the release searches dense
+    _limit_error(lambda: plan(SearchSettings(mode="hybrid", fusion="rrf"), bm25_weight=0.5), "bm25_weight", 422)
+    _limit_error(lambda: plan(rerank=True), "rerank", 422)
 
 
 def test_text_limits_name_the_offending_item() -> None:

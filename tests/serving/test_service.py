@@ -25,13 +25,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lmplatform.models.encoder import Encoder
+from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.testing.local_cluster import free_port
+from lmplatform.tracking.registry import register_search_settings
 from tests.serving import hostile
 from tests.serving.servable import (
     LABELS,
     make_documents,
     register_with_index,
     write_classifier_model,
+    write_cross_encoder,
     write_index,
 )
 
@@ -40,6 +43,7 @@ APP = "lmp-test"
 MODEL_NAME = "serving-test-encoder"
 MODEL_DEPLOYMENTS = ("RetrieverDeployment", "ClassifierDeployment")
 MAX_BODY_BYTES = 20_000
+V1_SEARCH = SearchSettings(bm25_weight=0.3, hybrid_candidates=10, rerank_depth=20)
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Service:
     runs: dict[str, str]
     tmp: Path
     model_dir: Path  # version 1, the champion at the start
+    reranker: Path  # the cross-encoder the service deploys
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +74,13 @@ def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFacto
     v2_dir = write_classifier_model(tmp / "model-v2")
     v2 = register_with_index(tracking_uri, MODEL_NAME, v2_dir, write_index(v2_dir, documents, tmp / "index-v2"))
     unlabelled = [{k: v for k, v in d.items() if k != "label"} for d in documents]
-    v3 = register_with_index(tracking_uri, MODEL_NAME, tiny_bert, write_index(tiny_bert, unlabelled, tmp / "index-v3"))
+    v3 = register_with_index(tracking_uri, MODEL_NAME, tiny_bert,  # an index built --no-bm25: dense search only
+                             write_index(tiny_bert, unlabelled, tmp / "index-v3", bm25=False))
+    # The champion's search settings: dense by default; hybrid requests fuse with these, over a pool smaller than the corpus.
+    register_search_settings(tracking_uri, MODEL_NAME, v1.version, V1_SEARCH)
+    reranker = write_cross_encoder(tiny_bert, tmp / "reranker")
     settings = ServeSettings(
-        model=f"models:/{MODEL_NAME}@champion", tracking_uri=tracking_uri, reranker=str(tiny_bert),
+        model=f"models:/{MODEL_NAME}@champion", tracking_uri=tracking_uri, reranker=str(reranker),
         cache_dir=str(tmp / "cache"), auth_token_sha256=token_sha256(TOKEN), num_threads=1,
         encoder={"backend": "onnx"},  # the torch backend is served in tests/cluster (the shipped config)
         limits={"max_k": 20, "max_texts": 4, "max_text_chars": 300, "max_query_chars": 200, "rerank_candidates": 8,
@@ -86,7 +95,7 @@ def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFacto
     control.deploy(control.application_config(settings, name=APP, deployments=deployments), timeout_s=240)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     yield Service(f"http://127.0.0.1:{port}", client, tracking_uri, documents,
-                  {"1": v1.run_id, "2": v2.run_id, "3": v3.run_id}, tmp, tiny_bert)
+                  {"1": v1.run_id, "2": v2.run_id, "3": v3.run_id}, tmp, tiny_bert, reranker)
     client.close()
     serve.shutdown()  # frees the replicas' CPUs for later tests
 
@@ -125,6 +134,7 @@ def test_endpoints_answer_with_real_values(service: Service) -> None:
     assert info["mlflow_run_id"] == service.runs["1"]
     assert info["index_size"] == len(docs) and info["dim"] == 32 and info["index_kind"] == "flat"
     assert info["index_built_at"] and info["classifier"] == "knn" and info["reranker"]
+    assert info["hybrid"] and info["search"] == V1_SEARCH.model_dump()
 
     for doc in docs[:5]:  # a document's own text finds it first, with cosine ~1
         hits = _ok(client.post("/v1/search", json={"query": doc["text"], "k": 3}))["hits"]
@@ -133,10 +143,10 @@ def test_endpoints_answer_with_real_values(service: Service) -> None:
         assert len(hits) == 3 and hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
 
     reranked = _ok(client.post("/v1/search", json={"query": docs[0]["text"], "k": 5, "rerank": True}))
-    assert reranked["reranked"] and len(reranked["hits"]) == 5
+    assert reranked["reranked"] and len(reranked["hits"]) == 5 and reranked["mode"] == "dense"
     scores = [h["score"] for h in reranked["hits"]]
     assert scores == sorted(scores, reverse=True) and all(0.0 <= s <= 1.0 for s in scores)
-    assert all(h["retrieval_score"] is not None for h in reranked["hits"])
+    assert all(h["retrieval_score"] is not None and 0.0 <= h["rerank_score"] <= 1.0 for h in reranked["hits"])
 
     embedded = _ok(client.post("/v1/embed", json={"texts": [docs[0]["text"], docs[1]["text"]]}))
     assert embedded["dim"] == 32 and len(embedded["vectors"]) == 2
@@ -159,6 +169,55 @@ def test_endpoints_answer_with_real_values(service: Service) -> None:
         assert prediction["label"] == max(prediction["probabilities"], key=prediction["probabilities"].get)
     assert "/v1/search" in client.get("/openapi.json").json()["paths"]
     assert client.get("/docs").status_code == 200
+
+
+def _assert_same_ranking(served: list[dict], offline: list[tuple[str, float]], tolerance: float = 1e-5) -> None:
+    """Equal ids and scores; two processes' models may differ in the last float bits, so only hits whose
+    scores are within `tolerance` of each other may trade places."""
+    assert [h["score"] for h in served] == pytest.approx([s for _, s in offline], abs=tolerance)
+    for n, (hit, (doc_id, score)) in enumerate(zip(served, offline)):
+        if hit["id"] != doc_id:
+            assert [d for d, s in offline if abs(s - score) < tolerance and d == hit["id"]], (n, served, offline)
+
+
+def test_served_hybrid_search_ranks_as_the_offline_hybrid_retriever(service: Service) -> None:
+    from lmplatform.models.cross_encoder import CrossEncoder
+    from lmplatform.retrieval.retrievers import DenseRetriever, HybridRetriever, TwoStageRetriever
+
+    client, docs = service.client, service.documents
+    # The replicas' encoder backend (ONNX), so both sides embed alike; the index holds the documents' texts.
+    offline = HybridRetriever(DenseRetriever(Encoder.from_pretrained(service.model_dir, backend="onnx")))
+    offline.index([d["id"] for d in docs], [d["text"] for d in docs])
+    queries = ["vpn tunnel timeout at the gateway", "refund the card payment", docs[4]["text"], "disk quota snapshot case 7"]
+    hybrid_requests = 0
+    for query in queries:
+        for weight in (None, 0.0, 0.45, 1.0):
+            body = {"query": query, "k": 8, "mode": "hybrid"} | ({} if weight is None else {"bm25_weight": weight})
+            served = _ok(client.post("/v1/search", json=body))
+            hybrid_requests += 1
+            used = V1_SEARCH.bm25_weight if weight is None else weight  # the registered weight by default
+            assert (served["mode"], served["fusion"], served["bm25_weight"], served["reranked"]) == ("hybrid", "convex", used, False)
+            offline.settings = V1_SEARCH.fusion_settings().model_copy(update={"bm25_weight": used})
+            _assert_same_ranking(served["hits"], offline.search([query], 8)[0])
+        dense = _ok(client.post("/v1/search", json={"query": query, "k": 8}))  # the registered default mode
+        assert (dense["mode"], dense["fusion"], dense["bm25_weight"]) == ("dense", None, None)
+        at_zero = _ok(client.post("/v1/search", json={"query": query, "k": 8, "mode": "hybrid", "bm25_weight": 0}))
+        hybrid_requests += 1
+        assert [h["id"] for h in at_zero["hits"]] == [h["id"] for h in dense["hits"]]
+
+    # Re-ranked hybrid: the registered rerank_depth (20) of the fused list, re-scored by the same cross-encoder. Its
+    # random head spreads the scores over ~1e-3 only, which min-max scales to [0, 1]: float noise between the
+    # replica (batches of 8 pairs, 1 thread) and this process grows to ~1e-4 there, hence the wider tolerance.
+    offline.settings = V1_SEARCH.fusion_settings()
+    two_stage = TwoStageRetriever(offline, CrossEncoder.from_pretrained(service.reranker), candidates=V1_SEARCH.rerank_depth,
+                                  rerank_weight=V1_SEARCH.rerank_weight)
+    two_stage.texts = {d["id"]: f"{d['title']}. {d['text']}" for d in docs}  # what the service re-ranks: title and text
+    for query in queries[:2]:
+        served = _ok(client.post("/v1/search", json={"query": query, "k": 6, "mode": "hybrid", "rerank": True}))
+        hybrid_requests += 1
+        assert served["reranked"] and served["mode"] == "hybrid"
+        _assert_same_ranking(served["hits"], two_stage.search([query], 6)[0], tolerance=1e-3)
+    _metric_reaches("lmp_searches_total", hybrid_requests, mode="hybrid")
 
 
 def test_openai_embeddings_route_answers_what_the_openai_sdk_sends(service: Service) -> None:
@@ -275,6 +334,14 @@ BAD_REQUESTS = [
     ("/v1/search", {"query": "vpn", "colour": "red"}, 422, "colour"),
     ("/v1/search", {"query": "x" * 201}, 413, "query"),
     ("/v1/search", [1, 2], 422, "body"),
+    ("/v1/search", {"query": "vpn", "mode": "sparse"}, 422, "mode"),
+    ("/v1/search", {"query": "vpn", "mode": ["hybrid"]}, 422, "mode"),
+    ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": 1.5}, 422, "bm25_weight"),
+    ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": -0.1}, 422, "bm25_weight"),
+    ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": "0.2"}, 422, "bm25_weight"),
+    ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": True}, 422, "bm25_weight"),
+    ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": float("nan")}, 422, "bm25_weight"),
+    ("/v1/search", {"query": "vpn", "bm25_weight": 0.5}, 422, "bm25_weight"),  # the champion searches dense by default
     ("/v1/embed", {"texts": []}, 422, "texts"),
     ("/v1/embed", {"texts": ["a", "b", "c", "d", "e"]}, 413, "texts"),
     ("/v1/embed", {"texts": ["fine", "y" * 301]}, 413, "texts[1]"),
@@ -585,7 +652,7 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
     assert missing.exit_code == 2 and "no Serve application named 'no-such-app'" in missing.output
 
 
-def test_a_model_without_head_or_labels_refuses_classification_but_still_searches(service: Service) -> None:
+def test_a_model_without_head_labels_or_bm25_refuses_classification_and_hybrid_but_still_searches(service: Service) -> None:
     from mlflow.tracking import MlflowClient
 
     from lmplatform.serving import control
@@ -593,7 +660,9 @@ def test_a_model_without_head_or_labels_refuses_classification_but_still_searche
     MlflowClient(service.tracking_uri).set_registered_model_alias(MODEL_NAME, "champion", "3")
     assert control.reload(APP, timeout_s=180).current == f"{MODEL_NAME}/3"
     info = _ok(service.client.get("/v1/model"))
-    assert (info["version"], info["dim"], info["classifier"]) == ("3", 32, "unavailable")
+    assert (info["version"], info["dim"], info["classifier"], info["hybrid"]) == ("3", 32, "unavailable", False)
     refused = service.client.post("/v1/classify", json={"texts": ["vpn tunnel down"]})
     assert refused.status_code == 404 and "no labels" in refused.json()["error"], refused.text
+    no_bm25 = _error(service.client.post("/v1/search", json={"query": "vpn tunnel down", "mode": "hybrid"}), 422, "mode")
+    assert "needs a BM25 index" in no_bm25["error"], no_bm25
     _healthy(service)

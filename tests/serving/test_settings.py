@@ -82,3 +82,28 @@ def test_plan_launch_takes_the_proxy_location_of_the_config(tiny_bert: Path, ser
     bad.write_text(yaml.safe_dump(raw))
     with pytest.raises(ServeConfigError, match="proxy_location 'Everywhere' is not one of HeadOnly, EveryNode, Disabled"):
         plan_launch(bad, args=args)
+
+
+def test_a_reranker_registered_with_the_version_is_deployed_unless_the_settings_name_one(
+        tiny_bert: Path, served_index: Path, tmp_path: Path, mlflow_uri: str) -> None:
+    from lmplatform.serving.app import reranker_for
+    from lmplatform.tracking.registry import register_search_settings
+    from tests.serving.servable import register_with_index
+
+    (tmp_path / "mlruns").mkdir(exist_ok=True)
+    version = register_with_index(mlflow_uri, "enc", tiny_bert, served_index).version
+    register_search_settings(mlflow_uri, "enc", version, {"reranker": str(tiny_bert), "rerank_depth": 5})
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    raw["applications"][0]["deployments"].append({"name": "RerankerDeployment", "ray_actor_options": {"num_cpus": 0.5}})
+    config = tmp_path / "with-reranker.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    args = {"model": f"models:/enc/{version}", "tracking_uri": mlflow_uri, "cache_dir": str(tmp_path / "cache")}
+    plan = plan_launch(config, args=args)
+    assert plan.release.search.rerank_depth == 5 and reranker_for(plan.settings, plan.release) == str(tiny_bert)
+    assert any(d["name"] == "RerankerDeployment" for d in plan.app["deployments"])
+    named = plan_launch(config, args=args | {"reranker": "/models/other-cross-encoder"})
+    assert reranker_for(named.settings, named.release) == "/models/other-cross-encoder"
+    register_search_settings(mlflow_uri, "enc", version, {})
+    plain = plan_launch(config, args=args)
+    assert reranker_for(plain.settings, plain.release) is None
+    assert all(d["name"] != "RerankerDeployment" for d in plain.app["deployments"])

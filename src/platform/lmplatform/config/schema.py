@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from lmplatform.config.base import Section
 from lmplatform.objectives.mlm.config import MLMObjectiveConfig
 from lmplatform.objectives.registry import objective_specs
+from lmplatform.retrieval.settings import FusionSettings
 
 PACKAGED_MODEL = "default"
 
@@ -233,6 +234,11 @@ class DistractorConfig(Section):
         return [value] if isinstance(value, str) else value
 
 
+def hybrid_metric_name(name: str) -> str:
+    """ir_mrr_at_10 -> ir_hybrid_mrr_at_10: the metric of the BM25-fused ranking (`RetrievalValidationConfig.hybrid`)."""
+    return "ir_hybrid_" + name.removeprefix("ir_")
+
+
 class RetrievalValidationConfig(Section):
     """Corpus-level retrieval validation (docs/tuning.md#selection-metrics): each validation query is ranked
     against the whole candidate pool (validation documents plus distractors) and scored with Recall@k,
@@ -257,6 +263,9 @@ class RetrievalValidationConfig(Section):
         "bm25", description="cross_encoder only: the retriever whose top `candidates` are re-ranked: 'bm25', or a "
         "bi-encoder ('default', a folder, models:/name@alias).")
     candidates: int = Field(20, ge=1, description="cross_encoder only: depth N of the first stage that is re-ranked.")
+    hybrid: Optional[FusionSettings] = Field(
+        None, description="Bi-encoders only: also rank every query by BM25 fused with the model (retrieval.fusion) "
+        "and report those metrics as val_ir_hybrid_*, e.g. {bm25_weight: 0.2, fusion: convex}.")
 
     @field_validator("recall_ks")
     @classmethod
@@ -269,10 +278,16 @@ class RetrievalValidationConfig(Section):
         """How many candidates a ranking must hold for every metric."""
         return max(*self.recall_ks, self.mrr_k, self.ndcg_k, self.map_k)
 
-    def per_query_metric_names(self) -> tuple[str, ...]:
-        """The `ir_*` metrics scored query by query (the gate can compare models on any of them)."""
+    def ranking_metric_names(self) -> tuple[str, ...]:
+        """The `ir_*` metrics of one ranking of every query (`score_rankings`)."""
         return (*(f"ir_recall_at_{k}" for k in self.recall_ks), f"ir_mrr_at_{self.mrr_k}",
                 f"ir_ndcg_at_{self.ndcg_k}", f"ir_map_at_{self.map_k}")
+
+    def per_query_metric_names(self) -> tuple[str, ...]:
+        """The `ir_*` metrics scored query by query (the gate can compare models on any of them), with the
+        `ir_hybrid_*` twins of the fused ranking when `hybrid` is set."""
+        names = self.ranking_metric_names()
+        return (*names, *(hybrid_metric_name(n) for n in names)) if self.hybrid is not None else names
 
     def metric_names(self) -> tuple[str, ...]:
         """Every `ir_*` metric name (without the `val_` prefix) a validation reports: the per-query ones and the set's size."""
@@ -316,6 +331,9 @@ class RunConfig(Section):
         defaults = RetrievalValidationConfig.model_fields
         if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
             raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
+        if name == "cross_encoder" and rv.hybrid is not None:
+            raise ValueError("retrieval_validation.hybrid fuses BM25 with a bi-encoder; a cross_encoder re-ranks "
+                             "retrieval_validation.first_stage instead: remove hybrid")
         return self
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
+from lmplatform.retrieval.settings import FusionSettings
 
 
 def _unique_names(what: str, items: list[Any]) -> None:
@@ -69,26 +70,43 @@ class RetrievalScenario(Section):
 
 class RetrieverSpec(Section):
     name: str = Field(..., min_length=1, description="Label in reports and metric names.")
-    kind: Literal["dense", "bm25", "two_stage"]
-    model: Optional[str] = Field(None, description="dense / two_stage first stage: 'default', a folder, or models:/name@alias.")
+    kind: Literal["dense", "bm25", "hybrid", "two_stage"]
+    model: Optional[str] = Field(None, description="dense / hybrid / two_stage first stage: 'default', a folder, or models:/name@alias.")
     quantize: Optional[Literal["int8"]] = None
     index: Literal["flat", "hnsw", "ivf", "ivfpq", "auto"] = "flat"
-    first_stage: Literal["dense", "bm25"] = "dense"
+    first_stage: Literal["dense", "bm25", "hybrid"] = "dense"
+    hybrid: FusionSettings = Field(default_factory=FusionSettings, description="hybrid (and two_stage over it): how BM25 "
+                                   "and the model are fused (retrieval.fusion).")
+    bm25_weights: Optional[list[float]] = Field(None, min_length=1, description="hybrid: one row per weight, named "
+                                                "<name>-w<weight>, in place of hybrid.bm25_weight (the corpus is indexed once).")
     reranker: Optional[str] = Field(None, description="two_stage: a cross-encoder / sequence-classification folder.")
     candidates: int = Field(20, ge=1, description="two_stage: first-stage candidates re-ranked.")
+    rerank_weight: float = Field(1.0, ge=0.0, le=1.0, description="two_stage: v in (1-v)·minmax(first stage) + "
+                                 "v·minmax(re-ranker) over the re-ranked candidates; 1: the re-ranker's order.")
     batch_size: int = Field(64, ge=1)
     max_seq_length: Optional[int] = Field(None, ge=8)
 
     @model_validator(mode="after")
     def _needs(self) -> "RetrieverSpec":
-        if self.kind == "dense" and not self.model:
-            raise ValueError(f"retriever {self.name!r}: kind=dense needs model")
+        if self.kind in ("dense", "hybrid") and not self.model:
+            raise ValueError(f"retriever {self.name!r}: kind={self.kind} needs model")
         if self.kind == "two_stage":
             if not self.reranker:
                 raise ValueError(f"retriever {self.name!r}: kind=two_stage needs reranker")
-            if self.first_stage == "dense" and not self.model:
-                raise ValueError(f"retriever {self.name!r}: two_stage with first_stage=dense needs model")
+            if self.first_stage != "bm25" and not self.model:
+                raise ValueError(f"retriever {self.name!r}: two_stage with first_stage={self.first_stage} needs model")
+        if self.bm25_weights is not None:
+            if "hybrid" not in (self.kind, self.first_stage if self.kind == "two_stage" else None):
+                raise ValueError(f"retriever {self.name!r}: bm25_weights applies to a hybrid first stage only")
+            if any(not 0.0 <= w <= 1.0 for w in self.bm25_weights) or len(set(self.bm25_weights)) != len(self.bm25_weights):
+                raise ValueError(f"retriever {self.name!r}: bm25_weights must be distinct values in [0, 1], got {self.bm25_weights}")
         return self
+
+    def variants(self) -> list[tuple[str, FusionSettings]]:
+        """(row name, fusion settings) of each row this retriever makes: one per bm25_weights entry, else one."""
+        if self.bm25_weights is None:
+            return [(self.name, self.hybrid)]
+        return [(f"{self.name}-w{w:g}", self.hybrid.model_copy(update={"bm25_weight": w})) for w in self.bm25_weights]
 
 
 class RetrievalTask(Section):
@@ -103,6 +121,9 @@ class RetrievalTask(Section):
     def _unique(self) -> "RetrievalTask":
         for what, items in (("retriever", self.retrievers), ("scenario", self.scenarios), ("dataset", self.datasets)):
             _unique_names(what, items)
+        rows = [name for spec in self.retrievers for name, _ in spec.variants()]
+        if len(set(rows)) != len(rows):
+            raise ValueError(f"retriever rows (a bm25_weights list makes <name>-w<weight>) must be unique, got {rows}")
         if min(self.ks + self.mrr_ks) <= 0:
             raise ValueError(f"ks and mrr_ks must be positive, got {self.ks} / {self.mrr_ks}")
         return self

@@ -1,8 +1,8 @@
 """Corpus-level retrieval validation: a fixed set of queries, a candidate pool and relevance, scored per query.
 
 The driver builds a `RetrievalSet` once from pairs (and distractor documents); whoever holds a model
-turns it into rankings (`dense_rankings`, `reranked_rankings`) and `score_rankings` turns those into
-per-query metrics. Two rules make the numbers trustworthy for choosing between models:
+turns it into rankings (`dense_rankings`, `hybrid_rankings`, `reranked_rankings`) and `score_rankings`
+turns those into per-query metrics. `choose_bm25_weight` picks the BM25 weight of hybrid retrieval on a set. Two rules make the numbers trustworthy for choosing between models:
 
 - Ties count against the query (`rank_against_query`): a collapsed encoder, whose vectors are all
   equal, ranks every relevant document last and scores near 0, not 1.
@@ -18,17 +18,21 @@ import hashlib
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Hashable, Optional, Sequence, TypeVar
+from pathlib import Path
+from typing import Any, Callable, Collection, Hashable, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig
+from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig, hybrid_metric_name
 from lmplatform.data.cleaning import clean_text
 from lmplatform.data.fields import join_fields
 from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
-from lmplatform.evaluation.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, recall_at_k
+from lmplatform.evaluation.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, rank_by_score, recall_at_k
+from lmplatform.retrieval.fusion import fuse
+from lmplatform.retrieval.retrievers import BM25Retriever
+from lmplatform.retrieval.settings import FusionSettings
 
 T = TypeVar("T", bound=Hashable)
 
@@ -43,11 +47,19 @@ class RetrievalSet:
     excluded: list[frozenset[int]]
     counts: dict[str, int] = field(default_factory=dict)
     first_stage: Optional[list[list[int]]] = None  # cross-encoder validation: the candidates it re-ranks, per query
+    _bm25: Optional[BM25Retriever] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.query_texts:
             raise DataError("retrieval validation has no query with a relevant candidate "
                             f"(counts: {self.counts}); check retrieval_validation.pairs and split")
+
+    def bm25(self) -> BM25Retriever:
+        """A BM25 index over the candidates (ids str(0..n-1)), built on first use and kept."""
+        if self._bm25 is None:
+            self._bm25 = BM25Retriever()
+            self._bm25.index([str(i) for i in range(len(self.candidate_texts))], self.candidate_texts)
+        return self._bm25
 
     def fingerprint(self) -> str:
         """Same fingerprint <=> same queries, pool, relevance and exclusions (in the same order)."""
@@ -81,7 +93,7 @@ def rank_against_query(ids: Sequence[T], scores: Sequence[float], relevant: Coll
 
 
 def score_rankings(rankings: Sequence[Sequence[int]], rset: RetrievalSet, cfg: RetrievalValidationConfig) -> dict[str, np.ndarray]:
-    """Per-query metrics [queries] for each name of `cfg.per_query_metric_names()`."""
+    """Per-query metrics [queries] for each name of `cfg.ranking_metric_names()`."""
     out: dict[str, list[float]] = defaultdict(list)
     for ranking, relevant in zip(rankings, rset.relevant):
         for k in cfg.recall_ks:
@@ -112,6 +124,33 @@ def dense_rankings(query_vectors: np.ndarray, candidate_vectors: np.ndarray, rse
         keep = [(int(i), float(s)) for i, s in zip(row_ids, row_scores) if i >= 0 and int(i) not in rset.excluded[row]]
         ranked = rank_against_query([i for i, _ in keep], [s for _, s in keep], rset.relevant[row], complete=width == pool)
         rankings.append(ranked[:depth])
+    return rankings
+
+
+def hybrid_rankings(dense_scores: np.ndarray, bm25: BM25Retriever, rset: RetrievalSet, depth: int,
+                    settings: FusionSettings) -> list[list[int]]:
+    """BM25 fused with dense scores through `retrieval.fusion.fuse`, as `HybridRetriever` and `/v1/search` fuse.
+
+    dense_scores: [q, n] each query's inner product with every candidate; bm25: a BM25 index over the
+    candidates, ids str(0..n-1) (`RetrievalSet.bm25`). Each retriever contributes its top
+    max(depth, settings.hybrid_candidates) with the query's excluded candidates removed; the pool is ranked by
+    its fused scores, ties against the query. A relevant candidate outside the pool is not ranked.
+    """
+    width = max(depth, settings.hybrid_candidates)
+    rankings = []
+    for row, (scores, bm25_row) in enumerate(zip(dense_scores, bm25.query_scores(rset.query_texts))):
+        excluded = rset.excluded[row]
+        top = min(len(scores), width + len(excluded))
+        nearest = np.argpartition(-scores, top - 1)[:top] if top < len(scores) else np.arange(len(scores))
+        dense_hits = [h for h in rank_by_score((str(i), float(scores[i])) for i in nearest) if int(h[0]) not in excluded]
+        bm25_hits = [h for h in bm25.top_hits(bm25_row, width + len(excluded)) if int(h[0]) not in excluded]
+
+        def exact(pool: list[str], scores: np.ndarray = scores, bm25_row: np.ndarray = bm25_row) -> tuple[np.ndarray, np.ndarray]:
+            return scores[[int(i) for i in pool]], bm25_row[bm25.positions(pool)]
+
+        fused = fuse(dense_hits[:width], bm25_hits[:width], exact, settings)
+        ids = [int(doc) for doc, _ in fused]
+        rankings.append(rank_against_query(ids, [s for _, s in fused], rset.relevant[row], complete=True)[:depth])
     return rankings
 
 
@@ -158,7 +197,52 @@ def evaluate_model(model: object, rset: RetrievalSet, cfg: RetrievalValidationCo
     encode = encode or (lambda texts: model.encode(texts, batch_size=cfg.batch_size))  # type: ignore[attr-defined]
     vectors = encode([*rset.query_texts, *rset.candidate_texts])
     queries, candidates = vectors[: len(rset.query_texts)], vectors[len(rset.query_texts) :]
-    return score_rankings(dense_rankings(queries, candidates, rset, cfg.depth()), rset, cfg)
+    metrics = score_rankings(dense_rankings(queries, candidates, rset, cfg.depth()), rset, cfg)
+    if cfg.hybrid is not None:
+        fused = hybrid_rankings(queries @ candidates.T, rset.bm25(), rset, cfg.depth(), cfg.hybrid)
+        metrics |= {hybrid_metric_name(name): values for name, values in score_rankings(fused, rset, cfg).items()}
+    return metrics
+
+
+@dataclass
+class WeightChoice:
+    """`choose_bm25_weight`'s answer: the best weight and every weight's mean metrics (`summarize`)."""
+
+    bm25_weight: float
+    metric: str
+    per_weight: dict[float, dict[str, float]]
+
+
+DEFAULT_WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
+
+
+def choose_bm25_weight(model: Any, rset: RetrievalSet, cfg: RetrievalValidationConfig,
+                       weights: Sequence[float] = DEFAULT_WEIGHTS, metric: str = "ir_mrr_at_10",
+                       fusion: Optional[FusionSettings] = None) -> WeightChoice:
+    """The convex BM25 weight of `weights` whose fused ranking scores best on `metric` over `rset` (a dev set).
+
+    model: an `Encoder` or a model folder / 'default' / models:/ URI; it encodes the set once, BM25 indexes
+    the pool once. fusion: the other fusion settings (candidates); its bm25_weight is what varies.
+    Ties go to the smaller weight. Weight 0 is the dense ranking of the pool, so include it to compare.
+    """
+    if metric not in cfg.ranking_metric_names():
+        raise ValueError(f"metric {metric!r} is not scored; choose one of {', '.join(cfg.ranking_metric_names())}")
+    if not weights or any(not 0.0 <= w <= 1.0 for w in weights):
+        raise ValueError(f"weights must be a non-empty list of values in [0, 1], got {list(weights)}")
+    if isinstance(model, (str, Path)):
+        from lmplatform.models.encoder import Encoder
+
+        model = Encoder.from_pretrained(model)
+    vectors = model.encode([*rset.query_texts, *rset.candidate_texts], batch_size=cfg.batch_size)
+    queries, candidates = vectors[: len(rset.query_texts)], vectors[len(rset.query_texts) :]
+    dense_scores, base = queries @ candidates.T, fusion or FusionSettings()
+    per_weight = {}
+    for weight in weights:
+        settings = base.model_copy(update={"fusion": "convex", "bm25_weight": float(weight)})
+        rankings = hybrid_rankings(dense_scores, rset.bm25(), rset, cfg.depth(), settings)
+        per_weight[float(weight)] = summarize(score_rankings(rankings, rset, cfg), rset)
+    best = max(sorted(per_weight), key=lambda w: per_weight[w][metric])  # max keeps the first (smallest) of equals
+    return WeightChoice(best, metric, per_weight)
 
 
 # -- building the set --------------------------------------------------------------------------------

@@ -7,6 +7,9 @@
    holds the texts or the vectors.
 2. `build_index_from_shards` adds the shards to a `VectorIndex` one file at a
    time (IVF kinds train on the first shard) and saves it with its id mapping.
+3. `build_bm25_index` indexes the same texts with BM25 (bm25s) into `bm25/` of the
+   index folder, for hybrid search. It reads the corpus on the driver: bm25s holds
+   every document's tokens while it indexes.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from lmplatform.retrieval.index import IndexParams, VectorIndex
+from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -156,3 +160,32 @@ def build_index_from_shards(shards_dir: str | Path, index_dir: str | Path, param
     index.save(index_dir)
     (Path(index_dir) / "build.json").write_text(json.dumps({"shards_dir": str(shards_dir), "count": len(index)}, indent=2))
     return index
+
+
+def build_bm25_index(corpus: str | Sequence[str], index_dir: str | Path, text_fields: Sequence[str] = ("title", "text"),
+                     id_field: str = "id", expected_ids: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """BM25 over the corpus texts as the encoder read them (`text_fields` joined with '. '), saved into
+    `index_dir/bm25`; `expected_ids` (the FAISS index's) must be exactly the ids indexed.
+
+    Returns {documents, seconds, bytes}. Rows without an id are skipped, as the encoding skips them.
+    """
+    from lmplatform.data.fields import join_fields
+    from lmplatform.data.readers import BadRow, detect_format, read_rows
+
+    start = time.perf_counter()
+    ids, texts = [], []
+    for path in [corpus] if isinstance(corpus, (str, Path)) else corpus:
+        for row in read_rows(str(path), detect_format(path)):
+            if isinstance(row, BadRow) or row.fields.get(id_field) is None:
+                continue
+            ids.append(str(row.fields[id_field]))
+            texts.append(join_fields(row.fields, list(text_fields)))
+    if expected_ids is not None and set(ids) != set(expected_ids):
+        missing, extra = set(expected_ids) - set(ids), set(ids) - set(expected_ids)
+        raise ValueError(f"the corpus read for BM25 holds other ids than the vector index: {len(missing)} missing "
+                         f"(e.g. {sorted(missing)[:3]}), {len(extra)} extra (e.g. {sorted(extra)[:3]})")
+    retriever = BM25Retriever()
+    retriever.index(ids, texts)
+    folder = retriever.save(Path(index_dir) / BM25_DIR)
+    size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    return {"documents": len(ids), "seconds": round(time.perf_counter() - start, 2), "bytes": size}

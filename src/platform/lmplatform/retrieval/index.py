@@ -218,6 +218,19 @@ class VectorIndex:
             results.append(rank_by_score(pairs))
         return results
 
+    def reconstruct(self, ids: Sequence[str]) -> np.ndarray:
+        """The stored vectors of `ids` [len(ids), dim] float32: exact for flat, hnsw and ivf; for ivfpq its codes
+        decoded, the vectors its own search scores with."""
+        try:
+            positions = np.fromiter((self._positions[i] for i in ids), dtype=np.int64, count=len(ids))
+        except KeyError as exc:
+            raise VectorIndexError(f"id {exc.args[0]!r} is not in the index") from None
+        if self._index is None or not len(positions):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self.kind in ("ivf", "ivfpq"):
+            self._index.make_direct_map()  # a no-op once made: inverted lists cannot look up a position otherwise
+        return self._index.reconstruct_batch(positions)
+
     # ------------------------------------------------------------- save/load
     def save(self, folder: str | Path) -> Path:
         faiss = import_faiss()

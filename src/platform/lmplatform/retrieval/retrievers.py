@@ -1,4 +1,4 @@
-"""Retrievers behind one interface: dense (Encoder + VectorIndex), BM25 (bm25s), and two-stage re-ranking.
+"""Retrievers behind one interface: dense (Encoder + VectorIndex), BM25 (bm25s), hybrid (both fused), two-stage re-ranking.
 
 Every retriever is first given a corpus with `index(ids, texts)`, then answers
 `search(queries, k, exclude=None) -> list[list[(id, score)]]`, best first, with
@@ -7,6 +7,7 @@ query's own report when queries are drawn from the corpus) before the top k is c
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -16,11 +17,15 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from lmplatform.evaluation.metrics.retrieval import rank_by_score
+from lmplatform.retrieval.fusion import combine_rerank, fuse
 from lmplatform.retrieval.index import IndexParams, VectorIndex
+from lmplatform.retrieval.settings import FusionSettings
 
 logger = logging.getLogger(__name__)
 
 Hits = list[tuple[str, float]]
+BM25_DIR = "bm25"  # the BM25 index inside an index folder, beside the FAISS files
+BM25_META_FILE = "bm25_meta.json"
 
 
 class Retriever(ABC):
@@ -35,11 +40,7 @@ class Retriever(ABC):
         """Top-k per query, best first."""
 
     def search(self, queries: Sequence[str], k: int, exclude: Optional[Sequence[set[str]]] = None) -> list[Hits]:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        queries = list(queries)
-        if exclude is not None and len(exclude) != len(queries):
-            raise ValueError(f"exclude has {len(exclude)} entries for {len(queries)} queries")
+        queries = _check_search(queries, k, exclude)
         if not queries:
             return []
         extra = max((len(e) for e in exclude), default=0) if exclude is not None else 0
@@ -47,6 +48,15 @@ class Retriever(ABC):
         if exclude is not None:
             results = [[hit for hit in hits if hit[0] not in drop] for hits, drop in zip(results, exclude)]
         return [hits[:k] for hits in results]
+
+
+def _check_search(queries: Sequence[str], k: int, exclude: Optional[Sequence[set[str]]]) -> list[str]:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    queries = list(queries)
+    if exclude is not None and len(exclude) != len(queries):
+        raise ValueError(f"exclude has {len(exclude)} entries for {len(queries)} queries")
+    return queries
 
 
 def _check_corpus(ids: Sequence[str], texts: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -96,7 +106,11 @@ class DenseRetriever(Retriever):
 
 
 class BM25Retriever(Retriever):
-    """Okapi BM25 (Lucene variant) over lower-cased word tokens with English stop words removed."""
+    """Okapi BM25 (Lucene variant) over lower-cased word tokens with English stop words removed.
+
+    `save(folder)` writes bm25s' own files plus `bm25_meta.json` (ids and parameters); `load(folder)`
+    reads them back (`build_index` saves one into `BM25_DIR` of every index folder).
+    """
 
     name = "bm25"
 
@@ -104,6 +118,7 @@ class BM25Retriever(Retriever):
         self.k1, self.b, self.stopwords = k1, b, stopwords
         self._model: Any = None
         self.ids: list[str] = []
+        self._positions: dict[str, int] = {}
 
     def _tokens(self, texts: Sequence[str]) -> list[list[str]]:
         import bm25s
@@ -113,26 +128,114 @@ class BM25Retriever(Retriever):
     def index(self, ids: Sequence[str], texts: Sequence[str]) -> None:
         import bm25s
 
-        self.ids, texts = _check_corpus(ids, texts)
+        ids, texts = _check_corpus(ids, texts)
         self._model = bm25s.BM25(k1=self.k1, b=self.b)
         self._model.index(self._tokens(texts), show_progress=False)
+        self._set_ids(ids)
 
-    def _search(self, queries: Sequence[str], k: int) -> list[Hits]:
+    def _set_ids(self, ids: list[str]) -> None:
+        self.ids = ids
+        self._positions = {doc: n for n, doc in enumerate(ids)}
+
+    def query_scores(self, queries: Sequence[str]) -> list[np.ndarray]:
+        """Per query, the BM25 score of every document [len(ids)], in `ids` order; 0 where no query term occurs."""
         if self._model is None:
-            raise ValueError("BM25Retriever has no index: call index(ids, texts) first")
+            raise ValueError("BM25Retriever has no index: call index(ids, texts) or load(folder) first")
         vocab = self._model.vocab_dict
-        k = min(k, len(self.ids))
-        results: list[Hits] = []
+        out = []
         for tokens in self._tokens(queries):
             known = [t for t in tokens if t in vocab]
-            if not known:  # no query word occurs in the corpus: nothing matches
-                results.append([])
-                continue
-            scores = self._model.get_scores(known)
-            top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-            # Zero score means no query term occurs in the document: not a match.
-            results.append(rank_by_score((self.ids[i], float(scores[i])) for i in top if scores[i] > 0))
-        return results
+            out.append(self._model.get_scores(known) if known else np.zeros(len(self.ids), dtype=np.float32))
+        return out
+
+    def positions(self, ids: Sequence[str]) -> np.ndarray:
+        """Positions of `ids` in `ids` order (index into a `query_scores` row)."""
+        return np.fromiter((self._positions[i] for i in ids), dtype=np.int64, count=len(ids))
+
+    def top_hits(self, scores: np.ndarray, k: int) -> Hits:
+        """The k best documents of one `query_scores` row; a score of 0 (no query term) is not a match."""
+        k = min(k, len(scores))
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        return rank_by_score((self.ids[i], float(scores[i])) for i in top if scores[i] > 0)
+
+    def _search(self, queries: Sequence[str], k: int) -> list[Hits]:
+        return [self.top_hits(scores, k) for scores in self.query_scores(queries)]
+
+    def save(self, folder: str | Path) -> Path:
+        if self._model is None:
+            raise ValueError("BM25Retriever has no index to save")
+        folder = Path(folder)
+        self._model.save(str(folder), show_progress=False)
+        meta = {"ids": self.ids, "k1": self.k1, "b": self.b, "stopwords": self.stopwords}
+        (folder / BM25_META_FILE).write_text(json.dumps(meta))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "BM25Retriever":
+        import bm25s
+
+        folder = Path(folder)
+        if not (folder / BM25_META_FILE).is_file():
+            raise FileNotFoundError(f"{folder} is not a saved BM25 index: {BM25_META_FILE} is missing")
+        meta = json.loads((folder / BM25_META_FILE).read_text())
+        retriever = cls(meta["k1"], meta["b"], meta["stopwords"])
+        retriever._model = bm25s.BM25.load(str(folder), show_progress=False, verbosity=0)
+        retriever._set_ids(meta["ids"])
+        if retriever._model.scores["num_docs"] != len(retriever.ids):
+            raise ValueError(f"{folder}: {len(retriever.ids)} ids for {retriever._model.scores['num_docs']} BM25 documents")
+        return retriever
+
+
+def hybrid_search(vector_index: VectorIndex, bm25: BM25Retriever, query_vectors: np.ndarray, query_texts: Sequence[str],
+                  k: int, settings: FusionSettings, exclude: Optional[Sequence[set[str]]] = None) -> list[Hits]:
+    """BM25 fused with dense search (`retrieval.fusion.fuse`), the top k per query.
+
+    query_vectors: [q, dim] normalised, for query_texts [q]. Each retriever contributes its top
+    max(k, settings.hybrid_candidates) after `exclude` is applied, so an excluded document takes no place
+    in the pool nor in its normalisation. Exact scores of the pool: inner products with the stored vectors
+    (`VectorIndex.reconstruct`) and the query's BM25 row.
+    """
+    depth = max(k, settings.hybrid_candidates)
+    drops = list(exclude) if exclude is not None else [set()] * len(query_texts)
+    extra = max((len(d) for d in drops), default=0)
+    dense_lists = vector_index.search(query_vectors, depth + extra)
+    out = []
+    for vector, bm25_row, dense_hits, drop in zip(query_vectors, bm25.query_scores(query_texts), dense_lists, drops):
+        dense_hits = [hit for hit in dense_hits if hit[0] not in drop][:depth]
+        bm25_hits = [hit for hit in bm25.top_hits(bm25_row, depth + len(drop)) if hit[0] not in drop][:depth]
+
+        def exact(pool: list[str], vector: np.ndarray = vector, bm25_row: np.ndarray = bm25_row) -> tuple[np.ndarray, np.ndarray]:
+            return vector_index.reconstruct(pool) @ vector, bm25_row[bm25.positions(pool)]
+
+        out.append(fuse(dense_hits, bm25_hits, exact, settings)[:k])
+    return out
+
+
+class HybridRetriever(Retriever):
+    """BM25 fused with a dense retriever, per `FusionSettings` (convex mix of min-max scores, or RRF)."""
+
+    name = "hybrid"
+
+    def __init__(self, dense: DenseRetriever, bm25: Optional[BM25Retriever] = None, settings: Optional[FusionSettings] = None):
+        self.dense, self.bm25 = dense, bm25 or BM25Retriever()
+        self.settings = settings or FusionSettings()
+
+    def index(self, ids: Sequence[str], texts: Sequence[str]) -> None:
+        ids, texts = _check_corpus(ids, texts)
+        self.dense.index(ids, texts)
+        self.bm25.index(ids, texts)
+
+    def _search(self, queries: Sequence[str], k: int) -> list[Hits]:
+        return self.search(queries, k)
+
+    def search(self, queries: Sequence[str], k: int, exclude: Optional[Sequence[set[str]]] = None) -> list[Hits]:
+        queries = _check_search(queries, k, exclude)
+        if not queries:
+            return []
+        if self.dense.vector_index is None:
+            raise ValueError("HybridRetriever has no index: call index(ids, texts)")
+        vectors = self.dense.encoder.encode(queries, batch_size=self.dense.batch_size)
+        return hybrid_search(self.dense.vector_index, self.bm25, vectors, queries, k, self.settings, exclude)
 
 
 def rerank(reranker: Any, query: str, candidates: Sequence[tuple[str, str]], batch_size: int = 32) -> Hits:
@@ -148,17 +251,21 @@ class TwoStageRetriever(Retriever):
 
     `search(k)` returns the N re-ranked candidates, then (if k > N) the first
     stage's ranks N+1..k unchanged, so recall beyond N equals the first stage's.
-    Scores of re-ranked hits are cross-encoder probabilities; appended hits keep
-    first-stage scores.
+    Re-ranked hits are scored (1-v)·minmax(first stage) + v·minmax(cross-encoder) with
+    v = rerank_weight (`fusion.combine_rerank`; v = 1: the cross-encoder's order); appended hits
+    keep first-stage scores.
     """
 
     name = "two_stage"
 
-    def __init__(self, first_stage: Retriever, reranker: Any, candidates: int = 20, batch_size: int = 32):
+    def __init__(self, first_stage: Retriever, reranker: Any, candidates: int = 20, batch_size: int = 32,
+                 rerank_weight: float = 1.0):
         if candidates <= 0:
             raise ValueError(f"candidates must be positive, got {candidates}")
+        if not 0.0 <= rerank_weight <= 1.0:
+            raise ValueError(f"rerank_weight must be in [0, 1], got {rerank_weight}")
         self.first_stage, self.reranker = first_stage, reranker
-        self.candidates, self.batch_size = candidates, batch_size
+        self.candidates, self.batch_size, self.rerank_weight = candidates, batch_size, rerank_weight
         self.texts: dict[str, str] = {}
 
     @classmethod
@@ -186,14 +293,12 @@ class TwoStageRetriever(Retriever):
 
     def rerank_lists(self, queries: Sequence[str], first: Sequence[Hits], k: int) -> list[Hits]:
         """Re-rank the top-N of given candidate lists (one per query)."""
-        pairs_q, pairs_d, owners = [], [], []
-        for row, (query, hits) in enumerate(zip(queries, first)):
-            for doc_id, _ in hits[: self.candidates]:
-                pairs_q.append(query)
-                pairs_d.append(self.texts[doc_id])
-                owners.append((row, doc_id))
-        scores = self.reranker.score(pairs_q, pairs_d, batch_size=self.batch_size) if pairs_q else []
-        reranked: list[list[tuple[str, float]]] = [[] for _ in queries]
-        for (row, doc_id), score in zip(owners, scores):
-            reranked[row].append((doc_id, float(score)))
-        return [(rank_by_score(top) + list(hits[self.candidates :]))[:k] for top, hits in zip(reranked, first)]
+        tops = [hits[: self.candidates] for hits in first]
+        pairs_q = [query for query, top in zip(queries, tops) for _ in top]
+        pairs_d = [self.texts[doc_id] for top in tops for doc_id, _ in top]
+        scores = np.asarray(self.reranker.score(pairs_q, pairs_d, batch_size=self.batch_size) if pairs_q else [])
+        out, start = [], 0
+        for hits, top in zip(first, tops):
+            out.append(combine_rerank(hits, scores[start : start + len(top)], self.rerank_weight)[:k])
+            start += len(top)
+        return out

@@ -7,7 +7,7 @@ the handle for hot reload (see `control.reload`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from ray.serve import Application
 
@@ -35,6 +35,12 @@ def build_app(args: dict[str, Any]) -> Application:
                                               settings.documents, settings.index_artifact))
 
 
+def reranker_for(settings: ServeSettings, release: Release) -> Optional[str]:
+    """The cross-encoder to deploy: the serve settings' `reranker`, else the one registered with the release's
+    version (its search settings), else none. A later reload keeps the one deployed at the start."""
+    return settings.reranker or (release.search.reranker if release.search else None)
+
+
 def bind_app(settings: ServeSettings, release: Release) -> Application:
     """The deployment graph for `settings`, every model deployment holding `release`."""
     cpus = {"ray_actor_options": {"num_cpus": settings.replica_cpus}} if settings.replica_cpus else {}
@@ -43,9 +49,10 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
         settings.batching.model_dump(), settings.num_threads, settings.cache_dir, settings.encoder.model_dump())
     classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(retriever, settings.knn_k, settings.cache_dir)
     reranker = None
-    if settings.reranker:
+    reranker_model = reranker_for(settings, release)
+    if reranker_model:
         reranker = RerankerDeployment.options(**cpus).bind(
-            settings.reranker, settings.tracking_uri,
+            reranker_model, settings.tracking_uri,
             max(settings.batching.max_batch_size, settings.limits.rerank_candidates),
             settings.batching.batch_wait_timeout_s, settings.num_threads, settings.cache_dir)
     return ServeIngress.options(user_config=ingress_user_config(release), **cpus).bind(

@@ -23,10 +23,12 @@ from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
 import numpy as np
 from ray import serve
 
+from lmplatform.retrieval.retrievers import hybrid_search
+from lmplatform.retrieval.settings import FusionSettings
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
 from lmplatform.serving.metrics import record_batch
-from lmplatform.serving.release import Release, ReleaseError, fetch, load_index_and_store
+from lmplatform.serving.release import Release, ReleaseError, fetch, load_bm25, load_index_and_store
 
 logger = logging.getLogger("ray.serve")
 T = TypeVar("T")
@@ -37,7 +39,18 @@ class ReleaseNotLoaded(LookupError):
 
 
 class NotAvailable(LookupError):
-    """The deployed model cannot answer this kind of request (e.g. no labels for classification)."""
+    """The deployed model cannot answer this kind of request (e.g. no labels for classification).
+
+    `field`: the request field that asked for what is missing, if one did (the answer is then a 422 naming it).
+    """
+
+    field: Optional[str] = None
+
+
+class HybridNotAvailable(NotAvailable):
+    """Hybrid search asked of a release whose index has no BM25 index beside it."""
+
+    field = "mode"
 
 
 class ReleaseSlots(Generic[T]):
@@ -101,7 +114,7 @@ def _texts_in(items: list[tuple[Any, ...]]) -> int:
 
 
 class _LoadedRetriever:
-    """One release in a replica: the bi-encoder, its FAISS index and the document store."""
+    """One release in a replica: the bi-encoder, its FAISS index, the BM25 index beside it if any, the document store."""
 
     def __init__(self, release: Release, cache_dir: Optional[str], encoder: Optional[dict[str, Any]] = None):
         from lmplatform.models.encoder import Encoder
@@ -109,6 +122,7 @@ class _LoadedRetriever:
         folder = fetch(release.model_uri, release.tracking_uri, cache_dir)
         self.encoder = Encoder.from_pretrained(folder, **(encoder or {})).eval()
         self.index, self.store, folder = load_index_and_store(release, cache_dir)
+        self.bm25 = load_bm25(folder, self.index)
         built = (folder / "index.faiss").stat().st_mtime
         self.built_at = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
         self.labels = self.store.labels
@@ -201,40 +215,54 @@ class RetrieverDeployment:
                 out[n] = share
         return out
 
-    async def search(self, release_id: str, texts: list[str], k: int, text_chars: int = -1) -> list[list[dict[str, Any]]]:
-        """Top-k hits per query text with title, label and text (cut to `text_chars` unless it is -1)."""
-        self.releases.get(release_id)
+    async def search(self, release_id: str, texts: list[str], k: int, text_chars: int = -1,
+                     fusion: Optional[FusionSettings] = None) -> list[list[dict[str, Any]]]:
+        """Top-k hits per query text with title, label and text (cut to `text_chars` unless it is -1).
+
+        fusion: None for dense search; else hybrid search fusing BM25 with the vectors so (`hybrid_search`,
+        the function `HybridRetriever` searches with), refused when the release's index has no BM25 index.
+        """
+        if fusion is not None and self.releases.get(release_id).bm25 is None:
+            raise HybridNotAvailable("mode: 'hybrid' needs a BM25 index beside the vector index, and this release's "
+                                     "index has none (ray_jobs/build_index.py builds one unless --no-bm25); send mode 'dense'")
+        item = (release_id, texts, k, text_chars, fusion)
         if not self.batching:
-            return self._search(release_id, self._encode(release_id, texts), k, text_chars)
-        return unwrap(await self._search_batched((release_id, texts, k, text_chars)))
+            return self._find([item])[0]
+        return unwrap(await self._search_batched(item))
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
-    async def _search_batched(self, items: list[tuple[str, list[str], int, int]]) -> list[Any]:
+    async def _search_batched(self, items: list[tuple[Any, ...]]) -> list[Any]:
         return await asyncio.to_thread(self.isolate_search, self._search_items, items)
 
-    def _search_items(self, items: list[tuple[str, list[str], int, int]]) -> list[list[list[dict[str, Any]]]]:
+    def _search_items(self, items: list[tuple[Any, ...]]) -> list[list[list[dict[str, Any]]]]:
         record_batch("search", len(items), _texts_in(items))
+        return self._find(items)
+
+    def _find(self, items: list[tuple[Any, ...]]) -> list[list[list[dict[str, Any]]]]:
+        """Hits of (release_id, texts, k, text_chars, fusion) items: one forward pass per release, one FAISS call
+        for every dense member of it, one fusion per hybrid query."""
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
-            k = max(items[n][2] for n in members)
-            text_chars = -1 if any(items[n][3] < 0 for n in members) else max(items[n][3] for n in members)
+            loaded = self.releases.get(release_id)
             vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
-            rows = self._search(release_id, vectors, k, text_chars)
-            for n, share in _per_member(rows, items, members):
-                out[n] = [hits[: items[n][2]] for hits in share]
+            shares = dict(_per_member(vectors, items, members))
+            dense = [n for n in members if items[n][4] is None]
+            if dense:
+                found = loaded.index.search(np.concatenate([shares[n] for n in dense]), max(items[n][2] for n in dense))
+                for n, rows in _per_member(found, items, dense):
+                    out[n] = [hits[: items[n][2]] for hits in rows]
+            for n in members:
+                _, texts, k, text_chars, fusion = items[n]
+                if fusion is not None:
+                    out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], texts, k, fusion)
+                out[n] = [[self._hit(loaded, doc_id, score, text_chars) for doc_id, score in hits] for hits in out[n]]
         return out
 
-    def _search(self, release_id: str, vectors: np.ndarray, k: int, text_chars: int) -> list[list[dict[str, Any]]]:
-        loaded = self.releases.get(release_id)
-        out = []
-        for hits in loaded.index.search(vectors, k):
-            rows = []
-            for doc_id, score in hits:
-                doc = loaded.store[doc_id]
-                text = doc.text if text_chars < 0 else doc.text[:text_chars]
-                rows.append({"id": doc_id, "score": score, "title": doc.title, "text": text, "label": doc.label})
-            out.append(rows)
-        return out
+    @staticmethod
+    def _hit(loaded: _LoadedRetriever, doc_id: str, score: float, text_chars: int) -> dict[str, Any]:
+        doc = loaded.store[doc_id]
+        text = doc.text if text_chars < 0 else doc.text[:text_chars]
+        return {"id": doc_id, "score": score, "title": doc.title, "text": text, "label": doc.label}
 
     async def knn_proba(self, release_id: str, texts: list[str], k: int) -> tuple[list[str], np.ndarray]:
         """Class probabilities from the labels of the k nearest documents (similarity-weighted votes)."""
@@ -258,7 +286,7 @@ class RetrieverDeployment:
         return {"index_size": len(loaded.index), "index_kind": loaded.index.kind, "dim": loaded.index.dim,
                 "encoder_backend": loaded.encoder.backend + ("-int8" if loaded.encoder.quantized else ""),
                 "index_built_at": loaded.built_at, "index_build_seconds": loaded.index.stats.build_seconds,
-                "loaded_at": loaded.loaded_at, "labels": loaded.labels}
+                "loaded_at": loaded.loaded_at, "labels": loaded.labels, "hybrid": loaded.bm25 is not None}
 
 
 def _pairs_in(items: list[tuple[str, list[str]]]) -> int:

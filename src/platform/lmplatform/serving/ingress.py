@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from ray import serve
 from starlette.exceptions import HTTPException
 
+from lmplatform.retrieval.fusion import combine_rerank
 from lmplatform.serving.http_errors import error_response
 from lmplatform.serving.http_guard import RequestGuard
 from lmplatform.serving.metrics import RequestMetrics
@@ -42,6 +43,7 @@ from lmplatform.serving.schemas import (
     SimilarityRequest,
     SimilarityResponse,
     TextsRequest,
+    plan_search,
     snippet,
 )
 
@@ -116,17 +118,18 @@ def _model_tags(release: Release) -> dict[str, Optional[str]]:
 
 
 class _Refused(Exception):
-    """A backend's refusal (404: cannot answer this kind of request; 503: release not loaded)."""
+    """A backend's refusal (404: cannot answer this kind of request; 422: not with this field's value;
+    503: release not loaded)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, field: Optional[str] = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.field = status, field
 
 
 @api.exception_handler(_Refused)
 async def _refused(request: Request, exc: _Refused) -> JSONResponse:
     headers = {"Retry-After": "1"} if exc.status == 503 else None
-    return error_response(exc.status, str(exc), headers=headers)
+    return error_response(exc.status, str(exc), exc.field, headers=headers)
 
 
 # Everything the routes below use must be defined above them: serve.ingress pickles
@@ -168,8 +171,8 @@ class ServeIngress:
             return await call
         except Exception as exc:
             cause = _find_cause(exc, (NotAvailable, ReleaseNotLoaded))
-            if isinstance(cause, NotAvailable):
-                raise _Refused(404, str(cause).splitlines()[-1]) from exc
+            if isinstance(cause, NotAvailable):  # a request field asked for it: 422 naming the field; else 404
+                raise _Refused(404 if cause.field is None else 422, str(cause).splitlines()[-1], cause.field) from exc
             if isinstance(cause, ReleaseNotLoaded):
                 raise _Refused(503, f"the model is being reloaded, retry: {str(cause).splitlines()[-1]}") from exc
             raise
@@ -191,28 +194,36 @@ class ServeIngress:
             index_build_seconds=info["index_build_seconds"], dim=info["dim"], encoder_backend=info["encoder_backend"],
             loaded_at=self.switched_at,
             reranker=reranker, classifier=method if method == "head" or info["labels"] else "unavailable",
+            hybrid=info["hybrid"], search=release.search.model_dump() if release.search else None,
         )
 
     @api.post("/v1/search", response_model=SearchResponse, responses=ERRORS, tags=["retrieval"])
     async def search(self, body: SearchRequest) -> SearchResponse:
+        from lmplatform.serving.metrics import record_search
+
         self.limits.check_search(body)
-        if body.rerank and self.reranker is None:
-            raise RequestLimitError("rerank", "no re-ranker is deployed; send rerank=false")
         release = self._release()
-        depth = max(body.k, self.limits.rerank_candidates) if body.rerank else body.k
+        plan = plan_search(body, release.search, self.reranker is not None, self.limits.rerank_candidates)
+        depth = max(body.k, plan.rerank_depth) if plan.rerank else body.k
         # Only the snippet travels back, unless the re-ranker needs the whole text.
-        text_chars = -1 if body.rerank else self.limits.snippet_chars + 1
-        (hits,) = await self._call(self.retriever.search.remote(release.id, [body.query], depth, text_chars))
-        if body.rerank and hits:
-            documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in hits]
+        text_chars = -1 if plan.rerank else self.limits.snippet_chars + 1
+        (hits,) = await self._call(self.retriever.search.remote(release.id, [body.query], depth, text_chars, plan.fusion))
+        if plan.rerank and hits:
+            top = hits[: plan.rerank_depth]
+            documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in top]
             scores = await self._call(self.reranker.score.remote(body.query, documents))
-            for hit, score in zip(hits, scores):
-                hit["retrieval_score"], hit["score"] = hit["score"], float(score)
-            hits = sorted(hits, key=lambda h: (-h["score"], h["id"]))[: body.k]
+            for hit, score in zip(top, scores):
+                hit["retrieval_score"], hit["rerank_score"] = hit["score"], float(score)
+            by_id = {h["id"]: h for h in hits}
+            order = combine_rerank([(h["id"], h["score"]) for h in hits], scores, plan.rerank_weight)
+            hits = [{**by_id[doc_id], "score": score} for doc_id, score in order[: body.k]]
+        record_search(plan.mode, plan.rerank)
+        convex = plan.fusion is not None and plan.fusion.fusion == "convex"
         return SearchResponse(
             hits=[Hit(id=h["id"], score=h["score"], title=h["title"], snippet=snippet(h["text"], self.limits.snippet_chars),
-                      retrieval_score=h.get("retrieval_score")) for h in hits],
-            model_version=release.id, reranked=body.rerank,
+                      retrieval_score=h.get("retrieval_score"), rerank_score=h.get("rerank_score")) for h in hits],
+            model_version=release.id, reranked=plan.rerank, mode=plan.mode,
+            fusion=plan.fusion.fusion if plan.fusion else None, bm25_weight=plan.fusion.bm25_weight if convex else None,
         )
 
     @api.post("/v1/classify", response_model=ClassifyResponse, responses=ERRORS, tags=["classification"])

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 import yaml
 
+from lmplatform.serving.app import reranker_for
 from lmplatform.serving.control import DEFAULT_APP, IMPORT_PATH, application_config, deploy, start
 from lmplatform.serving.release import Release, check_release, resolve_release
 from lmplatform.serving.settings import DEFAULT_TOKEN_ENV, ServeConfigError, ServeSettings, parse_settings, token_sha256
@@ -78,7 +79,7 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
                               settings.index_artifact)
     check_release(release, settings.cache_dir)
     deployments = [d for d in chosen.get("deployments") or []
-                   if d.get("name") != "RerankerDeployment" or settings.reranker]
+                   if d.get("name") != "RerankerDeployment" or reranker_for(settings, release)]
     http = raw.get("http_options") or {}
     proxy_location = raw.get("proxy_location")
     if proxy_location is not None and proxy_location not in PROXY_LOCATIONS:

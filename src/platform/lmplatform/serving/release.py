@@ -2,7 +2,9 @@
 
 `resolve_release` turns what the user names (`models:/name@champion`, a version, a
 folder) into a `Release` pinned to a concrete version, so that all replicas load
-the same thing even if the alias moves while they start. The release travels to
+the same thing even if the alias moves while they start. A registered version's
+search settings (`tracking.registry.register_search_settings`) are read then too
+and travel in the release: they are how `/v1/search` answers by default. The release travels to
 the replicas in their Serve `user_config`; each replica fetches the files itself
 (`fetch`), through a per-node cache, so this works on a multi-node cluster.
 """
@@ -14,11 +16,13 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict
 
 from lmplatform.retrieval.index import INDEX_FILE, META_FILE, VectorIndex
+from lmplatform.retrieval.retrievers import BM25_DIR, BM25_META_FILE, BM25Retriever
+from lmplatform.retrieval.settings import SearchSettings, SearchSettingsError
 from lmplatform.serving.store import DOCUMENTS_FILE, DocumentStore
 
 
@@ -39,6 +43,7 @@ class Release(BaseModel):
     alias: Optional[str] = None
     run_id: Optional[str] = None
     resolved_at: float = 0.0
+    search: Optional[SearchSettings] = None  # registered with the version; None: dense, no re-ranker
 
 
 def _folder_stamp(path: Path) -> str:
@@ -62,12 +67,13 @@ def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optio
         raise ReleaseError(f"documents: {docs} does not exist")
     if model.startswith("models:/"):
         uri = resolve_tracking_uri(tracking_uri)
-        name, version, alias, run_id = _pin_registry_version(model, uri)
+        name, alias, found = _pin_registry_version(model, uri)
+        version, run_id = str(found.version), found.run_id
         index_uri = str(index_path) if index_path else f"runs:/{run_id}/{index_artifact}"
         stamp = _folder_stamp(index_path) if index_path else ""
         return Release(id=f"{name}/{version}" + (f"+{stamp}" if stamp else ""), model_uri=f"models:/{name}/{version}",
                        index_uri=index_uri, documents=docs, tracking_uri=uri, registered_name=name, version=version,
-                       alias=alias, run_id=run_id, resolved_at=time.time())
+                       alias=alias, run_id=run_id, resolved_at=time.time(), search=_registered_search(found, name))
     try:
         folder = resolve_model_path(model)
     except FileNotFoundError as exc:
@@ -79,7 +85,17 @@ def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optio
                    index_uri=str(index_path), documents=docs, resolved_at=time.time())
 
 
-def _pin_registry_version(model_uri: str, tracking_uri: str) -> tuple[str, str, Optional[str], str]:
+def _registered_search(found: Any, name: str) -> Optional[SearchSettings]:
+    from lmplatform.tracking.registry import search_settings_from_tags
+
+    try:
+        return search_settings_from_tags(found.tags or {}, f"models:/{name}/{found.version}")
+    except SearchSettingsError as exc:
+        raise ReleaseError(f"model: {exc}") from None
+
+
+def _pin_registry_version(model_uri: str, tracking_uri: str) -> tuple[str, Optional[str], Any]:
+    """(name, alias or None, the MLflow ModelVersion) of models:/name@alias or models:/name/version."""
     from mlflow.tracking import MlflowClient
 
     spec = model_uri[len("models:/"):]
@@ -100,7 +116,7 @@ def _pin_registry_version(model_uri: str, tracking_uri: str) -> tuple[str, str, 
         raise ReleaseError(f"model: cannot resolve {model_uri} in the MLflow registry at {tracking_uri}: {exc}") from exc
     if not found.run_id:
         raise ReleaseError(f"model: {model_uri} (version {found.version}) has no MLflow run, so it has no index artifact")
-    return name, str(found.version), alias, found.run_id
+    return name, alias, found
 
 
 def alias_version(model_uri: str, tracking_uri: Optional[str]) -> Optional[str]:
@@ -109,7 +125,7 @@ def alias_version(model_uri: str, tracking_uri: Optional[str]) -> Optional[str]:
 
     if not model_uri.startswith("models:/") or "@" not in model_uri:
         return None
-    return _pin_registry_version(model_uri, resolve_tracking_uri(tracking_uri))[1]
+    return str(_pin_registry_version(model_uri, resolve_tracking_uri(tracking_uri))[2].version)
 
 
 def cache_root(configured: Optional[str] = None) -> Path:
@@ -168,6 +184,20 @@ def load_index_and_store(release: Release, cache_dir: Optional[str] = None) -> t
     return index, store, folder
 
 
+def load_bm25(folder: Path, index: VectorIndex) -> Optional[BM25Retriever]:
+    """The BM25 index saved beside a VectorIndex (`BM25_DIR`, written by build_index), or None when there is none.
+
+    It must hold exactly the index's ids: hybrid search looks every candidate up in both.
+    """
+    if not (folder / BM25_DIR / BM25_META_FILE).is_file():
+        return None
+    bm25 = BM25Retriever.load(folder / BM25_DIR)
+    if set(bm25.ids) != set(index.ids):
+        raise ReleaseError(f"{folder / BM25_DIR} indexes {len(bm25.ids)} documents, the vector index {len(index)} other ones: "
+                           "rebuild both with ray_jobs/build_index.py")
+    return bm25
+
+
 def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Optional[str] = None,
                   artifact_path: str = "index") -> str:
     """Log a built index folder as an artifact of a run (a run id, or the run of `models:/...`); returns the run id.
@@ -184,7 +214,7 @@ def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Opt
     if not (index_dir / DOCUMENTS_FILE).is_file():
         raise ReleaseError(f"{index_dir} has no {DOCUMENTS_FILE}: the service could not show its hits")
     uri = resolve_tracking_uri(tracking_uri)
-    run_id = _pin_registry_version(run_id_or_model, uri)[3] if run_id_or_model.startswith("models:/") else run_id_or_model
+    run_id = _pin_registry_version(run_id_or_model, uri)[2].run_id if run_id_or_model.startswith("models:/") else run_id_or_model
     MlflowClient(uri).log_artifacts(run_id, str(index_dir), artifact_path)
     return run_id
 
@@ -198,7 +228,11 @@ def check_release(release: Release, cache_dir: Optional[str] = None) -> dict[str
     """
     import json as _json
 
-    index, store, _ = load_index_and_store(release, cache_dir)
+    index, store, folder = load_index_and_store(release, cache_dir)
+    bm25 = load_bm25(folder, index)
+    if bm25 is None and release.search is not None and release.search.mode == "hybrid":
+        raise ReleaseError(f"{release.model_uri} is registered to search in hybrid mode, but the index at "
+                           f"{release.index_uri} has no {BM25_DIR}/ (build it with ray_jobs/build_index.py without --no-bm25)")
     model_dir = fetch(release.model_uri, release.tracking_uri, cache_dir)
     config_file = model_dir / "config.json"
     if not config_file.is_file():
@@ -207,4 +241,4 @@ def check_release(release: Release, cache_dir: Optional[str] = None) -> dict[str
     if width is not None and int(width) != index.dim:
         raise ReleaseError(f"the index at {release.index_uri} holds {index.dim}-d vectors but {release.model_uri} "
                            f"makes {width}-d ones: rebuild the index with this model (ray_jobs/build_index.py)")
-    return {"index_size": len(index), "documents": len(store), "dim": index.dim}
+    return {"index_size": len(index), "documents": len(store), "dim": index.dim, "bm25_documents": len(bm25.ids) if bm25 else 0}

@@ -8,11 +8,13 @@ after parsing rather than baked into the models; every violation names its field
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from lmplatform.config.base import Section
+from lmplatform.retrieval.settings import FusionSettings, Mode, SearchSettings
 
 
 class RequestLimitError(ValueError):
@@ -35,7 +37,8 @@ class ServeLimits(Section):
     max_text_chars: int = Field(5000, ge=1, description="Longest text in /v1/embed, /v1/classify and /v1/similarity.")
     max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body; larger bodies get 413.")
     snippet_chars: int = Field(240, ge=0, description="Characters of document text returned with each hit.")
-    rerank_candidates: int = Field(20, ge=1, le=1000, description="Hits from the index that the re-ranker re-scores.")
+    rerank_candidates: int = Field(20, ge=1, le=1000, description="Hits from the index that the re-ranker re-scores, "
+                                   "unless the model version's search settings set rerank_depth.")
 
     def check_text(self, field: str, text: str) -> None:
         if not text.strip():
@@ -58,6 +61,37 @@ class ServeLimits(Section):
             raise RequestLimitError("query", f"has {len(request.query)} characters; the limit is {self.max_query_chars}", 413)
         if request.k <= 0 or request.k > self.max_k:
             raise RequestLimitError("k", f"must be between 1 and {self.max_k}, got {request.k}")
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """How one /v1/search request is answered: its first stage, whether and how it is re-ranked."""
+
+    mode: Mode
+    fusion: Optional[FusionSettings]  # None: dense
+    rerank: bool
+    rerank_depth: int
+    rerank_weight: float
+
+
+def plan_search(request: "SearchRequest", registered: Optional[SearchSettings], reranker_deployed: bool,
+                default_rerank_depth: int) -> SearchPlan:
+    """The request's own choices over the version's registered settings (or the defaults: dense, no re-ranking,
+    `default_rerank_depth`). A choice that cannot apply is a RequestLimitError naming its field."""
+    settings = registered or SearchSettings()
+    mode = request.mode or settings.mode
+    fusion = settings.fusion_settings() if mode == "hybrid" else None
+    if request.bm25_weight is not None:
+        if fusion is None:
+            raise RequestLimitError("bm25_weight", "applies to mode 'hybrid' only; send mode 'hybrid' or leave it out")
+        if fusion.fusion != "convex":
+            raise RequestLimitError("bm25_weight", f"this model version fuses by {fusion.fusion}, which has no BM25 weight")
+        fusion = fusion.model_copy(update={"bm25_weight": request.bm25_weight})
+    rerank = request.rerank if request.rerank is not None else settings.reranker is not None and reranker_deployed
+    if rerank and not reranker_deployed:
+        raise RequestLimitError("rerank", "no re-ranker is deployed; send rerank=false")
+    depth = settings.rerank_depth if registered is not None else default_rerank_depth
+    return SearchPlan(mode, fusion, rerank, depth, settings.rerank_weight)
 
 
 def encodable(text: str) -> str:
@@ -84,10 +118,19 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A weight in [0, 1]: a JSON number (an integer too), never a bool, a string, NaN or an infinity.
+UnitInterval = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
 class SearchRequest(_Request):
     query: Text = Field(..., description="Search text (non-empty, at most limits.max_query_chars).")
     k: StrictInt = Field(10, description="Number of hits (1..limits.max_k).")
-    rerank: StrictBool = Field(False, description="Re-score the top candidates with the cross-encoder (if one is deployed).")
+    rerank: Optional[StrictBool] = Field(None, description="Re-score the top candidates with the cross-encoder (if one is "
+                                         "deployed). Default: the model version's search settings (re-rank when they name a re-ranker).")
+    mode: Optional[Literal["dense", "hybrid"]] = Field(None, description="'dense' (bi-encoder) or 'hybrid' (BM25 fused with "
+                                                       "it; the index must have a BM25 index). Default: the version's search settings, else dense.")
+    bm25_weight: Optional[UnitInterval] = Field(None, description="mode 'hybrid': the BM25 weight w of the convex mix "
+                                                "(1-w)·minmax(dense) + w·minmax(bm25). Default: the version's search settings.")
 
 
 class TextsRequest(_Request):
@@ -121,16 +164,21 @@ class EmbeddingsRequest(_Request):
 
 class Hit(BaseModel):
     id: str
-    score: float
+    score: float = Field(..., description="What the hits are ordered by: the cosine (dense), the fused score (hybrid), "
+                         "or, for a re-ranked hit, its mix with the re-ranker.")
     title: str = ""
     snippet: str = ""
-    retrieval_score: Optional[float] = Field(None, description="The bi-encoder's cosine when the hit was re-ranked.")
+    retrieval_score: Optional[float] = Field(None, description="The first stage's score (cosine or fused) when the hit was re-ranked.")
+    rerank_score: Optional[float] = Field(None, description="The cross-encoder's score when the hit was re-ranked.")
 
 
 class SearchResponse(BaseModel):
     hits: list[Hit]
     model_version: str
     reranked: bool
+    mode: Literal["dense", "hybrid"] = Field(..., description="The first stage that answered.")
+    fusion: Optional[Literal["convex", "rrf"]] = Field(None, description="mode 'hybrid': how BM25 and the vectors were fused.")
+    bm25_weight: Optional[float] = Field(None, description="fusion 'convex': the BM25 weight used.")
 
 
 class Prediction(BaseModel):
@@ -189,6 +237,9 @@ class ModelInfo(BaseModel):
     loaded_at: str
     reranker: Optional[str] = None
     classifier: str
+    hybrid: bool = Field(False, description="Whether the index has a BM25 index beside it, so /v1/search answers mode 'hybrid'.")
+    search: Optional[dict[str, Any]] = Field(None, description="The search settings registered with the model version "
+                                             "(how /v1/search answers by default); null: dense, no re-ranker.")
 
 
 class ErrorResponse(BaseModel):

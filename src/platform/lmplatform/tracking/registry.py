@@ -1,11 +1,15 @@
-"""The MLflow model registry: register a model folder, resolve aliases, download."""
+"""The MLflow model registry: register a model folder, resolve aliases, download; a version's search settings."""
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+from lmplatform.retrieval.settings import SearchSettings, SearchSettingsError, parse_search_settings
 from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+
+SEARCH_SETTINGS_TAG = "lmp.search_settings"  # model-version tag: the version's SearchSettings as JSON
 
 
 def register_model_version(
@@ -65,3 +69,45 @@ def model_version_source(client: Any, uri: str) -> str:
             raise ValueError(f"{uri}: expected models:/<name>@<alias> or models:/<name>/<version>")
         version = client.get_model_version(name, number)
     return version.source
+
+
+def register_search_settings(tracking_uri: Optional[str], name: str, version: str | int,
+                             settings: SearchSettings | Mapping[str, Any]) -> SearchSettings:
+    """Validate `settings` and attach them to model version `name`/`version` (its `lmp.search_settings` tag,
+    replacing earlier ones); returns the validated settings.
+
+    Call it once the settings are chosen on a dev split, e.g. after `choose_bm25_weight`:
+    `register_search_settings(uri, "lmplatform-biencoder", "3", SearchSettings(mode="hybrid", bm25_weight=0.2))`.
+    `lmp serve` then answers /v1/search with them by default, and deploys their `reranker` when the serve
+    settings name none. Hybrid mode needs a BM25 index beside the version's FAISS index (ray_jobs/build_index.py
+    saves one by default); the service refuses hybrid requests naming `mode` when it is missing.
+    Raises SearchSettingsError naming a bad field, MlflowException for an unknown version.
+    """
+    from mlflow.tracking import MlflowClient
+
+    valid = settings if isinstance(settings, SearchSettings) else parse_search_settings(settings)
+    client = MlflowClient(resolve_tracking_uri(tracking_uri))
+    client.set_model_version_tag(name, str(version), SEARCH_SETTINGS_TAG, json.dumps(valid.model_dump(mode="json")))
+    return valid
+
+
+def read_search_settings(tracking_uri: Optional[str], name: str, version: str | int) -> Optional[SearchSettings]:
+    """The search settings registered with model version `name`/`version`, or None when it has none."""
+    from mlflow.tracking import MlflowClient
+
+    found = MlflowClient(resolve_tracking_uri(tracking_uri)).get_model_version(name, str(version))
+    return search_settings_from_tags(found.tags, f"models:/{name}/{version}")
+
+
+def search_settings_from_tags(tags: Mapping[str, str], where: str) -> Optional[SearchSettings]:
+    """A model version's registered settings from its tags (None without the tag); a bad tag names itself."""
+    raw = tags.get(SEARCH_SETTINGS_TAG)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise SearchSettingsError(f"{where}: tag {SEARCH_SETTINGS_TAG} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SearchSettingsError(f"{where}: tag {SEARCH_SETTINGS_TAG} must be a JSON object, got {type(data).__name__}")
+    return parse_search_settings(data, f"{SEARCH_SETTINGS_TAG} of {where}")

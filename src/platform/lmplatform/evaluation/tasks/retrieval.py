@@ -17,22 +17,32 @@ from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
 from lmplatform.markdown import markdown_table
 from lmplatform.retrieval.index import IndexParams
-from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, Retriever, TwoStageRetriever
+from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, Retriever, TwoStageRetriever
+from lmplatform.retrieval.settings import FusionSettings
 
 logger = logging.getLogger(__name__)
 TABLE_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "mrr@5", "mrr@15", "map", "p@1")
 
 
 def build_retriever(spec: RetrieverSpec, models: ModelCache) -> Retriever:
-    def dense() -> DenseRetriever:
-        return DenseRetriever(models.encoder(spec), IndexParams(kind=spec.index), batch_size=spec.batch_size, show_progress=True)
+    def first_stage(kind: str) -> Retriever:
+        if kind == "bm25":
+            return BM25Retriever()
+        dense = DenseRetriever(models.encoder(spec), IndexParams(kind=spec.index), batch_size=spec.batch_size, show_progress=True)
+        return HybridRetriever(dense, settings=spec.hybrid) if kind == "hybrid" else dense
 
-    if spec.kind == "dense":
-        return dense()
-    if spec.kind == "bm25":
-        return BM25Retriever()
-    first = dense() if spec.first_stage == "dense" else BM25Retriever()
-    return TwoStageRetriever(first, models.reranker(spec.reranker or ""), candidates=spec.candidates)
+    if spec.kind != "two_stage":
+        return first_stage(spec.kind)
+    return TwoStageRetriever(first_stage(spec.first_stage), models.reranker(spec.reranker or ""), candidates=spec.candidates,
+                             rerank_weight=spec.rerank_weight)
+
+
+def _fused_with(retriever: Retriever, settings: FusionSettings) -> Retriever:
+    """The retriever (or its first stage) fusing with `settings` from now on; others are returned as they are."""
+    hybrid = retriever.first_stage if isinstance(retriever, TwoStageRetriever) else retriever
+    if isinstance(hybrid, HybridRetriever):
+        hybrid.settings = settings
+    return retriever
 
 
 def run_retrieval_task(task: RetrievalTask, output_dir: Path, models: Optional[ModelCache] = None) -> TaskResult:
@@ -48,20 +58,23 @@ def run_retrieval_task(task: RetrievalTask, output_dir: Path, models: Optional[M
                 start = time.perf_counter()
                 retriever.index(inputs.corpus_ids, inputs.corpus_texts)
                 index_seconds = time.perf_counter() - start
-                start = time.perf_counter()
-                hits = retriever.search(inputs.query_texts, k_max, exclude=inputs.exclude)
-                search_seconds = time.perf_counter() - start
-                rankings = {q: [d for d, _ in row] for q, row in zip(inputs.query_ids, hits)}
-                report = retrieval_report(rankings, inputs.qrels, ks=task.ks, mrr_ks=task.mrr_ks)
-                row = {
-                    "dataset": ds.name, "scenario": scenario.name, "retriever": spec.name, "kind": spec.kind,
-                    "corpus_size": len(inputs.corpus_ids), "index_seconds": round(index_seconds, 3),
-                    "search_seconds": round(search_seconds, 3), "queries_per_second": round(len(inputs.query_ids) / max(search_seconds, 1e-9), 2),
-                    **report.to_dict(), "dataset_counts": data.counts,
-                }
-                logger.info("%s / %s / %s: %s", ds.name, scenario.name, spec.name,
-                            {k: round(v, 4) for k, v in report.metrics.items() if k in TABLE_METRICS})
-                results.append(row)
+                for name, fusion in spec.variants():
+                    start = time.perf_counter()
+                    hits = _fused_with(retriever, fusion).search(inputs.query_texts, k_max, exclude=inputs.exclude)
+                    search_seconds = time.perf_counter() - start
+                    rankings = {q: [d for d, _ in row] for q, row in zip(inputs.query_ids, hits)}
+                    report = retrieval_report(rankings, inputs.qrels, ks=task.ks, mrr_ks=task.mrr_ks)
+                    row = {
+                        "dataset": ds.name, "scenario": scenario.name, "retriever": name, "kind": spec.kind,
+                        "corpus_size": len(inputs.corpus_ids), "index_seconds": round(index_seconds, 3),
+                        "search_seconds": round(search_seconds, 3), "queries_per_second": round(len(inputs.query_ids) / max(search_seconds, 1e-9), 2),
+                        **report.to_dict(), "dataset_counts": data.counts,
+                    }
+                    if "hybrid" in (spec.kind, spec.first_stage if spec.kind == "two_stage" else None):
+                        row["fusion"] = fusion.model_dump()
+                    logger.info("%s / %s / %s: %s", ds.name, scenario.name, name,
+                                {k: round(v, 4) for k, v in report.metrics.items() if k in TABLE_METRICS})
+                    results.append(row)
     metrics = {
         f"{r['dataset']}.{r['scenario']}.{r['retriever']}.{name}": value
         for r in results for name, value in r["metrics"].items()
