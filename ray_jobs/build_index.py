@@ -43,22 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.retrieval.build import build_bm25_index, build_index_from_shards, encode_corpus_to_shards
+    from lmplatform.retrieval.build import build_index_folder
     from lmplatform.retrieval.index import IndexParams
     from lmplatform.serving.release import publish_index
-    from lmplatform.serving.store import DOCUMENTS_FILE, write_document_store
 
     out = Path(args.out)
     ensure_ray(args.address)
-    stats = encode_corpus_to_shards(
-        args.corpus, out / "shards", model=args.model, text_fields=args.fields.split(","), id_field=args.id_field,
-        actors=args.actors, cpus_per_actor=args.cpus_per_actor, batch_size=args.batch_size, quantize=args.quantize,
-    )
-    index = build_index_from_shards(out / "shards", out / "index", IndexParams(kind=args.kind))
-    fields = args.fields.split(",")
-    bm25 = None if args.no_bm25 else build_bm25_index(args.corpus, out / "index", fields, args.id_field, index.ids)
-    stored = write_document_store(args.corpus, out / "index" / DOCUMENTS_FILE, id_field=args.id_field,
-                                  text_fields=[f for f in fields if f != "title"] or fields, label_field=args.label_field)
+    built = build_index_folder(args.corpus, out, args.model, args.fields.split(","), args.id_field, args.actors,
+                               args.cpus_per_actor, args.batch_size, args.quantize, IndexParams(kind=args.kind),
+                               bm25=not args.no_bm25, label_field=args.label_field)
+    stats, index = built.encode, built.index
     run_id = None
     if args.log_to_run:
         target = args.model if args.log_to_run == "auto" else args.log_to_run
@@ -69,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": stats.rows, "encode_seconds": round(stats.seconds, 2), "rows_per_second": round(stats.rows_per_second, 1),
         "shards": stats.shards, "index": str(out / "index"), "kind": index.kind,
         "build_seconds": round(index.stats.build_seconds, 3), "memory_bytes": index.stats.memory_bytes,
-        "recall_at_10": index.stats.recall_at_10, "documents": stored, "bm25": bm25, "logged_to_run": run_id,
+        "recall_at_10": index.stats.recall_at_10, "documents": built.documents, "bm25": built.bm25, "logged_to_run": run_id,
     }, indent=2))
     return 0
 

@@ -98,7 +98,7 @@ def test_a_mine_stage_s_pairs_file_feeds_a_later_stage(tmp_path: Path) -> None:
     ([{"name": "a", "run": _mlm()}, {"name": "b", "run": _pairs_run("stage:a")}], r"not an earlier mine stage \(earlier mine stages: none\)"),
     ([_mine(), {"name": "train", "run": _pairs_run("p.jsonl"), "init_from": "stage:mined"}], r"init_from names mine stage 'mined'"),
     ([{**_mine(), "set": ["optim.lr=1"]}], r"a mine stage trains nothing"),
-    ([{**_mine(), "run": _mlm()}], r"exactly one of `config` \(a file\), `run` \(inline\), `mine` or `pairs`"),
+    ([{**_mine(), "run": _mlm()}], r"exactly one of `config` \(a file\), `run` \(inline\), `mine`, `pairs` or `system`"),
     ([_mine(range_min=5, range_max=5)], r"mine.range_min \(5\) must be below mine.range_max \(5\)"),
     ([_mine(num_negatives=9, range_max=4)], r"mine.num_negatives \(9\) must be at most range_max - range_min \(4\)"),
     ([_mine(relative_margin=1.5)], r"relative_margin"),

@@ -13,15 +13,40 @@ from tests.conftest import write_duplicate_reports
 from tests.pipeline.test_stage_reuse import pipeline_spec
 
 
-def _write(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, **space: object) -> Path:
-    corpus, relations = write_duplicate_reports(tmp_path / "data")
+def system_pipeline(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, corpus: Path, relations: Path) -> dict:
+    """pairs -> mine -> bi-encoder -> cross-encoder on the mined pairs -> the system (hybrid, re-ranked) chosen on
+    dev_select, indexed and registered."""
     pipeline = pipeline_spec(tmp_path, tiny_bert, mlflow_uri, corpus, relations)
     pipeline["reuse"] = {"enabled": False}  # a study turns it on itself
+    pipeline["stages"] += [
+        {"name": "rerank", "init_from": str(tiny_bert), "run": {
+            "model": {"max_seq_length": 48},
+            "data": {"train_paths": ["stage:mined"], "validation_paths": ["stage:data/dev_select"],
+                     "hard_negative_field": "hard_negatives"},
+            "objective": {"name": "cross_encoder", "negatives_per_positive": 1},
+            "optim": {"batch_size": 4, "max_steps": 2, "lr": 1e-3},
+            "scaling": {"cpus_per_worker": 1},
+            "tracking": {"log_every_n_steps": 1, "register_model": False}}},
+        {"name": "system", "system": {
+            "retriever": "stage:train", "reranker": "stage:rerank", "max_seq_length": 32,
+            "select": {"pairs": {"train_paths": ["stage:data/dev_select"], "validation_fraction": 0.0}, "split": "all",
+                       "distractors": {"paths": [str(corpus)], "fields": ["title", "description"]}, "batch_size": 16},
+            "search": {"mode": "hybrid", "hybrid_candidates": 20},
+            "choose": {"bm25_weights": [0.0, 0.5], "rerank_depths": [5], "rerank_weights": [0.5, 1.0]},
+            "index": {"corpus": str(corpus), "fields": ["title", "description"], "kind": "flat"},
+            "register": {"name": "pipe-system"}}},
+    ]
+    return pipeline
+
+
+def _write(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, **space: object) -> Path:
+    corpus, relations = write_duplicate_reports(tmp_path / "data")
+    pipeline = system_pipeline(tmp_path, tiny_bert, mlflow_uri, corpus, relations)
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
     body = {
         "study": "pipe", "trial": "pipeline", "base_pipeline": str(tmp_path / "pipeline.yaml"),
         "parameters": {"stages.train.run.optim.lr": {"distribution": "loguniform", "low": 1e-4, "high": 1e-2}},
-        "metric": "train/val_inbatch_mrr", "mode": "max", "num_samples": 2, "max_concurrent": 2,
+        "metric": "system/ir_mrr_at_10", "mode": "max", "num_samples": 2, "max_concurrent": 2,
         "scheduler": {"name": "asha", "metric": "train/val_ranking_loss", "mode": "min", "grace_period": 50, "max_t": 100},
         "storage_path": str(tmp_path / "tune"),
         "champion": {"registered_model": "pipe-winner", "confirm_metric": "ir_mrr_at_10", "confirm": {
@@ -36,13 +61,13 @@ def _write(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, **space: object) ->
 
 def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlflow_uri) -> None:  # noqa: ANN001
     loaded = load_space(_write(tmp_path, tiny_bert, mlflow_uri))
-    assert [stage.name for stage in loaded.base_pipeline.stages] == ["data", "mined", "train"]
+    assert [stage.name for stage in loaded.base_pipeline.stages] == ["data", "mined", "train", "rerank", "system"]
     assert loaded.trial_pipeline({"stages.train.run.optim.lr": 0.005}).stage("train").run["optim"]["lr"] == 0.005
 
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"parameters": {"stages.nope.run.optim.lr": {"distribution": "choice", "values": [1e-3]}}},
-     r"parameter 'stages.nope.run.optim.lr' names no stage of .*; its stages: data, mined, train"),
+     r"parameter 'stages.nope.run.optim.lr' names no stage of .*; its stages: data, mined, train, rerank, system"),
     ({"parameters": {"stages.train.run.optim.lrr": {"distribution": "choice", "values": [1e-3]}}},
      r"(?s)parameter 'stages.train.run.optim.lrr' with value 0.001 does not fit the base pipeline.*optim.lrr: unknown key"),
     ({"parameters": {"stages.mined.mine.range_max": {"distribution": "choice", "values": [0]}}},
@@ -50,7 +75,8 @@ def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlf
     ({"metric": "train/val_ir_mrr_at_10"}, r"metric 'train/val_ir_mrr_at_10' is never reported by a trial of .*train/val_ranking_loss"),
     ({"scheduler": {"name": "asha", "metric": "mined/anything"}}, r"metric 'mined/anything' is never reported"),
     ({"scheduler": {"name": "fifo", "metric": "train/val_ranking_loss"}}, r"the fifo scheduler stops nothing"),
-    ({"champion": {"stage": "mined"}}, r"champion.stage 'mined' is not a training stage .*; its training stages: train"),
+    ({"champion": {"stage": "mined"}}, r"champion.stage 'mined' is not a training or system stage .*; those stages: train, "
+                                       r"rerank, system"),
     ({"base_pipeline": "nowhere.yaml"}, r"base_pipeline 'nowhere.yaml' not found"),
 ])
 def test_an_unknown_stage_field_or_metric_is_refused_before_any_trial(
@@ -71,13 +97,18 @@ def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
 
     result = run_study(_write(tmp_path, tiny_bert, mlflow_uri), verbose=0)
     assert len(result.trials) == 2 and {t["status"] for t in result.trials} == {"TERMINATED"}
-    # the training stage reported at every validation while it ran, under its stage's name
-    assert all(t["iterations"] >= 3 and "train/val_inbatch_mrr" in t["metrics"] for t in result.trials)
+    # the training stage reported at every validation while it ran, under its stage's name; the system stage at the end
+    for trial in result.trials:
+        assert trial["iterations"] >= 3 and "train/val_inbatch_mrr" in trial["metrics"]
+        metrics = trial["metrics"]
+        assert {"system/ir_mrr_at_10", "system/dense_ir_mrr_at_10", "system/first_stage_ir_mrr_at_10"} <= set(metrics)
+        assert metrics["system/bm25_weight"] in (0.0, 0.5) and metrics["system/rerank_depth"] == 5
     states = [PipelineState.load(tmp_path / "pipelines" / f"{result.study_name}.{t['trial_id']}") for t in result.trials]
-    # The two trials started together: one ran the pairs and mine stages, the other waited for it and reused them.
-    reused = sorted(sum(bool(s.reused_from) for s in state.stages.values()) for state in states)
-    assert reused == [0, 2]
-    assert sum(t["metrics"]["stages_reused"] for t in result.trials) == 2
+    # The two trials started together: one ran the pairs, mine and re-ranker stages, the other waited for it and
+    # reused them (the re-ranker trains on the mined pairs, which no parameter changes).
+    reused = [sorted(name for name, s in state.stages.items() if s.reused_from) for state in states]
+    assert sorted(reused) == [[], ["data", "mined", "rerank"]]
+    assert sum(t["metrics"]["stages_reused"] for t in result.trials) == 3
 
     client = MlflowClient(mlflow_uri)
     experiment = client.get_experiment_by_name("reuse").experiment_id
@@ -85,15 +116,26 @@ def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
     assert sorted(r.data.tags[TRIAL_TAG] for r in pipelines) == sorted(t["trial_id"] for t in result.trials)
     for pipeline in pipelines:
         stages = client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{pipeline.info.run_id}'")
-        assert sorted(r.data.tags[STAGE_TAG] for r in stages) == ["data", "mined", "train"]
+        assert sorted(r.data.tags[STAGE_TAG] for r in stages) == ["data", "mined", "rerank", "system", "train"]
         assert "stages.train.run.optim.lr" in pipeline.data.params
     ran = client.search_runs([experiment], filter_string="tags.`lmp.stage_kind` = 'mine'")
     assert len(ran) == 1  # mining ran once for the study
-    assert len(client.search_runs([experiment], filter_string=f"tags.`{REUSED_TAG}` != ''")) == 2
+    assert len(client.search_runs([experiment], filter_string=f"tags.`{REUSED_TAG}` != ''")) == 3
+    assert not client.search_registered_models(filter_string="name = 'pipe-system'")  # trials register nothing
 
-    decision = result.champion  # registered from the best trial's train stage, judged on its own dev_confirm file
+    # The winner: the best trial's system, its bi-encoder registered with the index, settings and re-ranker it was
+    # measured with (before the gate, which compared it as a system on the trial's own dev_confirm file).
+    decision = result.champion
     assert decision is not None and decision.registered_model == "pipe-winner"
     version = client.get_model_version("pipe-winner", decision.version)
     best = next(state for state, t in zip(states, result.trials) if t["trial_id"] == result.best_trial_id)
-    assert version.run_id == best.stages["train"].model_run_id
+    assert version.run_id == best.stages["train"].model_run_id == best.stages["system"].model_run_id
     assert version.tags["lmp.gate.metric"] == "ir_mrr_at_10" and int(version.tags["lmp.gate.queries"]) > 0
+    from lmplatform.tracking.registry import read_search_settings
+
+    settings = read_search_settings(mlflow_uri, "pipe-winner", decision.version)
+    assert settings.mode == "hybrid" and settings.bm25_weight == best.stages["system"].search["bm25_weight"]
+    assert settings.reranker == "models:/pipe-winner-reranker/1" and settings.rerank_depth == 5
+    assert client.get_model_version("pipe-winner-reranker", "1").run_id == best.stages["rerank"].model_run_id
+    served = {a.path for a in client.list_artifacts(version.run_id, "index")}
+    assert {"index/index.faiss", "index/documents.jsonl", "index/bm25"} <= served

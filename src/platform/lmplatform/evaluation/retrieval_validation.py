@@ -127,17 +127,18 @@ def dense_rankings(query_vectors: np.ndarray, candidate_vectors: np.ndarray, rse
     return rankings
 
 
-def hybrid_rankings(dense_scores: np.ndarray, bm25: BM25Retriever, rset: RetrievalSet, depth: int,
-                    settings: FusionSettings) -> list[list[int]]:
-    """BM25 fused with dense scores through `retrieval.fusion.fuse`, as `HybridRetriever` and `/v1/search` fuse.
+def hybrid_hits(dense_scores: np.ndarray, bm25: BM25Retriever, rset: RetrievalSet, depth: int,
+                settings: FusionSettings) -> list[list[tuple[int, float]]]:
+    """BM25 fused with dense scores through `retrieval.fusion.fuse`, as `HybridRetriever` and `/v1/search` fuse:
+    per query, (candidate, fused score) best first, ties against the query.
 
     dense_scores: [q, n] each query's inner product with every candidate; bm25: a BM25 index over the
     candidates, ids str(0..n-1) (`RetrievalSet.bm25`). Each retriever contributes its top
     max(depth, settings.hybrid_candidates) with the query's excluded candidates removed; the pool is ranked by
-    its fused scores, ties against the query. A relevant candidate outside the pool is not ranked.
+    its fused scores. A relevant candidate outside the pool is not ranked.
     """
     width = max(depth, settings.hybrid_candidates)
-    rankings = []
+    out = []
     for row, (scores, bm25_row) in enumerate(zip(dense_scores, bm25.query_scores(rset.query_texts))):
         excluded = rset.excluded[row]
         top = min(len(scores), width + len(excluded))
@@ -148,10 +149,16 @@ def hybrid_rankings(dense_scores: np.ndarray, bm25: BM25Retriever, rset: Retriev
         def exact(pool: list[str], scores: np.ndarray = scores, bm25_row: np.ndarray = bm25_row) -> tuple[np.ndarray, np.ndarray]:
             return scores[[int(i) for i in pool]], bm25_row[bm25.positions(pool)]
 
-        fused = fuse(dense_hits[:width], bm25_hits[:width], exact, settings)
-        ids = [int(doc) for doc, _ in fused]
-        rankings.append(rank_against_query(ids, [s for _, s in fused], rset.relevant[row], complete=True)[:depth])
-    return rankings
+        fused = {int(doc): score for doc, score in fuse(dense_hits[:width], bm25_hits[:width], exact, settings)}
+        ids = rank_against_query(list(fused), list(fused.values()), rset.relevant[row], complete=True)
+        out.append([(i, fused[i]) for i in ids])
+    return out
+
+
+def hybrid_rankings(dense_scores: np.ndarray, bm25: BM25Retriever, rset: RetrievalSet, depth: int,
+                    settings: FusionSettings) -> list[list[int]]:
+    """The candidates of `hybrid_hits`, the first `depth` per query."""
+    return [[i for i, _ in hits[:depth]] for hits in hybrid_hits(dense_scores, bm25, rset, depth, settings)]
 
 
 def reranked_rankings(pair_scores: np.ndarray, rset: RetrievalSet, depth: int, rerank: int) -> list[list[int]]:

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, model_validator
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
 from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig
+from lmplatform.retrieval.settings import SearchSettings
 
 STAGE_PREFIX = "stage:"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
@@ -182,6 +183,75 @@ class PairsConfig(Section):
                 for part in (self.holdout.into if split == self.holdout.split else (split,))]
 
 
+class SystemChoiceConfig(Section):
+    """Values to try on the `select` set; the best on `metric` is kept (an empty list keeps `search`'s value)."""
+
+    bm25_weights: list[float] = Field(default_factory=list, description="BM25 weights of the hybrid first stage, e.g. "
+                                      "[0, 0.1, ..., 0.5].")
+    rerank_depths: list[int] = Field(default_factory=list, description="First-stage hits the re-ranker re-scores.")
+    rerank_weights: list[float] = Field(default_factory=list, description="Weights of the re-ranker's score in the mix "
+                                        "with the first stage's (1: the re-ranker's order alone).")
+    metric: str = Field("ir_mrr_at_10", description="The per-query metric of `select` that decides.")
+
+    @model_validator(mode="after")
+    def _in_range(self) -> "SystemChoiceConfig":
+        for name in ("bm25_weights", "rerank_weights"):
+            if any(not 0.0 <= w <= 1.0 for w in getattr(self, name)):
+                raise ValueError(f"choose.{name} must be values in [0, 1], got {getattr(self, name)}")
+        if any(d < 1 for d in self.rerank_depths):
+            raise ValueError(f"choose.rerank_depths must be >= 1, got {self.rerank_depths}")
+        return self
+
+
+class SystemIndexConfig(Section):
+    """The index the registered system is served from: FAISS and BM25 over a corpus, with its document store."""
+
+    corpus: str = Field(..., min_length=1, description="JSONL of the documents to serve (e.g. every report).")
+    fields: list[str] = Field(["title", "text"], min_length=1, description="Fields joined with '. ' into the text "
+                              "that is encoded and BM25-indexed (as the select set's distractors join them).")
+    id_field: str = "id"
+    kind: Literal["flat", "hnsw", "ivf", "ivfpq", "auto"] = "auto"
+    cpus_per_actor: float = Field(1.0, gt=0.0, description="The encoding actor's CPUs.")
+
+
+class SystemRegisterConfig(Section):
+    """Where the chosen system is registered: the retriever's version carries the settings, the index and a link to
+    the re-ranker's own version."""
+
+    name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Registered model of the retriever.")
+    reranker_name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                                         description="Registered model of the re-ranker (default: <name>-reranker).")
+
+
+class SystemConfig(Section):
+    """A `system` stage: the retrieval system a pipeline ends with, its settings chosen on a dev set, measured as it
+    is served (lmplatform/evaluation/system.py), then indexed and registered."""
+
+    retriever: str = Field(..., min_length=1, description="The bi-encoder: stage:<name>, a folder, 'default' or models:/...")
+    reranker: Optional[str] = Field(None, min_length=1, description="A cross-encoder re-ranking the first stage's top "
+                                    "hits: stage:<name>, a folder or models:/...; null: none.")
+    select: RetrievalValidationConfig = Field(..., description="Where settings are chosen and the stage's metrics "
+                                              "measured: dev pairs ranked against the corpus (pairs, split, distractors).")
+    search: SearchSettings = Field(default_factory=SearchSettings, description="The settings; `choose` replaces the "
+                                   "values it tries. Its `reranker` is set from `reranker` above.")
+    choose: SystemChoiceConfig = Field(default_factory=SystemChoiceConfig)
+    max_seq_length: Optional[int] = Field(None, ge=8, description="Encoder length; default: the model's.")
+    index: Optional[SystemIndexConfig] = Field(None, description="Build the served index (when the system is registered).")
+    register: Optional[SystemRegisterConfig] = Field(None, description="Register the system (skipped in study trials: "
+                                                     "the study registers its winner).")
+
+    @model_validator(mode="after")
+    def _pairs_and_index(self) -> "SystemConfig":
+        if self.select.pairs is None:
+            raise ValueError("system.select.pairs is required: the dev pairs the settings are chosen on")
+        if self.register is not None and self.index is None:
+            raise ValueError("system.register needs system.index: a registered system is served from its index")
+        if self.choose.rerank_depths or self.choose.rerank_weights:
+            if self.reranker is None:
+                raise ValueError("system.choose tries re-rank settings, but system.reranker is not set")
+        return self
+
+
 class StageConfig(Section):
     name: str = Field(..., pattern=_NAME)
     config: Optional[str] = Field(None, description="A run config YAML (relative to the pipeline file).")
@@ -192,6 +262,9 @@ class StageConfig(Section):
     pairs: Optional[PairsConfig] = Field(
         None, description="A data stage: pairs files per split from a corpus and its duplicate relations; a later "
         "stage names one as `stage:<name>/<split>`.")
+    system: Optional[SystemConfig] = Field(
+        None, description="The retrieval system: a trained bi-encoder (and re-ranker) with BM25 fusion and re-rank "
+        "settings chosen on dev, indexed and registered.")
     set: list[str] = Field(default_factory=list, description="--set style overrides applied to the run config.")
     init_from: str = Field(
         "default", description="stage:<name> (that stage's model), models:/<name>@<alias>, a folder, or 'default'; "
@@ -201,16 +274,20 @@ class StageConfig(Section):
 
     @model_validator(mode="after")
     def _one_run_source(self) -> "StageConfig":
-        if sum(source is not None for source in (self.config, self.run, self.mine, self.pairs)) != 1:
-            raise ValueError(f"stage {self.name!r}: set exactly one of `config` (a file), `run` (inline), `mine` or `pairs`")
-        if (self.mine is not None or self.pairs is not None) and (self.set or self.ewc or self.evaluations):
+        if sum(source is not None for source in (self.config, self.run, self.mine, self.pairs, self.system)) != 1:
+            raise ValueError(f"stage {self.name!r}: set exactly one of `config` (a file), `run` (inline), `mine`, "
+                             "`pairs` or `system`")
+        if self.kind != "train" and (self.set or self.ewc or self.evaluations):
             raise ValueError(f"stage {self.name!r}: a {self.kind} stage trains nothing: remove set, ewc and evaluations")
         return self
 
     @property
     def kind(self) -> str:
-        """'train', 'mine' or 'pairs'."""
-        return "mine" if self.mine is not None else "pairs" if self.pairs is not None else "train"
+        """'train', 'mine', 'pairs' or 'system'."""
+        for kind in ("mine", "pairs", "system"):
+            if getattr(self, kind) is not None:
+                return kind
+        return "train"
 
 
 class StageReuseConfig(Section):
@@ -371,7 +448,7 @@ def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Pip
 
 
 # A stage's own fields (`stages.<stage>.<field>...=v` sets them); any other first key is a run-config section.
-STAGE_FIELDS = ("config", "run", "mine", "pairs", "init_from", "ewc", "evaluations")
+STAGE_FIELDS = ("config", "run", "mine", "pairs", "system", "init_from", "ewc", "evaluations")
 
 
 def _stage_override(stage: dict[str, Any], item: str) -> dict[str, Any]:
@@ -414,11 +491,19 @@ def pipeline_config_from_dict(
     earlier_trained: list[str] = []
     outputs: dict[str, list[str]] = {}  # earlier pairs stages -> the files they write
     for stage in pipeline.stages:
-        content = (stage.mine.model_dump(mode="json") if stage.mine is not None
-                   else stage.pairs.model_dump(mode="json") if stage.pairs is not None else stage_run_data(pipeline, stage))
+        section = getattr(stage, stage.kind) if stage.kind != "train" else None
+        content = section.model_dump(mode="json") if section is not None else stage_run_data(pipeline, stage)
         _check_output_references(stage.name, content, outputs, source)
         if stage.pairs is not None:
             outputs[stage.name] = stage.pairs.outputs()
+            continue
+        if stage.system is not None:
+            for field in ("retriever", "reranker"):
+                value = getattr(stage.system, field) or ""
+                name = value.removeprefix(STAGE_PREFIX)
+                if value.startswith(STAGE_PREFIX) and name not in earlier_trained:
+                    raise ConfigError(f"{source}: stage {stage.name!r}: system.{field} names stage:{name}, which is not "
+                                      f"an earlier training stage (earlier training stages: {', '.join(earlier_trained) or 'none'})")
             continue
         if stage.mine is not None:
             earlier_mines.append(stage.name)

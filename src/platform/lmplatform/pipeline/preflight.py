@@ -218,6 +218,14 @@ def stage_problems(cfg: PipelineConfig, stage: StageConfig, will_run: Sequence[s
     if stage.pairs is not None:
         return (file_problem(stage.pairs.corpus, "pairs.corpus", where)
                 + file_problem(stage.pairs.relations, "pairs.relations", where))
+    if stage.system is not None:
+        system = stage.system
+        problems = [Problem(p.where, f"system.{p.field}", p.message, p.path) for p in data_config_problems(system, where)]
+        problems += model_problems(system.retriever, "system.retriever", where, will_run, finished)
+        problems += model_problems(system.reranker, "system.reranker", where, will_run, finished)
+        if system.index is not None and not system.index.corpus.startswith(STAGE_PREFIX):
+            problems += file_problem(system.index.corpus, "system.index.corpus", where)
+        return problems
     if stage.mine is not None:
         mine = stage.mine
         problems = data_config_problems(mine, where)

@@ -34,8 +34,9 @@ STAGE_TAG = "lmp.pipeline_stage"
 REUSED_TAG = "lmp.stage_reused_from"
 REPORTS_FILE = "reports.jsonl"
 # What a reused stage takes over from the run that made it.
-REUSED_FIELDS = ("init_model", "train_run", "model_dir", "model_run_id", "output_path", "outputs", "model_artifact_uri", "registered_model",
-                 "model_version", "ewc_lambda", "before", "after", "task_scores", "metrics", "train_seconds")
+REUSED_FIELDS = ("init_model", "train_run", "model_dir", "model_run_id", "output_path", "outputs", "model_artifact_uri",
+                 "registered_model", "model_version", "ewc_lambda", "before", "after", "task_scores", "metrics", "search",
+                 "reranker_run_id", "train_seconds")
 
 
 class StageReporter(Protocol):
@@ -163,8 +164,8 @@ def _run_any_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: P
                    reporter: Optional[StageReporter], report_log: Optional[Path] = None) -> None:
     record = state.stage(stage.name)
     record.started_at, record.finished_at, record.reused_from = time.time(), None, None
-    if stage.kind in ("pairs", "mine"):
-        _run_file_stage(cfg, stage, index, state, folder, parent)
+    if stage.kind != "train":
+        _run_untrained_stage(cfg, stage, index, state, folder, parent)
     else:
         callbacks = reporter.training_callbacks(stage.name) if reporter is not None else []
         if report_log is not None:
@@ -179,8 +180,8 @@ def _run_any_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: P
 def stage_content(cfg: PipelineConfig, stage: StageConfig, state: PipelineState) -> dict[str, Any]:
     """The stage's config with every reference resolved: what decides what it produces (its reuse key)."""
     outputs = stage_outputs(state)
-    if stage.kind == "pairs":
-        return {"pairs": stage.pairs.model_dump(mode="json")}  # type: ignore[union-attr]
+    if stage.kind in ("pairs", "system"):
+        return {stage.kind: resolve_references(getattr(stage, stage.kind).model_dump(mode="json"), outputs)}
     init = _resolve_model(stage.init_from, state)
     if stage.kind == "mine":
         return {"init": init, "mine": resolve_references(stage.mine.model_dump(mode="json"), outputs)}  # type: ignore[union-attr]
@@ -310,14 +311,10 @@ def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: Pipel
     print(f"[lmp] {label}: finished; model {record.model_dir}", flush=True)
 
 
-def _run_file_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path,
-                    parent: Any) -> None:
-    """A stage that writes files (mine: hard negatives for its pairs; pairs: a file per split), in its own
-    MLflow run under the parent (files, counts, config)."""
-    from lmplatform.pipeline.config import MineConfig
-    from lmplatform.pipeline.mine import run_mine_stage
-    from lmplatform.pipeline.pairs import run_pairs_stage
-
+def _run_untrained_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path,
+                         parent: Any) -> None:
+    """A stage that trains nothing (mine: hard negatives for its pairs; pairs: a file per split; system: the retrieval
+    system measured and registered), in its own MLflow run under the parent (files, counts, config)."""
     record = state.stage(stage.name)
     init = _resolve_model(stage.init_from, state) if stage.mine is not None else None
     record.init_model, record.status, record.error = init, RUNNING, None
@@ -329,14 +326,21 @@ def _run_file_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: 
     start = time.perf_counter()
     try:
         if stage.mine is not None:
+            from lmplatform.pipeline.config import MineConfig
+            from lmplatform.pipeline.mine import run_mine_stage
+
             print(f"[lmp] {label}: mining hard negatives with {init}", flush=True)
             mine = MineConfig.model_validate(resolve_references(stage.mine.model_dump(mode="json"), stage_outputs(state)))
             result: Any = run_mine_stage(mine, init, folder / stage.name, *tracking)  # type: ignore[arg-type]
             record.output_path = str(result.path)
-        else:
-            print(f"[lmp] {label}: pairs files from {stage.pairs.relations}", flush=True)  # type: ignore[union-attr]
-            result = run_pairs_stage(stage.pairs, folder / stage.name, *tracking)  # type: ignore[arg-type]
+        elif stage.pairs is not None:
+            from lmplatform.pipeline.pairs import run_pairs_stage
+
+            print(f"[lmp] {label}: pairs files from {stage.pairs.relations}", flush=True)
+            result = run_pairs_stage(stage.pairs, folder / stage.name, *tracking)
             record.outputs = {name: str(path) for name, path in result.files.items()}
+        else:
+            result = _run_system(cfg, stage, label, state, folder, tracking)
     except BaseException as exc:
         record.status, record.error = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
         state.save(folder)
@@ -346,6 +350,49 @@ def _run_file_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: 
     state.save(folder)
     parent.log_metrics({f"{stage.name}/seconds": record.seconds}, step=index + 1)
     print(f"[lmp] {label}: finished; {result.summary}", flush=True)
+
+
+def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: PipelineState, folder: Path,
+                tracking: tuple[Any, ...]) -> Any:  # noqa: ANN401 - a SystemResult
+    """Measure the system on its select set, and register it when the stage says so."""
+    from lmplatform.pipeline.config import SystemConfig
+    from lmplatform.pipeline.system import publish_system, run_system_stage
+    from lmplatform.tracking.registry import register_model_version
+
+    record, system = state.stage(stage.name), stage.system
+    assert system is not None
+    resolved = SystemConfig.model_validate(resolve_references(system.model_dump(mode="json"), stage_outputs(state)))
+    retriever, reranker = resolved.retriever, resolved.reranker
+    print(f"[lmp] {label}: measuring {retriever}" + (f" re-ranked by {reranker}" if reranker else ""), flush=True)
+    result = run_system_stage(resolved, retriever, reranker, folder / stage.name, *tracking)
+    record.model_dir, record.search = retriever, result.settings.model_dump(mode="json")
+    record.model_run_id = _source_run(system.retriever, state)
+    record.reranker_run_id = _source_run(system.reranker, state) if system.reranker else None
+    if resolved.register is not None:
+        if record.model_run_id is None:
+            raise ValueError(f"stage {stage.name!r}: system.register needs system.retriever to be a training stage of this "
+                             "pipeline (its MLflow run holds the model the version is registered from)")
+        source = f"{_artifact_uri(state.tracking_uri, record.model_run_id)}/model"
+        version = register_model_version(state.tracking_uri, resolved.register.name, source, record.model_run_id,
+                                         tags={"objective": "biencoder", "lmp.pipeline_run": state.run_name})
+        settings = publish_system(resolved, state.tracking_uri, resolved.register.name, version, retriever,
+                                  result.settings, record.reranker_run_id, folder / stage.name)
+        record.registered_model, record.model_version, record.search = resolved.register.name, version, settings.model_dump(mode="json")
+        print(f"[lmp] {label}: registered {resolved.register.name} version {version} with its index and settings", flush=True)
+    return result
+
+
+def _source_run(reference: Optional[str], state: PipelineState) -> Optional[str]:
+    """The MLflow run holding the model of `stage:<name>` (None for a model from outside the pipeline)."""
+    if not reference or not reference.startswith(STAGE_PREFIX):
+        return None
+    return state.stages[reference[len(STAGE_PREFIX):]].model_run_id
+
+
+def _artifact_uri(tracking_uri: str, run_id: str) -> str:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri).get_run(run_id).info.artifact_uri
 
 
 def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):  # noqa: ANN202

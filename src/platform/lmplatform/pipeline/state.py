@@ -35,6 +35,8 @@ class StageState:
     task_scores: dict[str, float] = field(default_factory=dict)
     error: Optional[str] = None
     metrics: dict[str, float] = field(default_factory=dict)  # a training stage's final report; a mine stage's counts
+    search: dict[str, Any] = field(default_factory=dict)  # a system stage's chosen SearchSettings
+    reranker_run_id: Optional[str] = None  # a system stage's re-ranker: the MLflow run holding it
     # Wall-clock seconds of the last attempt: the training run, and the stage with its evaluations.
     train_seconds: Optional[float] = None
     seconds: Optional[float] = None

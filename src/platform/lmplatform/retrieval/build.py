@@ -189,3 +189,35 @@ def build_bm25_index(corpus: str | Sequence[str], index_dir: str | Path, text_fi
     folder = retriever.save(Path(index_dir) / BM25_DIR)
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     return {"documents": len(ids), "seconds": round(time.perf_counter() - start, 2), "bytes": size}
+
+
+@dataclass
+class IndexFolder:
+    """What `build_index_folder` made: the folder `lmp serve` loads, and how it went."""
+
+    folder: Path
+    encode: EncodeStats
+    index: VectorIndex
+    documents: int
+    bm25: Optional[dict[str, Any]]
+
+
+def build_index_folder(corpus: str | Sequence[str], out: str | Path, model: str = "default",
+                       text_fields: Sequence[str] = ("title", "text"), id_field: str = "id", actors: int = 1,
+                       cpus_per_actor: float = 1, batch_size: int = 64, quantize: Optional[str] = None,
+                       params: Optional[IndexParams] = None, bm25: bool = True, label_field: Optional[str] = None,
+                       max_seq_length: Optional[int] = None) -> IndexFolder:
+    """The served index of a corpus in `out/index`: FAISS over the encoded texts (shards in `out/shards`), BM25 over
+    the same texts (unless `bm25` is False) and the document store (id, title, text, label) hits are shown from."""
+    from lmplatform.serving.store import DOCUMENTS_FILE, write_document_store
+
+    out = Path(out)
+    stats = encode_corpus_to_shards(corpus, out / "shards", model=model, text_fields=text_fields, id_field=id_field,
+                                    actors=actors, cpus_per_actor=cpus_per_actor, batch_size=batch_size, quantize=quantize,
+                                    max_seq_length=max_seq_length)
+    index = build_index_from_shards(out / "shards", out / "index", params)
+    built_bm25 = build_bm25_index(corpus, out / "index", text_fields, id_field, index.ids) if bm25 else None
+    stored = write_document_store(corpus, out / "index" / DOCUMENTS_FILE, id_field=id_field,
+                                  text_fields=[f for f in text_fields if f != "title"] or list(text_fields),
+                                  label_field=label_field)
+    return IndexFolder(out / "index", stats, index, stored, built_bm25)

@@ -25,12 +25,13 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from lmplatform.config.schema import RunConfig
 from lmplatform.tune.metrics import evaluation_config_keys
 
 if TYPE_CHECKING:
+    from lmplatform.retrieval.settings import SearchSettings
     from lmplatform.tune.gate import GateVerdict
     from lmplatform.tune.space import ChampionSpec
 
@@ -55,12 +56,15 @@ class ChampionDecision:
 
 @dataclass
 class GateInputs:
-    """What the gate needs besides the registry: its spec and metric, the objective, the trials' base model."""
+    """What the gate needs besides the registry: its spec and metric, the objective, the trials' base model, and
+    for a retrieval system the candidate's search settings (its `reranker` a local folder): the system is then what
+    is compared, against the champion's registered system or the base model searched dense."""
 
     spec: "ChampionSpec"
     metric: str
     objective: str
     base_model: str
+    search: Optional["SearchSettings"] = None
 
 
 def evaluation_fingerprint(cfg: RunConfig, data_fingerprint: str, metric: str, retrieval_fingerprint: str = "") -> str:
@@ -113,8 +117,12 @@ def register_and_maybe_promote(
     tags: Optional[dict[str, str]] = None,
     alias: str = "champion",
     gate: Optional[GateInputs] = None,
+    before_decision: Optional[Callable[[str], None]] = None,
 ) -> ChampionDecision:
-    """Register the run's model folder as a new version; move `alias` only if it wins (see module doc)."""
+    """Register the run's model folder as a new version; move `alias` only if it wins (see module doc).
+
+    `before_decision(version)` runs once the version is registered and before the alias may move: what the version
+    must carry when it is served (its index, its search settings) is attached there, never after."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -130,6 +138,8 @@ def register_and_maybe_promote(
     }
     version = register_model_version(tracking_uri, registered_model, source, run_id, tags=version_tags)
     _wait_ready(client, registered_model, version)
+    if before_decision is not None:
+        before_decision(version)
 
     try:
         current = client.get_model_version_by_alias(registered_model, alias)
@@ -166,8 +176,9 @@ def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str,
     else:
         comparator, compared_with = None, f"no {alias} yet and baseline: none"
     candidate = download_model(source, tracking_uri)
+    searches = _searches(gate, tracking_uri, name, previous) if gate.search is not None and comparator else None
     print(f"[lmp] champion gate: scoring version {version} and {compared_with} on the confirmation set", flush=True)
-    verdict = run_gate(gate.spec, gate.metric, gate.objective, candidate, comparator, compared_with) if comparator \
+    verdict = run_gate(gate.spec, gate.metric, gate.objective, candidate, comparator, compared_with, searches) if comparator \
         else decide(None, [], 0.0, compared_with)
     for key, value in verdict.tags().items():
         client.set_model_version_tag(name, version, key, value)
@@ -176,6 +187,18 @@ def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str,
     outcome = "moved" if verdict.promote else "stays" if previous else "not set"
     reason = f"{verdict.reason}; {alias} {outcome}"
     return ChampionDecision(name, version, alias, verdict.promote, reason, previous, verdict)
+
+
+def _searches(gate: GateInputs, tracking_uri: str, name: str, previous: Optional[str]) -> tuple[Any, Any]:
+    """(candidate, comparator) search settings with local re-ranker folders: the champion's registered system, or
+    for a first champion the base model searched dense."""
+    from lmplatform.retrieval.settings import SearchSettings
+    from lmplatform.tracking.registry import download_model, read_search_settings
+
+    comparator = (read_search_settings(tracking_uri, name, previous) if previous else None) or SearchSettings(mode="dense")
+    if comparator.reranker is not None:
+        comparator = comparator.model_copy(update={"reranker": str(download_model(comparator.reranker, tracking_uri))})
+    return gate.search, comparator
 
 
 def _by_recorded_value(client: Any, name: str, version: str, alias: str, current: Any, metric: str, mode: str,

@@ -23,7 +23,8 @@ import numpy as np
 from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
 
 if TYPE_CHECKING:
-    from lmplatform.config.schema import RunConfig
+    from lmplatform.config.schema import RetrievalValidationConfig, RunConfig
+    from lmplatform.retrieval.settings import SearchSettings
 
 GATE_TAG = "lmp.gate"
 
@@ -229,8 +230,13 @@ def _old_domain_probe(pack: GeneralPackSpec, candidate_dir: str | Path, comparat
 
 
 def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str | Path,
-             comparator_dir: Optional[str | Path], compared_with: str) -> GateVerdict:
-    """Score both models on the confirmation set and the general pack, then `decide`."""
+             comparator_dir: Optional[str | Path], compared_with: str,
+             searches: Optional[tuple["SearchSettings", "SearchSettings"]] = None) -> GateVerdict:
+    """Score both models on the confirmation set and the general pack, then `decide`.
+
+    `searches`: the candidate's and the comparator's search settings, when what is compared is a retrieval system
+    (a bi-encoder with BM25 fusion and a re-ranker, `evaluation/system.py`), each scored as it is served; their
+    `reranker` is a local folder. The general probes still compare the two bi-encoders."""
     from lmplatform.evaluation.retrieval_validation import attach_first_stage, build_retrieval_set, evaluate_model
 
     if comparator_dir is None:
@@ -239,8 +245,14 @@ def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str
     rset = build_retrieval_set(spec.confirm)
     if objective == "cross_encoder":
         attach_first_stage(rset, spec.confirm)
-    scores = [evaluate_model(load_ranker(folder, objective), rset, spec.confirm)[metric]
-              for folder in (candidate_dir, comparator_dir)]
+    if searches is not None:
+        from lmplatform.evaluation.system import load_scorer
+
+        scores = [load_scorer(str(folder), rset, spec.confirm, search.reranker).per_query(search)[metric]
+                  for folder, search in zip((candidate_dir, comparator_dir), searches)]
+    else:
+        scores = [evaluate_model(load_ranker(folder, objective), rset, spec.confirm)[metric]
+                  for folder in (candidate_dir, comparator_dir)]
     comparison = compare(metric, scores[0], scores[1], spec)
     # The probes cost encodes; a candidate that does not win is refused without them.
     wins = comparison.low > 0
@@ -274,3 +286,16 @@ def check_held_out(spec: ChampionSpec, base: "RunConfig") -> None:
             f"select on (e.g. {sorted(overlap)[0][:80]!r}): a confirmation set must be held out from both; "
             "point champion.confirm.pairs at a split of its own"
         )
+
+
+def check_system_held_out(spec: ChampionSpec, select: "RetrievalValidationConfig") -> None:
+    """Refuse a confirmation set that shares queries with the set a retrieval system's settings were chosen on."""
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
+
+    if spec.confirm is None:
+        return
+    overlap = set(build_retrieval_set(spec.confirm).query_texts) & set(build_retrieval_set(select).query_texts)
+    if overlap:
+        raise ConfigError(f"champion.confirm shares {len(overlap)} queries with the set the system's settings were "
+                          f"chosen on (e.g. {sorted(overlap)[0][:80]!r}); point champion.confirm.pairs at a split of its own")

@@ -148,8 +148,9 @@ class ChampionSpec(Section):
     registered_model: Optional[str] = Field(None, description="Default: the base config's registered model name.")
     alias: str = Field("champion", min_length=1)
     register_best: bool = Field(True, description="Register the best train trial's model and consider it for the alias.")
-    stage: Optional[str] = Field(None, description="Pipeline trials: the stage whose model is registered (default: the "
-                                 "last training stage).")
+    stage: Optional[str] = Field(None, description="Pipeline trials: the stage whose model is registered: a training "
+                                 "stage, or a system stage (its bi-encoder with its index, settings and re-ranker). "
+                                 "Default: the last of them.")
     confirm: Optional[RetrievalValidationConfig] = Field(
         None, description="A held-out retrieval set no trial saw (pairs, split, distractors): the candidate and the model "
         "it would replace are both scored on it, query by query. Required when the study targets a val_ir_* metric.")
@@ -475,10 +476,10 @@ def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
                              f"{space.base_pipeline}; its stages report: {', '.join(sorted(allowed))}")
     champion = space.champion
     if champion.register_best:
-        trained = [stage.name for stage in loaded.base_pipeline.stages if stage.kind == "train"]
+        trained = [stage.name for stage in loaded.base_pipeline.stages if stage.kind in ("train", "system")]
         if champion.stage is not None and champion.stage not in trained:
             raise SpaceError(f"{_where(source, lines, ('champion', 'stage'))}: champion.stage {champion.stage!r} is not a "
-                             f"training stage of {space.base_pipeline}; its training stages: {', '.join(trained) or 'none'}")
+                             f"training or system stage of {space.base_pipeline}; those stages: {', '.join(trained) or 'none'}")
         if not trained:
             raise SpaceError(f"{_where(source, lines, ('champion',))}: {space.base_pipeline} trains no model to register; "
                              "set champion.register_best: false")

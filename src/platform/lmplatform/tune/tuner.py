@@ -13,6 +13,7 @@ model is registered and may become champion (see `champion.py`).
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -104,8 +105,6 @@ def function_trial(
     tracking_uri: str, experiment: str, study: str,
 ) -> None:
     """One cheap trial: call `function(**function_args, **params)`; each dict it returns or yields is one report."""
-    import os
-
     from ray import tune
 
     from lmplatform.tracking.mlflow_tracking import TrackedRun
@@ -235,8 +234,6 @@ def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
     parameters at all; its CLIReporter reprints the whole table every few seconds. Unless the user
     chose an engine (RAY_AIR_NEW_OUTPUT), these status lines are printed, and the study's table at the end.
     """
-    import os
-
     from lmplatform.tune.progress import TrialStatusLines
 
     if os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0") != "0":
@@ -304,6 +301,10 @@ def run_study(
             "tracking_uri": tracking_uri, "experiment": experiment,
         }, indent=2))
     ensure_ray()
+    if space.trial == "pipeline":
+        # A pipeline trial reports its training stage's metrics long before the study's own (a later stage's), which
+        # Tune would take for a missing metric; every metric name was checked against the stages by `load_space`.
+        os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     max_concurrent = _max_concurrent(loaded)
     print(f"[lmp] study {study_name}: {space.num_samples} {space.trial} trial(s), {max_concurrent} at a time, "
           f"{space.scheduler.name} scheduler, target {space.metric} ({space.mode}); MLflow parent run {parent_run_id}",
@@ -491,37 +492,57 @@ def _champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, stud
 
 
 def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, study_name: str) -> ChampionDecision:
-    """Register the best pipeline trial's model (`champion.stage`, by default its last training stage) and let the
-    gate decide on the alias, as for a train trial; a confirmation set may name the trial's own files
-    (`stage:pairs/dev_confirm`), and must share no query with what any of its stages trained or selected on."""
-    from lmplatform.pipeline.config import build_stage_config, resolve_references
+    """Register the best pipeline trial's model (`champion.stage`, by default its last training or system stage) and
+    let the gate decide on the alias. A system stage's bi-encoder is registered with what makes it servable as it was
+    measured (index, search settings, its re-ranker's version) before the gate, which then compares systems. A
+    confirmation set may name the trial's own files (`stage:pairs/dev_confirm`), and must share no query with what
+    any of its stages trained or selected on."""
+    from lmplatform.pipeline.config import SystemConfig, build_stage_config, resolve_references
     from lmplatform.pipeline.runner import stage_outputs
     from lmplatform.pipeline.state import PipelineState
+    from lmplatform.pipeline.system import publish_system
+    from lmplatform.retrieval.settings import SearchSettings
     from lmplatform.tune.champion import GateInputs, register_and_maybe_promote
-    from lmplatform.tune.gate import check_held_out
+    from lmplatform.tune.gate import check_held_out, check_system_held_out
     from lmplatform.tune.pipeline_trial import trial_state_folder
     from lmplatform.tune.space import ChampionSpec, gate_metric
 
     space, pipeline = loaded.space, loaded.trial_pipeline(best["params"])
-    state = PipelineState.load(trial_state_folder(loaded, study_name, best["trial_id"]))
-    trained = [stage for stage in pipeline.stages if stage.kind == "train"]
-    stage = next(s for s in trained if s.name == (space.champion.stage or trained[-1].name))
+    folder = trial_state_folder(loaded, study_name, best["trial_id"])
+    state = PipelineState.load(folder)
+    registrable = [stage for stage in pipeline.stages if stage.kind in ("train", "system")]
+    stage = next(s for s in registrable if s.name == (space.champion.stage or registrable[-1].name))
     record, outputs = state.stages[stage.name], stage_outputs(state)
-    run_cfg = build_stage_config(pipeline, stage, record.init_model or "default", "runs", "gate", None, outputs)
     spec = ChampionSpec.model_validate(resolve_references(space.champion.model_dump(mode="json"), outputs))
+    trained = [s for s in pipeline.stages if s.kind == "train"]
+    system = SystemConfig.model_validate(resolve_references(stage.system.model_dump(mode="json"), outputs)) \
+        if stage.system is not None else None
+    source = next(s for s in trained if s.name == stage.system.retriever.removeprefix("stage:")) if stage.system else stage
+    name = spec.registered_model or (system.register.name if system and system.register else f"{pipeline.name}-{stage.name}")
+    base_model = state.stages[source.name].init_model or "default"
     gate = None
     if spec.confirm is not None:
         for other in trained:
             check_held_out(spec, build_stage_config(pipeline, other, "default", "runs", "gate", None, outputs))
-        gate = GateInputs(spec, gate_metric(space), run_cfg.objective.name, record.init_model or "default")
-    name = spec.registered_model or f"{pipeline.name}-{stage.name}"
+        if system is not None:
+            check_system_held_out(spec, system.select)
+        search = SearchSettings.model_validate(record.search) if system is not None else None
+        gate = GateInputs(spec, gate_metric(space), "biencoder" if system else build_stage_config(
+            pipeline, stage, "default", "runs", "gate", None, outputs).objective.name, base_model, search)
+
+    def make_servable(version: str) -> None:
+        if system is not None and system.index is not None:
+            publish_system(system, tracking_uri, name, version, record.model_dir or "",
+                           SearchSettings.model_validate(record.search), record.reranker_run_id, folder / stage.name)
+
     value = best["metrics"][space.metric]
     return register_and_maybe_promote(
         tracking_uri, name, record.model_run_id or record.mlflow_run_id, "model", space.metric, space.mode, value,
-        f"pipeline:{pipeline.name}:{space.metric}", {k: v for k, v in best["metrics"].items() if "/val_" in k},
-        tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": run_cfg.objective.name,
-              "lmp.pipeline_run": state.run_name, **{f"param.{k}": str(v) for k, v in best["params"].items()}},
-        alias=spec.alias, gate=gate,
+        f"pipeline:{pipeline.name}:{space.metric}",
+        {k: v for k, v in best["metrics"].items() if k.startswith(f"{stage.name}/") and "ir_" in k},
+        tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": gate.objective if gate else
+              "biencoder", "lmp.pipeline_run": state.run_name, **{f"param.{k}": str(v) for k, v in best["params"].items()}},
+        alias=spec.alias, gate=gate, before_decision=make_servable,
     )
 
 

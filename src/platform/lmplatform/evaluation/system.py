@@ -1,0 +1,146 @@
+"""A retrieval system scored as it is served, and its settings chosen on a dev set.
+
+The system is a bi-encoder searched as its `SearchSettings` say: a first stage (dense, or BM25 fused with
+it) and, optionally, a cross-encoder that re-scores the first stage's top `rerank_depth`, mixed with it by
+`rerank_weight`. Every step is the function the served `/v1/search` runs (`retrieval.fusion`), so a
+ranking measured here is the ranking a client gets.
+
+`SystemScorer` encodes a `RetrievalSet` once, indexes it for BM25 once and keeps every re-ranker score it
+has computed, so scoring many settings on one set (choosing the BM25 weight, the re-rank depth and the
+re-rank weight on dev) costs one encoding and one re-ranker pass per (query, candidate) pair.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from lmplatform.config.schema import RetrievalValidationConfig
+from lmplatform.evaluation.retrieval_validation import (
+    RetrievalSet,
+    hybrid_hits,
+    rank_against_query,
+    score_rankings,
+    summarize,
+)
+from lmplatform.retrieval.fusion import combine_rerank
+from lmplatform.retrieval.settings import SearchSettings
+
+Hits = list[tuple[int, float]]
+
+
+@dataclass
+class SystemChoice:
+    """`SystemScorer.choose`'s answer: the chosen settings, and the mean metrics of every setting tried."""
+
+    settings: SearchSettings
+    metric: str
+    tried: list[dict[str, Any]] = field(default_factory=list)  # {"bm25_weight"|"rerank_depth"|..., "metrics": {...}}
+
+
+class SystemScorer:
+    """Rankings and per-query metrics of one bi-encoder (and optionally one re-ranker) under any settings."""
+
+    def __init__(self, encoder: Any, rset: RetrievalSet, cfg: RetrievalValidationConfig,  # noqa: ANN401 - an Encoder
+                 reranker: Any = None, batch_size: int = 64):  # noqa: ANN401 - a CrossEncoder
+        """encoder, reranker: the models as the service runs them (fp32), so scores match the served ones."""
+        self.rset, self.cfg, self.reranker, self.batch_size = rset, cfg, reranker, batch_size
+        vectors = encoder.encode([*rset.query_texts, *rset.candidate_texts], batch_size=batch_size)
+        queries, candidates = vectors[: len(rset.query_texts)], vectors[len(rset.query_texts):]
+        self.dense = queries @ candidates.T  # [q, n] every query's inner product with every candidate
+        self._pair_scores: dict[tuple[int, int], float] = {}
+
+    # -- rankings -------------------------------------------------------------------------------------
+    def first_stage(self, settings: SearchSettings, depth: int) -> list[Hits]:
+        """Per query, (candidate, score) best first: dense search, or BM25 fused with it (`hybrid_hits`)."""
+        if settings.mode == "hybrid":
+            return hybrid_hits(self.dense, self.rset.bm25(), self.rset, depth, settings.fusion_settings())
+        out = []
+        for row, scores in enumerate(self.dense):
+            excluded = self.rset.excluded[row]
+            top = min(len(scores), depth + len(excluded))
+            nearest = [int(i) for i in np.argpartition(-scores, top - 1)[:top] if int(i) not in excluded]
+            ids = rank_against_query(nearest, scores[nearest].tolist(), self.rset.relevant[row], complete=True)
+            out.append([(i, float(scores[i])) for i in ids[:depth]])
+        return out
+
+    def hits(self, settings: SearchSettings) -> list[Hits]:
+        """Per query, the system's final (candidate, score) list, at least `cfg.depth()` deep where it can be."""
+        depth = max(self.cfg.depth(), settings.rerank_depth)
+        first = self.first_stage(settings, depth)
+        if settings.reranker is None:
+            return first
+        if self.reranker is None:
+            raise ValueError("these settings re-rank, but the scorer was given no re-ranker")
+        self._score_pairs([(row, i) for row, hits in enumerate(first) for i, _ in hits[: settings.rerank_depth]])
+        out = []
+        for row, hits in enumerate(first):
+            top = hits[: settings.rerank_depth]
+            scores = [self._pair_scores[(row, i)] for i, _ in top]
+            mixed = combine_rerank([(str(i), s) for i, s in hits], scores, settings.rerank_weight)
+            ids = rank_against_query([int(d) for d, _ in mixed], [s for _, s in mixed], self.rset.relevant[row], complete=True)
+            order = {int(d): s for d, s in mixed}
+            out.append([(i, order[i]) for i in ids])
+        return out
+
+    def _score_pairs(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Re-ranker scores of the (query row, candidate) pairs not scored yet, in one batched pass."""
+        todo = [pair for pair in dict.fromkeys(pairs) if pair not in self._pair_scores]
+        if not todo:
+            return
+        queries = [self.rset.query_texts[row] for row, _ in todo]
+        documents = [self.rset.candidate_texts[i] for _, i in todo]
+        scores = self.reranker.score(queries, documents, batch_size=self.batch_size)
+        self._pair_scores.update(zip(todo, (float(s) for s in scores)))
+
+    # -- metrics --------------------------------------------------------------------------------------
+    def per_query(self, settings: SearchSettings) -> dict[str, np.ndarray]:
+        """Per-query metrics [queries] of the system (`score_rankings`)."""
+        rankings = [[i for i, _ in hits[: self.cfg.depth()]] for hits in self.hits(settings)]
+        return score_rankings(rankings, self.rset, self.cfg)
+
+    def means(self, settings: SearchSettings) -> dict[str, float]:
+        return summarize(self.per_query(settings), self.rset)
+
+    def choose(self, base: SearchSettings, bm25_weights: Sequence[float] = (), rerank_depths: Sequence[int] = (),
+               rerank_weights: Sequence[float] = (), metric: str = "ir_mrr_at_10") -> SystemChoice:
+        """Settings from `base` with the values that score best on `metric` over this set (a dev set): first the
+        BM25 weight of the hybrid first stage (when `base.mode` is hybrid), then the re-rank depth and weight
+        together (when `base.reranker` is set). An empty list keeps `base`'s value. Ties go to the earlier value."""
+        if metric not in self.cfg.ranking_metric_names():
+            raise ValueError(f"metric {metric!r} is not scored; choose one of {', '.join(self.cfg.ranking_metric_names())}")
+        tried: list[dict[str, Any]] = []
+
+        def best(candidates: list[dict[str, Any]], settings: SearchSettings) -> SearchSettings:
+            scored = []
+            for values in candidates:
+                trial = settings.model_copy(update=values)
+                scored.append((trial, self.means(trial)))
+                tried.append({**values, "metrics": scored[-1][1]})
+            return max(scored, key=lambda pair: pair[1][metric])[0]  # max keeps the first of equals
+
+        settings = base
+        if base.mode == "hybrid" and bm25_weights:
+            first_stage = settings.model_copy(update={"reranker": None})
+            weight = best([{"bm25_weight": float(w)} for w in bm25_weights], first_stage).bm25_weight
+            settings = settings.model_copy(update={"bm25_weight": weight})
+        if base.reranker is not None and (rerank_depths or rerank_weights):
+            grid = [{"rerank_depth": int(d), "rerank_weight": float(v)}
+                    for d in (rerank_depths or [base.rerank_depth]) for v in (rerank_weights or [base.rerank_weight])]
+            settings = best(grid, settings)
+        return SystemChoice(settings, metric, tried)
+
+
+def load_scorer(model: str, rset: RetrievalSet, cfg: RetrievalValidationConfig, reranker: Optional[str] = None,
+                max_seq_length: Optional[int] = None) -> SystemScorer:
+    """A scorer for a bi-encoder folder (or 'default', models:/...) and an optional cross-encoder folder."""
+    from lmplatform.models.encoder import Encoder
+
+    encoder = Encoder.from_pretrained(model, max_seq_length=max_seq_length)
+    cross = None
+    if reranker is not None:
+        from lmplatform.models.cross_encoder import CrossEncoder
+
+        cross = CrossEncoder.from_pretrained(reranker)
+    return SystemScorer(encoder, rset, cfg, cross, cfg.batch_size)

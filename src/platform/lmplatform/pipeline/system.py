@@ -1,0 +1,124 @@
+"""The `system` pipeline stage: a retrieval system assembled from the pipeline's models, chosen and measured on dev.
+
+1. Rank the `select` pairs (dev) against the corpus with the bi-encoder, as the service ranks them
+   (`evaluation.system.SystemScorer`): dense, BM25 fused with it, and re-ranked by the cross-encoder.
+2. Keep the BM25 weight, re-rank depth and re-rank weight that score best (`choose`); the stage's metrics are
+   the chosen system's on `select` (`ir_*`), beside the dense bi-encoder's (`dense_ir_*`) and, with a re-ranker,
+   the first stage's alone (`first_stage_ir_*`).
+3. With `register`, publish it (`publish_system`): the bi-encoder's registered version gets the served index
+   (FAISS + BM25 + documents), the settings, and a link to the re-ranker's own registered version. A study
+   registers only its winner, through the champion gate (tune/tuner.py).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from lmplatform.pipeline.config import SystemConfig
+from lmplatform.retrieval.settings import SearchSettings
+
+SETTINGS_FILE = "search_settings.json"
+ARTIFACT_DIR = "system"
+
+
+@dataclass
+class SystemResult:
+    settings: SearchSettings
+    metrics: dict[str, float]
+    mlflow_run_id: str
+    tried: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        m, s = self.metrics, self.settings
+        how = f"{s.mode}" + (f" (BM25 weight {s.bm25_weight:g})" if s.mode == "hybrid" and s.fusion == "convex" else "")
+        if s.reranker is not None:
+            how += f", re-ranked top {s.rerank_depth} (weight {s.rerank_weight:g})"
+        first = f", first stage {m['first_stage_ir_mrr_at_10']:.4f}" if "first_stage_ir_mrr_at_10" in m else ""
+        return (f"{how}: MRR@10 {m['ir_mrr_at_10']:.4f} on {int(m['ir_queries'])} select queries "
+                f"(dense {m['dense_ir_mrr_at_10']:.4f}{first})")
+
+
+def measure_system(cfg: SystemConfig, retriever: str, reranker: Optional[str]) -> tuple[SearchSettings, dict[str, float], list]:
+    """(the chosen settings, their metrics on `select` with the dense and first-stage baselines, every try)."""
+    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
+    from lmplatform.evaluation.system import load_scorer
+
+    rset = build_retrieval_set(cfg.select)
+    print(f"[lmp] system: {rset.summary()}", flush=True)
+    scorer = load_scorer(retriever, rset, cfg.select, reranker, cfg.max_seq_length)
+    base = cfg.search.model_copy(update={"reranker": reranker})
+    choice = scorer.choose(base, cfg.choose.bm25_weights, cfg.choose.rerank_depths, cfg.choose.rerank_weights,
+                           cfg.choose.metric)
+    chosen = choice.settings
+    metrics = dict(scorer.means(chosen))
+    metrics |= {f"dense_{k}": v for k, v in scorer.means(SearchSettings(mode="dense")).items() if k.startswith("ir_")
+                and k not in ("ir_queries", "ir_candidates")}
+    if chosen.reranker is not None:
+        first = scorer.means(chosen.model_copy(update={"reranker": None}))
+        metrics |= {f"first_stage_{k}": v for k, v in first.items() if k not in ("ir_queries", "ir_candidates")}
+    metrics |= {"bm25_weight": chosen.bm25_weight if chosen.mode == "hybrid" else 0.0,
+                "rerank_depth": float(chosen.rerank_depth if chosen.reranker else 0),
+                "rerank_weight": chosen.rerank_weight if chosen.reranker else 0.0}
+    return chosen, metrics, choice.tried
+
+
+def system_metric_names(cfg: SystemConfig) -> list[str]:
+    """Every metric a system stage reports (see `measure_system`)."""
+    names = list(cfg.select.per_query_metric_names())
+    out = [*names, "ir_queries", "ir_candidates", *(f"dense_{n}" for n in names),
+           "bm25_weight", "rerank_depth", "rerank_weight"]
+    return out + ([f"first_stage_{n}" for n in names] if cfg.reranker else [])
+
+
+def run_system_stage(cfg: SystemConfig, retriever: str, reranker: Optional[str], folder: Path, tracking_uri: str,
+                     experiment: str, run_name: str, parent_run_id: str, tags: Mapping[str, str]) -> SystemResult:
+    """Choose and measure the system, write `folder/search_settings.json` and log it, the metrics and every try in a
+    new MLflow run nested under `parent_run_id`."""
+    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tracker = TrackedRun.start(tracking_uri, experiment, run_name, {**tags, "lmp.stage_kind": "system"}, parent_run_id)
+    try:
+        tracker.log_params(flatten({"system": cfg.model_dump(mode="json")}) | {"retriever": retriever, "reranker": reranker})
+        settings, metrics, tried = measure_system(cfg, retriever, reranker)
+        (folder / SETTINGS_FILE).write_text(json.dumps(settings.model_dump(mode="json"), indent=2))
+        tracker.log_metrics(metrics, step=0)
+        tracker.log_artifact(folder / SETTINGS_FILE, ARTIFACT_DIR)
+        tracker.log_dict({"metric": cfg.choose.metric, "tried": tried}, f"{ARTIFACT_DIR}/choices.json")
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish()
+    return SystemResult(settings, metrics, tracker.run_id, tried)
+
+
+def publish_system(cfg: SystemConfig, tracking_uri: str, name: str, version: str, retriever: str,
+                   settings: SearchSettings, reranker_run_id: Optional[str], folder: Path) -> SearchSettings:
+    """Make version `name`/`version` (the bi-encoder) servable as measured: build its index over `cfg.index.corpus`
+    and log it to the version's run, register the re-ranker (from its training run) and link it, and attach the
+    settings. Returns the settings as registered (their `reranker` a models:/ URI)."""
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.retrieval.build import build_index_folder
+    from lmplatform.retrieval.index import IndexParams
+    from lmplatform.serving.release import publish_index
+    from lmplatform.tracking.registry import register_model_version, register_search_settings
+
+    assert cfg.index is not None
+    client = MlflowClient(tracking_uri)
+    built = build_index_folder(cfg.index.corpus, folder / "served", retriever, cfg.index.fields, cfg.index.id_field,
+                               cpus_per_actor=cfg.index.cpus_per_actor, params=IndexParams(kind=cfg.index.kind),
+                               max_seq_length=cfg.max_seq_length)
+    publish_index(built.folder, client.get_model_version(name, version).run_id, tracking_uri)
+    print(f"[lmp] system: index of {len(built.index)} documents ({built.index.kind}, BM25 "
+          f"{'yes' if built.bm25 else 'no'}) logged with {name} version {version}", flush=True)
+    if settings.reranker is not None and reranker_run_id is not None:
+        reranker_name = (cfg.register.reranker_name if cfg.register and cfg.register.reranker_name else f"{name}-reranker")
+        source = f"{client.get_run(reranker_run_id).info.artifact_uri}/model"
+        reranker_version = register_model_version(tracking_uri, reranker_name, source, reranker_run_id,
+                                                  tags={"objective": "cross_encoder", "lmp.reranks": f"{name}/{version}"})
+        settings = settings.model_copy(update={"reranker": f"models:/{reranker_name}/{reranker_version}"})
+    return register_search_settings(tracking_uri, name, version, settings)
