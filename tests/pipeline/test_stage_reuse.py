@@ -47,26 +47,27 @@ def test_unchanged_stages_are_reused_and_a_changed_one_runs_again(ray_session, t
 
     first = run_pipeline(load_pipeline_config(path))
     assert not any(s.reused_from for s in first.state.stages.values())
-    changed = run_pipeline(load_pipeline_config(path, ["stages.train.run.optim.lr=2e-3"]))
-    again = run_pipeline(load_pipeline_config(path, ["stages.train.run.optim.lr=2e-3"]))
+    changed = run_pipeline(load_pipeline_config(path, ["stages.mined.mine.range_min=2"]))
+    again = run_pipeline(load_pipeline_config(path, ["stages.mined.mine.range_min=2"]))
 
     data, mined, train = (changed.state.stages[name] for name in ("data", "mined", "train"))
-    assert data.reused_from == f"{first.run_name}/data" and mined.reused_from == f"{first.run_name}/mined"
-    assert train.reused_from is None  # its learning rate changed
-    assert mined.output_path == first.state.stages["mined"].output_path and data.outputs == first.state.stages["data"].outputs
+    assert data.reused_from == f"{first.run_name}/data" and data.outputs == first.state.stages["data"].outputs
+    assert mined.reused_from is None and train.reused_from is None  # its window changed, and with it the pairs it trains on
     assert {name: s.reused_from for name, s in again.state.stages.items()} == {
-        "data": f"{first.run_name}/data", "mined": f"{first.run_name}/mined", "train": f"{changed.run_name}/train"}
+        "data": f"{first.run_name}/data", "mined": f"{changed.run_name}/mined", "train": f"{changed.run_name}/train"}
     assert again.state.stages["train"].model_dir == train.model_dir
     assert again.state.stages["train"].metrics == train.metrics and "val_ranking_loss" in train.metrics
+    # the second mining took the texts' vectors from the first: one encoding for both
+    assert len(list((tmp_path / "pipelines" / "stage-cache" / "vectors").glob("mine-*.npy"))) == 1
 
     client = MlflowClient(mlflow_uri)
     trained = client.get_run(train.mlflow_run_id)
-    assert trained.data.params["data.train_paths"] == str([first.state.stages["mined"].output_path])
+    assert trained.data.params["data.train_paths"] == str([mined.output_path])
     reused = client.get_run(again.state.stages["train"].mlflow_run_id)
     assert reused.data.tags[REUSED_TAG] == f"{changed.run_name}/train"
     assert reused.data.tags["mlflow.parentRunId"] == again.parent_run_id
     assert reused.data.tags["lmp.reused_mlflow_run"] == train.mlflow_run_id
     counts = [client.get_run(r.parent_run_id).data.metrics["stages_reused"] for r in (first, changed, again)]
-    assert counts == [0, 2, 3]
+    assert counts == [0, 1, 3]
     runs = client.search_runs([trained.info.experiment_id], filter_string="tags.`lmp.stage_kind` = 'mine'")
-    assert len(runs) == 1  # mining ran once; the later pipelines' mined stages point at it
+    assert len(runs) == 2  # mining ran twice (two windows); the third pipeline's mined stage points at the second

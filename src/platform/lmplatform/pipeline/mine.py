@@ -86,7 +86,32 @@ def cross_encoder_scorer(reference: str, batch_size: int) -> Callable[[str], Sco
     return lambda query: (lambda texts: model.score([query] * len(texts), list(texts), batch_size))
 
 
-def mine_pairs(cfg: MineConfig, model: str, work_dir: Path) -> tuple[list[Pair], list[Selection], dict[str, float]]:
+def cached_vectors(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: Path,
+                   vector_cache: Optional[Path]) -> np.ndarray:
+    """`encode_texts`, kept in `vector_cache` under a key of the model's content, the texts and how they are
+    encoded: mining the same texts with the same model again (another window or count of negatives, as a study's
+    trials try) skips the encoding."""
+    if vector_cache is None:
+        return encode_texts(texts, model, cfg, work_dir)
+    import hashlib
+
+    from lmplatform.pipeline.cache import fingerprint_path
+
+    digest = hashlib.sha256(json.dumps([fingerprint_path(Path(model)), cfg.max_seq_length, cfg.precision,
+                                        list(texts)]).encode()).hexdigest()[:24]
+    path = vector_cache / f"mine-{digest}.npy"
+    if path.is_file():
+        return np.load(path)
+    vectors = encode_texts(texts, model, cfg, work_dir)
+    vector_cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{time.time_ns()}.tmp.npy")
+    np.save(tmp, vectors)
+    tmp.replace(path)
+    return vectors
+
+
+def mine_pairs(cfg: MineConfig, model: str, work_dir: Path, vector_cache: Optional[Path] = None,
+               ) -> tuple[list[Pair], list[Selection], dict[str, float]]:
     """The pairs of `cfg.pairs`, one `Selection` per pair, and the counts (`mine/...`)."""
     from lmplatform.evaluation.retrieval_validation import read_distractors
     from lmplatform.retrieval.faiss_import import exact_search
@@ -100,7 +125,7 @@ def mine_pairs(cfg: MineConfig, model: str, work_dir: Path) -> tuple[list[Pair],
     # A duplicate report is usually a candidate too (the distractors are the whole corpus): encode each text once.
     texts = list(dict.fromkeys(queries + candidates))
     start = time.perf_counter()
-    vectors = encode_texts(texts, model, cfg, work_dir)
+    vectors = cached_vectors(texts, model, cfg, work_dir, vector_cache)
     encode_seconds = time.perf_counter() - start
     text_row = {text: i for i, text in enumerate(texts)}
     query_vectors = vectors[[text_row[text] for text in queries]]
@@ -154,9 +179,10 @@ def write_mined_pairs(path: Path, pairs: Sequence[Pair], selections: Sequence[Se
 
 
 def run_mine_stage(cfg: MineConfig, model: str, folder: Path, tracking_uri: str, experiment: str, run_name: str,
-                   parent_run_id: str, tags: Mapping[str, str]) -> MineResult:
+                   parent_run_id: str, tags: Mapping[str, str], vector_cache: Optional[Path] = None) -> MineResult:
     """Mine, write `folder/pairs.jsonl` and log it (artifact `mined/pairs.jsonl`), the counts and the config
-    in a new MLflow run nested under `parent_run_id`."""
+    in a new MLflow run nested under `parent_run_id`; `vector_cache` keeps the encodings for a later mining of the
+    same texts with the same model (`cached_vectors`)."""
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 
@@ -167,7 +193,7 @@ def run_mine_stage(cfg: MineConfig, model: str, folder: Path, tracking_uri: str,
     try:
         tracker.log_params(flatten({"mine": cfg.model_dump(mode="json")}) | {"model": model})
         with tempfile.TemporaryDirectory(prefix="lmp-mine-", dir=folder) as tmp:
-            pairs, selections, metrics = mine_pairs(cfg, model_path, Path(tmp))
+            pairs, selections, metrics = mine_pairs(cfg, model_path, Path(tmp), vector_cache)
         path = folder / PAIRS_FILE
         write_mined_pairs(path, pairs, selections, cfg.pairs.group_field)
         tracker.log_metrics(metrics, step=0)

@@ -116,7 +116,7 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name:
               f"state in {PipelineState.path(folder)}", flush=True)
 
     ensure_ray()
-    cache = StageCache(Path(resolve_storage_path(cfg.reuse.path or str(root / "stage-cache")))) if cfg.reuse.enabled else None
+    cache = StageCache(_cache_folder(cfg, folder)) if cfg.reuse.enabled else None
     try:
         if cfg.tasks and not state.baseline_task_scores:
             start = _resolve_model(cfg.stages[0].init_from, state)
@@ -143,6 +143,13 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name:
         print(f"[lmp] pipeline {state.run_name}: {reused} of {len(cfg.stages)} stage(s) reused", flush=True)
     parent.finish()
     return PipelineResult(state.run_name, state.parent_run_id, state.tracking_uri, folder, state, forgetting, continual)
+
+
+def _cache_folder(cfg: PipelineConfig, folder: Path) -> Path:
+    """Where reused stages (and reused encodings) are kept: `reuse.path`, or `stage-cache` beside the pipeline runs."""
+    from lmplatform.train.run import resolve_storage_path
+
+    return Path(resolve_storage_path(cfg.reuse.path)) if cfg.reuse.path else folder.parent / "stage-cache"
 
 
 def stage_outputs(state: PipelineState) -> dict[str, str]:
@@ -331,7 +338,8 @@ def _run_untrained_stage(cfg: PipelineConfig, stage: StageConfig, index: int, st
 
             print(f"[lmp] {label}: mining hard negatives with {init}", flush=True)
             mine = MineConfig.model_validate(resolve_references(stage.mine.model_dump(mode="json"), stage_outputs(state)))
-            result: Any = run_mine_stage(mine, init, folder / stage.name, *tracking)  # type: ignore[arg-type]
+            vectors = _cache_folder(cfg, folder) / "vectors" if cfg.reuse.enabled else None
+            result: Any = run_mine_stage(mine, init, folder / stage.name, *tracking, vector_cache=vectors)  # type: ignore[arg-type]
             record.output_path = str(result.path)
         elif stage.pairs is not None:
             from lmplatform.pipeline.pairs import run_pairs_stage
