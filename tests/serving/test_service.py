@@ -204,6 +204,14 @@ def test_served_hybrid_search_ranks_as_the_offline_hybrid_retriever(service: Ser
         at_zero = _ok(client.post("/v1/search", json={"query": query, "k": 8, "mode": "hybrid", "bm25_weight": 0}))
         hybrid_requests += 1
         assert [h["id"] for h in at_zero["hits"]] == [h["id"] for h in dense["hits"]]
+        # Left-out ids are left out before the pool is fused and the top k cut, as the offline search leaves them out.
+        drop = {h["id"] for h in dense["hits"][:2]}
+        offline.settings = V1_SEARCH.fusion_settings()
+        served = _ok(client.post("/v1/search", json={"query": query, "k": 8, "mode": "hybrid", "exclude_ids": sorted(drop)}))
+        hybrid_requests += 1
+        _assert_same_ranking(served["hits"], offline.search([query], 8, exclude=[drop])[0])
+        kept = _ok(client.post("/v1/search", json={"query": query, "k": 6, "exclude_ids": sorted(drop)}))
+        assert [h["id"] for h in kept["hits"]] == [h["id"] for h in dense["hits"] if h["id"] not in drop][:6]
 
     # Re-ranked hybrid: the registered rerank_depth (20) of the fused list, re-scored by the same cross-encoder. Its
     # random head spreads the scores over ~1e-3 only, which min-max scales to [0, 1]: float noise between the
@@ -342,6 +350,9 @@ BAD_REQUESTS = [
     ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": True}, 422, "bm25_weight"),
     ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": float("nan")}, 422, "bm25_weight"),
     ("/v1/search", {"query": "vpn", "bm25_weight": 0.5}, 422, "bm25_weight"),  # the champion searches dense by default
+    ("/v1/search", {"query": "vpn", "exclude_ids": "d1"}, 422, "exclude_ids"),
+    ("/v1/search", {"query": "vpn", "exclude_ids": [7]}, 422, "exclude_ids.0"),
+    ("/v1/search", {"query": "vpn", "exclude_ids": [f"d{i}" for i in range(101)]}, 413, "exclude_ids"),
     ("/v1/embed", {"texts": []}, 422, "texts"),
     ("/v1/embed", {"texts": ["a", "b", "c", "d", "e"]}, 413, "texts"),
     ("/v1/embed", {"texts": ["fine", "y" * 301]}, 413, "texts[1]"),

@@ -34,7 +34,7 @@ def system_pipeline(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, corpus: Pa
             "search": {"mode": "hybrid", "hybrid_candidates": 20},
             "choose": {"bm25_weights": [0.0, 0.5], "rerank_depths": [5], "rerank_weights": [0.5, 1.0]},
             "index": {"corpus": str(corpus), "fields": ["title", "description"], "kind": "flat"},
-            "register": {"name": "pipe-system"}}},
+            "register_as": {"name": "pipe-system"}}},
     ]
     return pipeline
 

@@ -63,8 +63,13 @@ def pipeline_validate(
     for i, stage in enumerate(cfg.stages, 1):
         ewc = f", EWC λ={stage.ewc.lambda_:g} vs {stage.ewc.anchor_reference}" if stage.ewc else ""
         evals = f", evaluations: {', '.join(e.key for e in stage.evaluations)}" if stage.evaluations else ""
-        source = {"mine": f"mines hard negatives with {stage.init_from}", "train": f"from {stage.init_from}",
-                  "pairs": f"writes {', '.join(stage.pairs.outputs())} from {stage.pairs.relations}" if stage.pairs else ""}[stage.kind]
+        if stage.pairs is not None:
+            source = f"writes {', '.join(stage.pairs.outputs())} from {stage.pairs.relations}"
+        elif stage.system is not None:
+            source = f"the retrieval system around {stage.system.retriever}" + (
+                f", re-ranked by {stage.system.reranker}" if stage.system.reranker else "")
+        else:
+            source = f"mines hard negatives with {stage.init_from}" if stage.mine else f"from {stage.init_from}"
         typer.echo(f"{i}. {stage.name}: {source}{ewc}{evals}")
 
 

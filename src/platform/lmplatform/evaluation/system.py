@@ -47,8 +47,8 @@ class SystemScorer:
         """encoder, reranker: the models as the service runs them (fp32), so scores match the served ones."""
         self.rset, self.cfg, self.reranker, self.batch_size = rset, cfg, reranker, batch_size
         vectors = encoder.encode([*rset.query_texts, *rset.candidate_texts], batch_size=batch_size)
-        queries, candidates = vectors[: len(rset.query_texts)], vectors[len(rset.query_texts):]
-        self.dense = queries @ candidates.T  # [q, n] every query's inner product with every candidate
+        self.candidate_vectors = vectors[len(rset.query_texts):]  # [n, dim], for an index of the set (a served replay)
+        self.dense = vectors[: len(rset.query_texts)] @ self.candidate_vectors.T  # [q, n] every query with every candidate
         self._pair_scores: dict[tuple[int, int], float] = {}
 
     # -- rankings -------------------------------------------------------------------------------------

@@ -237,15 +237,15 @@ class SystemConfig(Section):
     choose: SystemChoiceConfig = Field(default_factory=SystemChoiceConfig)
     max_seq_length: Optional[int] = Field(None, ge=8, description="Encoder length; default: the model's.")
     index: Optional[SystemIndexConfig] = Field(None, description="Build the served index (when the system is registered).")
-    register: Optional[SystemRegisterConfig] = Field(None, description="Register the system (skipped in study trials: "
+    register_as: Optional[SystemRegisterConfig] = Field(None, description="Register the system (skipped in study trials: "
                                                      "the study registers its winner).")
 
     @model_validator(mode="after")
     def _pairs_and_index(self) -> "SystemConfig":
         if self.select.pairs is None:
             raise ValueError("system.select.pairs is required: the dev pairs the settings are chosen on")
-        if self.register is not None and self.index is None:
-            raise ValueError("system.register needs system.index: a registered system is served from its index")
+        if self.register_as is not None and self.index is None:
+            raise ValueError("system.register_as needs system.index: a registered system is served from its index")
         if self.choose.rerank_depths or self.choose.rerank_weights:
             if self.reranker is None:
                 raise ValueError("system.choose tries re-rank settings, but system.reranker is not set")

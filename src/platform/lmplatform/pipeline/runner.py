@@ -376,17 +376,17 @@ def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: Pipe
     record.model_dir, record.search = retriever, result.settings.model_dump(mode="json")
     record.model_run_id = _source_run(system.retriever, state)
     record.reranker_run_id = _source_run(system.reranker, state) if system.reranker else None
-    if resolved.register is not None:
+    if resolved.register_as is not None:
         if record.model_run_id is None:
-            raise ValueError(f"stage {stage.name!r}: system.register needs system.retriever to be a training stage of this "
+            raise ValueError(f"stage {stage.name!r}: system.register_as needs system.retriever to be a training stage of this "
                              "pipeline (its MLflow run holds the model the version is registered from)")
         source = f"{_artifact_uri(state.tracking_uri, record.model_run_id)}/model"
-        version = register_model_version(state.tracking_uri, resolved.register.name, source, record.model_run_id,
+        version = register_model_version(state.tracking_uri, resolved.register_as.name, source, record.model_run_id,
                                          tags={"objective": "biencoder", "lmp.pipeline_run": state.run_name})
-        settings = publish_system(resolved, state.tracking_uri, resolved.register.name, version, retriever,
+        settings = publish_system(resolved, state.tracking_uri, resolved.register_as.name, version, retriever,
                                   result.settings, record.reranker_run_id, folder / stage.name)
-        record.registered_model, record.model_version, record.search = resolved.register.name, version, settings.model_dump(mode="json")
-        print(f"[lmp] {label}: registered {resolved.register.name} version {version} with its index and settings", flush=True)
+        record.registered_model, record.model_version, record.search = resolved.register_as.name, version, settings.model_dump(mode="json")
+        print(f"[lmp] {label}: registered {resolved.register_as.name} version {version} with its index and settings", flush=True)
     return result
 
 

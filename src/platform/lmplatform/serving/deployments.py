@@ -216,16 +216,17 @@ class RetrieverDeployment:
         return out
 
     async def search(self, release_id: str, texts: list[str], k: int, text_chars: int = -1,
-                     fusion: Optional[FusionSettings] = None) -> list[list[dict[str, Any]]]:
+                     fusion: Optional[FusionSettings] = None, exclude: Sequence[str] = ()) -> list[list[dict[str, Any]]]:
         """Top-k hits per query text with title, label and text (cut to `text_chars` unless it is -1).
 
         fusion: None for dense search; else hybrid search fusing BM25 with the vectors so (`hybrid_search`,
         the function `HybridRetriever` searches with), refused when the release's index has no BM25 index.
+        exclude: ids left out of every query's hits before its top k (and its fusion pool) is taken.
         """
         if fusion is not None and self.releases.get(release_id).bm25 is None:
             raise HybridNotAvailable("mode: 'hybrid' needs a BM25 index beside the vector index, and this release's "
                                      "index has none (ray_jobs/build_index.py builds one unless --no-bm25); send mode 'dense'")
-        item = (release_id, texts, k, text_chars, fusion)
+        item = (release_id, texts, k, text_chars, fusion, frozenset(exclude))
         if not self.batching:
             return self._find([item])[0]
         return unwrap(await self._search_batched(item))
@@ -239,8 +240,8 @@ class RetrieverDeployment:
         return self._find(items)
 
     def _find(self, items: list[tuple[Any, ...]]) -> list[list[list[dict[str, Any]]]]:
-        """Hits of (release_id, texts, k, text_chars, fusion) items: one forward pass per release, one FAISS call
-        for every dense member of it, one fusion per hybrid query."""
+        """Hits of (release_id, texts, k, text_chars, fusion, exclude) items: one forward pass per release, one FAISS
+        call for every dense member of it, one fusion per hybrid query."""
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
             loaded = self.releases.get(release_id)
@@ -248,13 +249,14 @@ class RetrieverDeployment:
             shares = dict(_per_member(vectors, items, members))
             dense = [n for n in members if items[n][4] is None]
             if dense:
-                found = loaded.index.search(np.concatenate([shares[n] for n in dense]), max(items[n][2] for n in dense))
+                depth = max(items[n][2] + len(items[n][5]) for n in dense)
+                found = loaded.index.search(np.concatenate([shares[n] for n in dense]), depth)
                 for n, rows in _per_member(found, items, dense):
-                    out[n] = [hits[: items[n][2]] for hits in rows]
+                    out[n] = [[hit for hit in hits if hit[0] not in items[n][5]][: items[n][2]] for hits in rows]
             for n in members:
-                _, texts, k, text_chars, fusion = items[n]
+                _, texts, k, text_chars, fusion, exclude = items[n]
                 if fusion is not None:
-                    out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], texts, k, fusion)
+                    out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], texts, k, fusion, [set(exclude)] * len(texts))
                 out[n] = [[self._hit(loaded, doc_id, score, text_chars) for doc_id, score in hits] for hits in out[n]]
         return out
 

@@ -207,7 +207,8 @@ class ServeIngress:
         depth = max(body.k, plan.rerank_depth) if plan.rerank else body.k
         # Only the snippet travels back, unless the re-ranker needs the whole text.
         text_chars = -1 if plan.rerank else self.limits.snippet_chars + 1
-        (hits,) = await self._call(self.retriever.search.remote(release.id, [body.query], depth, text_chars, plan.fusion))
+        (hits,) = await self._call(self.retriever.search.remote(release.id, [body.query], depth, text_chars, plan.fusion,
+                                                                body.exclude_ids))
         if plan.rerank and hits:
             top = hits[: plan.rerank_depth]
             documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in top]

@@ -39,6 +39,7 @@ class ServeLimits(Section):
     snippet_chars: int = Field(240, ge=0, description="Characters of document text returned with each hit.")
     rerank_candidates: int = Field(20, ge=1, le=1000, description="Hits from the index that the re-ranker re-scores, "
                                    "unless the model version's search settings set rerank_depth.")
+    max_exclude_ids: int = Field(100, ge=0, le=10_000, description="Most ids in one /v1/search exclude_ids.")
 
     def check_text(self, field: str, text: str) -> None:
         if not text.strip():
@@ -61,6 +62,8 @@ class ServeLimits(Section):
             raise RequestLimitError("query", f"has {len(request.query)} characters; the limit is {self.max_query_chars}", 413)
         if request.k <= 0 or request.k > self.max_k:
             raise RequestLimitError("k", f"must be between 1 and {self.max_k}, got {request.k}")
+        if len(request.exclude_ids) > self.max_exclude_ids:
+            raise RequestLimitError("exclude_ids", f"has {len(request.exclude_ids)} ids; the limit is {self.max_exclude_ids}", 413)
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,9 @@ class SearchRequest(_Request):
                                                        "it; the index must have a BM25 index). Default: the version's search settings, else dense.")
     bm25_weight: Optional[UnitInterval] = Field(None, description="mode 'hybrid': the BM25 weight w of the convex mix "
                                                 "(1-w)·minmax(dense) + w·minmax(bm25). Default: the version's search settings.")
+    exclude_ids: list[Text] = Field(default_factory=list, description="Document ids never to return, left out before the "
+                                    "top k is taken (and before fusion and re-ranking): e.g. the report a duplicate is "
+                                    "searched for, when it is in the index itself. At most limits.max_exclude_ids.")
 
 
 class TextsRequest(_Request):

@@ -70,7 +70,7 @@ def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: lis
     base = load_pipeline_config(base_pipeline, overrides)
     # Only the study's winner is registered (after the gate), not every trial's models.
     quiet = [f"stages.{stage.name}.tracking.register_model=false" for stage in base.stages if stage.kind == "train"]
-    quiet += [f"stages.{stage.name}.system.register=null" for stage in base.stages if stage.kind == "system"]
+    quiet += [f"stages.{stage.name}.system.register_as=null" for stage in base.stages if stage.kind == "system"]
     cfg = load_pipeline_config(base_pipeline, [
         *overrides, *param_overrides(config), *quiet, "reuse.enabled=true",
         f"tracking.tracking_uri={tracking_uri}", f"tracking.experiment={experiment}",

@@ -460,7 +460,7 @@ def summarize_study(
         champion = _champion if space.trial == "train" else _pipeline_champion
         out.champion = champion(loaded, best, tracking_uri, study_name)
         parent.set_tags({"lmp.champion_moved": out.champion.moved, "lmp.champion_reason": out.champion.reason[:5000],
-                         "lmp.registered_version": out.champion.version,
+                         "lmp.registered_model": out.champion.registered_model, "lmp.registered_version": out.champion.version,
                          **(out.champion.verdict.tags() if out.champion.verdict else {})})
     print_summary(out, space)
     return out
@@ -518,7 +518,7 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
     system = SystemConfig.model_validate(resolve_references(stage.system.model_dump(mode="json"), outputs)) \
         if stage.system is not None else None
     source = next(s for s in trained if s.name == stage.system.retriever.removeprefix("stage:")) if stage.system else stage
-    name = spec.registered_model or (system.register.name if system and system.register else f"{pipeline.name}-{stage.name}")
+    name = spec.registered_model or (system.register_as.name if system and system.register_as else f"{pipeline.name}-{stage.name}")
     base_model = state.stages[source.name].init_model or "default"
     gate = None
     if spec.confirm is not None:

@@ -1,0 +1,251 @@
+"""The OpenOffice duplicate finder as a system: the study's winner (recipe, BM25 fusion, re-ranker) against the peer,
+scored on test in bench/openoffice_recipe.py's protocol, and served over HTTP as it was measured.
+
+Rows, every one on the test split (498 duplicates, each ranked against the whole corpus; its relevant reports are
+the rest of its group), all in one run:
+  - zero-shot MiniLM; the sentence-transformers trainer (the peer, at the recipe's budget); the shipped recipe
+    (configs/pipelines/openoffice_duplicates.yaml);
+  - the study's champion (tune_spaces/openoffice_system.yaml: each trial the whole pipeline
+    configs/pipelines/openoffice_system.yaml, its system chosen on dev_select, the winner confirmed on dev_confirm by
+    the gate): dense; with BM25 fusion; with BM25 fusion and its re-ranker, as registered;
+  - the served system: `lmp serve run` with the champion's registered version and settings over an index of the test
+    set's candidates; every test query replayed over HTTP (its own report left out with exclude_ids), in each mode,
+    one at a time (c=1), p50/p99 latency per mode; its rankings scored as the offline rows are.
+Quality: R@1/10/20, MRR@10, nDCG@10, MAP@100 with 95% bootstrap intervals; each row minus the peer as a paired
+bootstrap interval. Time: the peer's `trainer.train()`, the recipe's pipeline, the whole study (its trials, and how
+many stages were reused), each on this machine.
+
+    python bench/openoffice_system.py [--data ../shared/data] [--study NAME] [--trials 12] [--toy]
+
+Writes bench/results/openoffice_system.json (openoffice_system_toy.json with --toy).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import SHARED_DATA, write_result  # noqa: E402
+from openoffice_recipe import pair_files, pipeline_spec, run_recipe  # noqa: E402
+from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = ROOT / "tune_spaces" / "openoffice_system.yaml"
+PEER = "sentence-transformers trainer"
+SERVED_MODES = {"dense": {"mode": "dense", "rerank": False}, "hybrid": {"mode": "hybrid", "rerank": False},
+                "hybrid + re-ranker": {"mode": "hybrid", "rerank": True}}
+K = 100  # every cut-off of METRICS, and the service's limits.max_k
+
+
+# -- the study ---------------------------------------------------------------------------------------------
+def study_overrides(tracking_uri: str, toy: bool, trials: int) -> list[str]:
+    sets = [f"tracking.tracking_uri={tracking_uri}", f"num_samples={trials}"]
+    if toy:  # a few pairs and steps, a sample of the corpus: checks the script, measures nothing
+        sets += ["stages.data.pairs.limit=40", "stages.biencoder.run.optim.max_steps=3",
+                 "stages.biencoder.run.retrieval_validation.distractors.max_documents=100",
+                 "stages.system.system.select.distractors.max_documents=200", "scheduler.grace_period=1"]
+    return sets
+
+
+def run_or_find_study(args: argparse.Namespace, tracking_uri: str) -> dict[str, Any]:
+    """The study (run now, unless --study names one run earlier with this bench's MLflow): its trials, the stages they
+    reused, its wall time (its MLflow run's start to end) and its registered winner."""
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.tune.tuner import STUDY_TAG, run_study
+
+    name = args.study
+    if name is None:
+        name = run_study(SPACE, study_overrides(tracking_uri, args.toy, args.trials), verbose=1).study_name
+    client = MlflowClient(tracking_uri)
+    runs = client.search_runs(client.search_experiments(), filter_string=f"tags.`{STUDY_TAG}` = '{name}'")
+    (parent,) = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
+    tags = parent.data.tags
+    rows = json.loads(Path(client.download_artifacts(parent.info.run_id, "trials.json", str(args.out))).read_text())
+    trials = [{"trial_id": t["trial_id"], "status": t["status"], "params": t["params"],
+               "system_mrr_at_10": t["metrics"].get("system/ir_mrr_at_10"), "stages_reused": t["metrics"].get("stages_reused"),
+               "seconds": t["metrics"].get("time_total_s")} for t in rows]
+    if "lmp.registered_version" not in tags:
+        raise SystemExit(f"study {name} registered no winner: {[t['status'] for t in trials]}")
+    return {"name": name, "seconds": (parent.info.end_time - parent.info.start_time) / 1000, "trials": trials,
+            "completed": sum(t["status"] == "TERMINATED" for t in trials),
+            "stages_reused": sum(t["stages_reused"] or 0 for t in trials),
+            "registered_model": tags["lmp.registered_model"], "version": tags["lmp.registered_version"],
+            "gate": {"moved": tags.get("lmp.champion_moved"), "reason": tags.get("lmp.champion_reason")}}
+
+
+def champion_system(study: dict[str, Any], tracking_uri: str) -> tuple[str, Any]:
+    """(the winner's bi-encoder folder, its registered settings with the re-ranker as a local folder)."""
+    from lmplatform.tracking.registry import download_model, read_search_settings
+
+    name, version = study["registered_model"], study["version"]
+    model = str(download_model(f"models:/{name}/{version}", tracking_uri))
+    settings = read_search_settings(tracking_uri, name, version)
+    if settings is None:
+        raise SystemExit(f"models:/{name}/{version} has no search settings: the study's system stage registered none")
+    local = settings.model_copy(update={"reranker": str(download_model(settings.reranker, tracking_uri))}) \
+        if settings.reranker else settings
+    return model, local
+
+
+# -- the served replay --------------------------------------------------------------------------------------
+def test_index(scorer: Any, folder: Path) -> Path:  # noqa: ANN401 - a SystemScorer
+    """An index folder of the test set's candidates (ids 0..n-1, as the offline rows number them): FAISS over the
+    scorer's own vectors, BM25 and the document store."""
+    from lmplatform.retrieval.build import BM25_DIR
+    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.retrieval.retrievers import BM25Retriever
+
+    ids = [str(i) for i in range(len(scorer.rset.candidate_texts))]
+    VectorIndex.build(ids, scorer.candidate_vectors, kind="flat").save(folder)
+    bm25 = BM25Retriever()
+    bm25.index(ids, scorer.rset.candidate_texts)
+    bm25.save(folder / BM25_DIR)
+    with (folder / "documents.jsonl").open("w", encoding="utf-8") as handle:
+        for doc_id, text in zip(ids, scorer.rset.candidate_texts):
+            handle.write(json.dumps({"id": doc_id, "title": "", "text": text}, ensure_ascii=False) + "\n")
+    return folder
+
+
+def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:  # noqa: ANN401 - a RetrievalSet and its config
+    """Every test query in every mode, one request at a time: per-query metrics and latencies per mode."""
+    import httpx
+    import numpy as np
+
+    from lmplatform.evaluation.retrieval_validation import score_rankings
+
+    out: dict[str, Any] = {}
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for label, mode in SERVED_MODES.items():
+            rankings, latencies = [], []
+            for query, excluded in zip(rset.query_texts, rset.excluded):
+                body = {"query": query, "k": K, "exclude_ids": [str(i) for i in excluded], **mode}
+                start = time.perf_counter()
+                response = client.post("/v1/search", json=body)
+                latencies.append(time.perf_counter() - start)
+                response.raise_for_status()
+                rankings.append([int(hit["id"]) for hit in response.json()["hits"]])
+            out[label] = {"per_query": score_rankings(rankings, rset, cfg),
+                          "p50_ms": float(np.percentile(latencies, 50) * 1000), "p99_ms": float(np.percentile(latencies, 99) * 1000)}
+            print(f"[bench] served {label}: p50 {out[label]['p50_ms']:.1f} ms, p99 {out[label]['p99_ms']:.1f} ms", flush=True)
+    return out
+
+
+def serve_and_replay(model_uri: str, tracking_uri: str, index: Path, rset: Any, cfg: Any, port: int) -> dict[str, Any]:  # noqa: ANN401
+    """`lmp serve run` (its own embedded Ray) with the registered version over `index`, replayed, then stopped."""
+    import httpx
+
+    command = [sys.executable, "-m", "lmplatform.cli", "serve", "run", "--model", model_uri, "--index", str(index),
+               "--tracking-uri", tracking_uri, "--port", str(port), "--set", "replica_cpus=0.5",
+               "--set", "limits.max_query_chars=100000", "--set", f"limits.rerank_candidates={K}"]
+    server = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src" / "platform")},
+                              start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(900):  # a safety net against a server that never comes up
+            if server.poll() is not None:
+                raise SystemExit(f"lmp serve run exited with {server.returncode}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).json().get("status") == "ok":
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        return replay(url, rset, cfg)
+    finally:
+        os.killpg(server.pid, 2)  # SIGINT: lmp serve run shuts the application and its Ray down
+        server.wait(timeout=120)
+
+
+# -- the bench ----------------------------------------------------------------------------------------------
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=SHARED_DATA, help="The shared data folder.")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "openoffice_system")
+    parser.add_argument("--study", default=None, help="Score a study this bench already ran (its name) instead of running one.")
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--toy", action="store_true", help="A few pairs and steps: checks the script, measures nothing.")
+    args = parser.parse_args(argv)
+
+    import ray
+
+    from lmplatform.evaluation.system import load_scorer
+    from lmplatform.retrieval.settings import SearchSettings
+    from lmplatform.runtime import apply_runtime_defaults
+
+    apply_runtime_defaults()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tracking_uri = f"sqlite:///{(args.out / 'mlflow.db').resolve()}"
+    limit, max_steps, max_distractors = (40, 3, 200) if args.toy else (None, None, None)
+    if args.toy:
+        args.trials = 2
+    files = pair_files(args.data, args.out / "pairs", limit)
+    test = TestSet(files, max_distractors, split="test")
+    print(f"[bench] test: {test.rset.summary()}", flush=True)
+
+    per_query: dict[str, dict[str, Any]] = {}
+    timing: dict[str, Any] = {}
+    per_query["MiniLM zero-shot"] = test.score("default", BUDGET["max_seq_length"])["per_query"]
+    peer = train_peer(files, args.out, max_steps)
+    timing[PEER] = {"seconds": peer["train_seconds"]}
+    per_query[PEER] = test.score(peer["model"], BUDGET["max_seq_length"])["per_query"]
+    recipe = run_recipe(pipeline_spec(files, args.out, tracking_uri, "recipe", max_steps, max_distractors), args.out)
+    timing["shipped recipe"] = {"seconds": recipe["pipeline_seconds"]}
+    per_query["shipped recipe"] = test.score(recipe["model"], BUDGET["max_seq_length"])["per_query"]
+
+    study = run_or_find_study(args, tracking_uri)
+    timing["study"] = {"seconds": study["seconds"], "trials": len(study["trials"]), "stages_reused": study["stages_reused"]}
+    model, settings = champion_system(study, tracking_uri)
+    scorer = load_scorer(model, test.rset, test.cfg, settings.reranker, BUDGET["max_seq_length"])
+    offline = {"champion, dense": SearchSettings(mode="dense"),
+               "champion + hybrid": settings.model_copy(update={"reranker": None})}
+    if settings.reranker is not None:
+        offline["champion + hybrid + re-ranker"] = settings
+    for name, searched in offline.items():
+        per_query[name] = scorer.per_query(searched)
+    ray.shutdown()  # the service starts its own Ray
+
+    served = serve_and_replay(f"models:/{study['registered_model']}/{study['version']}", tracking_uri,
+                              test_index(scorer, args.out / "test-index"), test.rset, test.cfg, args.port)
+    system_row = list(offline)[-1]
+    served_row = "served system (HTTP)"
+    per_query[served_row] = served["hybrid + re-ranker" if settings.reranker else "hybrid"]["per_query"]
+
+    rows = {name: {"metrics": {m: interval(scores[m]) for m in METRICS}} for name, scores in per_query.items()}
+    minus_peer = {name: {m: paired(scores[m], per_query[PEER][m]) for m in METRICS}
+                  for name, scores in per_query.items() if name != PEER}
+    served_vs_offline = {m: abs(rows[served_row]["metrics"][m][0] - rows[system_row]["metrics"][m][0]) for m in METRICS}
+    latency = {label: {"p50_ms": v["p50_ms"], "p99_ms": v["p99_ms"]} for label, v in served.items()}
+    gain = minus_peer[served_row]
+    payload: dict[str, Any] = {
+        "split": "test", "scored_set": test.rset.counts, "budget": BUDGET, "rows": rows, "minus_peer": minus_peer,
+        "timing": timing, "study": study, "settings": settings.model_dump(mode="json") | {"reranker": bool(settings.reranker)},
+        "served": {"latency_c1": latency, "metrics_minus_offline": served_vs_offline},
+        "targets": {
+            "served_mrr_at_10_at_least_peer_plus_0.05": rows[served_row]["metrics"]["ir_mrr_at_10"][0]
+            >= rows[PEER]["metrics"]["ir_mrr_at_10"][0] + 0.05,
+            "mrr_at_10_gain_interval_above_0": gain["ir_mrr_at_10"][1] > 0,
+            "recall_at_10_gain_interval_above_0": gain["ir_recall_at_10"][1] > 0,
+            "served_equals_offline_to_3_decimals": all(d < 5e-4 for d in served_vs_offline.values()),
+            "hybrid_p50_at_most_1.3x_dense": latency["hybrid"]["p50_ms"] <= 1.3 * latency["dense"]["p50_ms"],
+            "study_at_most_90_minutes_with_12_trials": study["seconds"] <= 5400 and len(study["trials"]) >= 12,
+        },
+    }
+    print(table(rows), flush=True)
+    for name, diff in minus_peer.items():
+        print(f"[bench] {name} - peer: " + ", ".join(f"{m[3:]} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                                                     for m, (d, lo, hi) in diff.items() if m in ("ir_recall_at_10", "ir_mrr_at_10")))
+    print(f"[bench] study {study['name']}: {len(study['trials'])} trials, {study['stages_reused']} stages reused, "
+          f"{study['seconds'] / 60:.0f} min; targets {payload['targets']}", flush=True)
+    write_result("openoffice_system" + ("_toy" if args.toy else ""), payload)
+
+
+if __name__ == "__main__":
+    main()
