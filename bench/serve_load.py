@@ -141,29 +141,37 @@ def in_process(model: str, index_dir: Path, queries: list[str], threads: int, ba
         "batching_ceiling": round(single_ms / batched_ms, 2), "queries": len(queries), "torch_threads": threads}
 
 
-async def drive(url: str, queries: list[str], concurrency: int, total: int) -> dict[str, Any]:
-    """`total` searches from `concurrency` concurrent clients; latency per request and overall requests/s."""
+async def send(url: str, bodies: list[dict[str, Any]], concurrency: int, warm_up: int = 10) -> tuple[list[float], int, float]:
+    """POST every body to /v1/search from `concurrency` concurrent clients, after `warm_up` of them sent alone
+    (connections, first batch, caches): (latency per request in ms, failed requests, wall seconds)."""
     import httpx
 
     latencies: list[float] = []
     failures = 0
-    counter = iter(range(total))
+    pending = iter(bodies)
 
     async def worker(client: httpx.AsyncClient) -> None:
         nonlocal failures
-        for n in counter:
+        for body in pending:
             start = time.perf_counter()
-            response = await client.post("/v1/search", json={"query": queries[n % len(queries)][:500], "k": 10})
+            response = await client.post("/v1/search", json=body)
             latencies.append((time.perf_counter() - start) * 1000)
             failures += response.status_code != 200
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        for query in queries[:min(10, total)]:  # warm-up: connections, first batch, caches
-            await client.post("/v1/search", json={"query": query, "k": 10})
+        for body in bodies[:warm_up]:
+            await client.post("/v1/search", json=body)
         start = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         wall = time.perf_counter() - start
+    return latencies, failures, wall
+
+
+async def drive(url: str, queries: list[str], concurrency: int, total: int) -> dict[str, Any]:
+    """`total` searches from `concurrency` concurrent clients; latency per request and overall requests/s."""
+    bodies = [{"query": queries[n % len(queries)][:500], "k": 10} for n in range(total)]
+    latencies, failures, wall = await send(url, bodies, concurrency, warm_up=min(10, total))
     return {"concurrency": concurrency, "requests": len(latencies), "failed": failures,
             "requests_per_s": round(len(latencies) / wall, 2), **percentiles(latencies)}
 

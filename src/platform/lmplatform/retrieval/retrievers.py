@@ -219,6 +219,7 @@ class HybridRetriever(Retriever):
     def __init__(self, dense: DenseRetriever, bm25: Optional[BM25Retriever] = None, settings: Optional[FusionSettings] = None):
         self.dense, self.bm25 = dense, bm25 or BM25Retriever()
         self.settings = settings or FusionSettings()
+        self._encoded: tuple[list[str], np.ndarray] = ([], np.zeros((0, 0), dtype=np.float32))
 
     def index(self, ids: Sequence[str], texts: Sequence[str]) -> None:
         ids, texts = _check_corpus(ids, texts)
@@ -234,8 +235,9 @@ class HybridRetriever(Retriever):
             return []
         if self.dense.vector_index is None:
             raise ValueError("HybridRetriever has no index: call index(ids, texts)")
-        vectors = self.dense.encoder.encode(queries, batch_size=self.dense.batch_size)
-        return hybrid_search(self.dense.vector_index, self.bm25, vectors, queries, k, self.settings, exclude)
+        if self._encoded[0] != queries:  # a sweep over settings searches the same queries again: encode them once
+            self._encoded = (queries, self.dense.encoder.encode(queries, batch_size=self.dense.batch_size))
+        return hybrid_search(self.dense.vector_index, self.bm25, self._encoded[1], queries, k, self.settings, exclude)
 
 
 def rerank(reranker: Any, query: str, candidates: Sequence[tuple[str, str]], batch_size: int = 32) -> Hits:

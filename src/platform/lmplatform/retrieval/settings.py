@@ -28,8 +28,8 @@ class FusionSettings(Section):
     fusion: Fusion = Field("convex", description="'convex': (1-w)·minmax(dense) + w·minmax(bm25) over the candidate "
                            "pool; 'rrf': Σ 1/(rrf_k + rank) over the two rankings (bm25_weight unused).")
     bm25_weight: float = Field(0.2, ge=0.0, le=1.0, allow_inf_nan=False, description="w of the convex mix: 0 is the "
-                               "dense ranking, 1 BM25's. Choose it on a dev split (`choose_bm25_weight`); 0.2 is what dev "
-                               "chose for zero-shot MiniLM on the OpenOffice duplicates.")
+                               "dense ranking, 1 BM25's. Choose it on a dev split (`choose_bm25_weight`); the default is a "
+                               "prior: for zero-shot MiniLM on the OpenOffice duplicates dev chooses 0.1 to 0.2.")
     rrf_k: int = Field(60, ge=1, le=100_000, description="k of reciprocal rank fusion.")
     hybrid_candidates: int = Field(100, ge=1, le=10_000, description="Top-N of each retriever pooled for fusion; every "
                                    "pool member gets its exact score from both retrievers.")
