@@ -1,0 +1,39 @@
+"""`make test-results`: the plugin writes the counts pytest reports and the seconds, with the machine."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_suite_results_file_holds_counts_seconds_and_machine(tmp_path: Path) -> None:
+    (tmp_path / "test_three.py").write_text(
+        "import pytest\n"
+        "def test_passes():\n    assert True\n"
+        "def test_fails():\n    assert False\n"
+        "@pytest.mark.skip(reason='shown skipped')\ndef test_skipped():\n    pass\n")
+    out = tmp_path / "results" / "test_suite.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.suite_results",
+                           "--suite-results", str(out), "--rootdir", str(tmp_path), str(tmp_path / "test_three.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["counts"] == {"passed": 1, "failed": 1, "skipped": 1, "error": 0, "xfailed": 0, "xpassed": 0}
+    assert result["exit_status"] == 1 and result["seconds"] > 0
+    assert result["machine"]["cpus"] == os.cpu_count() and len(result["machine"]["load_average"]) == 3
+    assert "1 failed, 1 passed, 1 skipped" in done.stdout
+
+
+def test_without_the_option_no_file_is_written(tmp_path: Path) -> None:
+    (tmp_path / "test_one.py").write_text("def test_passes():\n    assert True\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.suite_results",
+                           "--rootdir", str(tmp_path), str(tmp_path / "test_one.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "suite results" not in done.stdout and list(tmp_path.rglob("*.json")) == []
