@@ -10,6 +10,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def run_pytest(folder: Path, test_file: str, *options: str) -> subprocess.CompletedProcess:
+    """pytest on one file of `folder`, in a fresh process with the plugin loaded as `make test-results` loads it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.suite_results",
+                           *options, "--rootdir", str(folder), str(folder / test_file)],
+                          cwd=folder, env=env, capture_output=True, text=True)
+
+
 def test_suite_results_file_holds_counts_seconds_and_machine(tmp_path: Path) -> None:
     (tmp_path / "test_three.py").write_text(
         "import pytest\n"
@@ -17,10 +25,7 @@ def test_suite_results_file_holds_counts_seconds_and_machine(tmp_path: Path) -> 
         "def test_fails():\n    assert False\n"
         "@pytest.mark.skip(reason='shown skipped')\ndef test_skipped():\n    pass\n")
     out = tmp_path / "results" / "test_suite.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.suite_results",
-                           "--suite-results", str(out), "--rootdir", str(tmp_path), str(tmp_path / "test_three.py")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = run_pytest(tmp_path, "test_three.py", "--suite-results", str(out))
     assert done.returncode == 1, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["counts"] == {"passed": 1, "failed": 1, "skipped": 1, "error": 0, "xfailed": 0, "xpassed": 0}
@@ -31,9 +36,6 @@ def test_suite_results_file_holds_counts_seconds_and_machine(tmp_path: Path) -> 
 
 def test_without_the_option_no_file_is_written(tmp_path: Path) -> None:
     (tmp_path / "test_one.py").write_text("def test_passes():\n    assert True\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.suite_results",
-                           "--rootdir", str(tmp_path), str(tmp_path / "test_one.py")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = run_pytest(tmp_path, "test_one.py")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "suite results" not in done.stdout and list(tmp_path.rglob("*.json")) == []
