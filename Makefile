@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test test-fast lint bench docs clean
+.PHONY: install demo test test-results test-fast lint bench docs clean
 
 install: $(STAMP)
 
@@ -33,6 +33,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench ray_jobs
+
+# The suite as `make test` runs it, its counts and seconds saved for docs/benchmarks.md (time it on an idle machine).
+test-results: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -p tests.suite_results --suite-results bench/results/test_suite.json
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not ray"

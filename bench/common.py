@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+REPOSITORY = Path(__file__).resolve().parents[1]
 # Every bench's --data default: the public data sets beside the repository (../shared/data).
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = REPOSITORY.parent / "shared" / "data"
 
 
 def machine() -> dict[str, Any]:
@@ -25,10 +26,22 @@ def machine() -> dict[str, Any]:
     }
 
 
+def portable(value: Any) -> Any:
+    """`value` with this machine's paths made relative to the repository (`../shared/...` for the data beside it),
+    so that a result file names no folder of the machine it was measured on."""
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(item) for item in value]
+    if isinstance(value, str):
+        return value.replace(f"{REPOSITORY.parent}/shared/", "../shared/").replace(f"{REPOSITORY}/", "")
+    return value
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2))
+    path.write_text(json.dumps(portable({"machine": machine(), **payload}), indent=2))
     print(f"wrote {path}")
     return path
 

@@ -1,7 +1,7 @@
 """Every shipped single-objective config that validates, trained a few steps on one device with its validation.
 
 The loop is driven in this process (bench/in_process.py, no Ray), so the check runs where Ray is not
-installed, as on a lent GPU machine. Each config's rows are read as its `prepare_data` would hand them to
+installed, as on a GPU machine whose environment lacks it. Each config's rows are read as its `prepare_data` would hand them to
 Ray Data, then trained for `--steps` steps with in-batch validation before and after, and corpus-level retrieval validation
 where the config sets it. A config that raises is reported with its traceback and the others still run.
 

@@ -12,7 +12,7 @@ as mean and std over folds. Paper (CharacterBERT-medical): NER 88.3, RE 79.97, R
     python bench/graph_ade.py                    # full: folds 0-2, one full epoch per encoder per fold
     python bench/graph_ade.py --folds 0 1 2 3 4 5 6 7 8 9   # all ten folds (about 3x the CPU time)
     python bench/graph_ade.py --toy              # folds 0 1, 100 sentences, 2 steps: checks that everything runs
-    python bench/graph_ade.py --in-process --device cuda   # no Ray: training and evaluation in this process (a lent GPU)
+    python bench/graph_ade.py --in-process --device cuda   # no Ray: training and evaluation in this process (a GPU without Ray)
     python bench/graph_ade.py --combine bench/results/graph_ade_fold*.json   # one table from folds run separately
 """
 from __future__ import annotations
@@ -106,7 +106,7 @@ def main() -> None:
     parser.add_argument("--cpus", type=float, default=2, help="CPUs per training worker.")
     parser.add_argument("--gpu", action="store_true", help="Train on one GPU per worker (evaluation stays on CPU).")
     parser.add_argument("--in-process", action="store_true",
-                        help="No Ray: train and evaluate in this process (where Ray is not installed, as on a lent GPU).")
+                        help="No Ray: train and evaluate in this process (for a GPU machine where Ray is not installed).")
     parser.add_argument("--device", default="cpu", help="With --in-process: cuda or cpu for training.")
     parser.add_argument("--workdir", default=None, help="Where runs and fold model links go (default: a temp folder).")
     parser.add_argument("--tracking-uri", default=None)
@@ -128,7 +128,7 @@ def main() -> None:
     from lmplatform.ray_runtime import ensure_ray
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-graph-ade-")).resolve()
-    # in process, MLflow is optional: the lent GPU machine does not have it
+    # in process, MLflow is optional: a GPU machine without Ray may lack it too
     tracking_uri = args.tracking_uri or (None if args.in_process else f"sqlite:///{workdir / 'mlruns.db'}")
     if not args.in_process:
         ensure_ray()

@@ -1,6 +1,6 @@
 """The training loop driven in this process (`Trainer` with a `FolderReporter`, no Ray), for machines without Ray.
 
-A lent GPU machine cannot take the Ray wheel, so the GPU benches read each config's rows as its
+Where a GPU machine cannot take the Ray wheel, the GPU benches read each config's rows as its
 `prepare_data` would hand them to Ray Data, and feed the worker's own `Trainer` directly.
 """
 from __future__ import annotations

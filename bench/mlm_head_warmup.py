@@ -1,4 +1,4 @@
-"""MLM head warm-up (issue 18, item 1): the demo domain's held-out MLM loss through a random head and through
+"""MLM head warm-up: the demo domain's held-out MLM loss through a random head and through
 the warmed head, before any domain MLM, and what the warm-up costs.
 
 1. Trains configs/mlm_head_warmup.yaml (the head alone, encoder frozen, on general English sentences from

@@ -16,7 +16,7 @@ as in bench/openoffice_retrieval.py). Rows:
 Quality: R@1/10/20, MRR@10, nDCG@10, MAP@100 with 95% bootstrap intervals over the split's queries; each row minus
 the peer and each ablation minus the recipe as paired bootstrap intervals. Time, against the peer's `trainer.train()`: the
 recipe's own work (mining's encoding plus the training steps) and the whole pipeline's wall time (Ray start-up,
-validation before and after training, and export included); the issue's bar is at most 2x the peer.
+validation before and after training, and export included); the target is at most 2x the peer.
 
     python bench/openoffice_recipe.py [--data ../shared/data] [--split dev|test] [--rows recipe no_mined ...] [--toy]
 

@@ -8,7 +8,7 @@ dir and ports, `--block` so that it owns the head's processes; the dashboard add
 accordingly) and, to the job, --set overrides for a tiny model, 3 steps and stores in tmp.
 
 The first `python` on that PATH is one with only the standard library (the head's jobs on
-these machines get such a one, pyenv's, when the head was started without the venv), made
+a machine whose system Python has no dependencies get such a one, when the head was started without the venv), made
 deterministic here: see conftest.py. So the README's sequence is shown to work where a plain
 `python` entrypoint cannot, and the plain one is shown to fail with a message saying what to do.
 """
@@ -214,7 +214,7 @@ def test_the_readmes_job_sequence_reaches_mlflow(readme_head: Head, tiny_bert: P
 
 
 def test_a_plain_python_entrypoint_fails_with_what_to_do(readme_head: Head, python_without_dependencies: Path) -> None:
-    """The issue's command: `python` is the head's, which lacks the dependencies; py_modules cannot help."""
+    """A plain `python` entrypoint: `python` is the head's, which lacks the dependencies; py_modules cannot help."""
     submit = readme_job_commands()["submit"]
     plain = submit.replace('"$PWD/.venv/bin/python" ', "python ")
     assert plain != submit

@@ -5,13 +5,14 @@
 against BM25 and the base model, plus old-domain MLM loss (forgetting), 5. a small Tune study of
 the InfoNCE temperature, selected on the dev pairs, 6. the champion gate on the test pairs,
 7. Serve the champion, query it, shut down.
-Every run lands in the local MLflow; one summary table closes the demo.
+Every run lands in the local MLflow; one summary table closes the demo, and `results_file` keeps its times
+and figures (docs/benchmarks.md cites them).
 """
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,9 +33,18 @@ STUDY_METRIC = "val_ir_ndcg_at_10"
 @dataclass
 class DemoSummary:
     rows: list[tuple[str, str, str]] = field(default_factory=list)  # (step, result, seconds)
+    seconds: dict[str, float] = field(default_factory=dict)  # by step key: train, evaluate, tune, serve
+    metrics: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, step: str, result: str, started: float) -> None:
-        self.rows.append((step, result, f"{time.perf_counter() - started:.0f}"))
+    def add(self, key: str, step: str, result: str, started: float) -> None:
+        seconds = time.perf_counter() - started
+        self.seconds[key] = round(seconds, 1)
+        self.rows.append((step, result, f"{seconds:.0f}"))
+
+    def result(self, total_seconds: float) -> dict[str, Any]:
+        """The result file's payload: seconds per step and in all, and the figures the summary table shows."""
+        return {"total_seconds": round(total_seconds, 1), "seconds": self.seconds, **self.metrics,
+                "summary": [{"step": step, "result": result, "seconds": seconds} for step, result, seconds in self.rows]}
 
 
 def heldout_relations(out: Path) -> Path:
@@ -76,12 +86,13 @@ def _gate_numbers(decision: Any) -> str:
 
 
 def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool = True,  # type: ignore[assignment]
-             tune: bool = True, resume: Optional[str] = None) -> DemoSummary:
+             tune: bool = True, resume: Optional[str] = None, results_file: Optional[Path] = None) -> DemoSummary:
     from lmplatform.pipeline.config import load_pipeline_config
     from lmplatform.pipeline.runner import run_pipeline
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
+    demo_started = time.perf_counter()
     ensure_ray(serving=serve)  # one Ray for the whole demo: its service's metrics need Ray's collection on
     console = Console()
     summary = DemoSummary()
@@ -93,7 +104,7 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
     console.rule("[bold]1-3. MLM -> DeCLUTR -> pairs without / with EWC (Ray Train, one MLflow parent run)")
     result = run_pipeline(cfg, resume=resume)
     stages = result.state.stages
-    summary.add("train: MLM, DeCLUTR, pairs, pairs + EWC", f"pipeline run {result.run_name}", started)
+    summary.add("train", "train: MLM, DeCLUTR, pairs, pairs + EWC", f"pipeline run {result.run_name}", started)
 
     started = time.perf_counter()
     console.rule("[bold]4. Evaluation: duplicate retrieval on the held-out test pairs, and forgetting")
@@ -114,7 +125,8 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
     # The pipeline printed every stage's old-domain loss; the summary keeps what EWC is for.
     loss = {name: stages[name].after["domain_reports"]["mlm_loss"] for name in ("pairs", "pairs_ewc")}
     loss["domain"] = stages["declutr"].before["domain_reports"]["mlm_loss"]
-    summary.add("evaluate: retrieval MRR@5 (held-out test)",
+    summary.metrics |= {"retrieval_test": by_name, "old_domain_mlm_loss": loss}
+    summary.add("evaluate", "evaluate: retrieval MRR@5 (held-out test)",
                 f"pairs+EWC {by_name['pairs_ewc']['mrr@5']:.3f} · pairs {by_name['pairs']['mrr@5']:.3f} · "
                 f"base {by_name['base MiniLM']['mrr@5']:.3f} · BM25 {by_name['bm25']['mrr@5']:.3f}", started)
     summary.rows.append(("forgetting: old-domain MLM loss",
@@ -132,10 +144,18 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
         tau = study.best_params.get("objective.temperature")
         scores = ", ".join(f"τ={r['params']['objective.temperature']:.3g}: {r['metrics'][STUDY_METRIC]:.3f}"
                            for r in study.trials if STUDY_METRIC in r["metrics"])
-        summary.add(f"tune: {len(study.trials)} trials over τ, dev nDCG@10",
+        summary.metrics["study"] = {"best_params": study.best_params,
+                                    "trials": [{"params": r["params"], STUDY_METRIC: r["metrics"].get(STUDY_METRIC)}
+                                               for r in study.trials]}
+        summary.add("tune", f"tune: {len(study.trials)} trials over τ, dev nDCG@10",
                     f"{scores}; best τ={tau:.3g}" if tau is not None else "no trial finished", started)
         decision = study.champion
         if decision is not None:
+            comparison = decision.verdict.comparison if decision.verdict is not None else None
+            summary.metrics["champion_gate"] = {
+                "registered_model": decision.registered_model, "version": decision.version, "alias": decision.alias,
+                "moved": decision.moved, "previous_version": decision.previous_version, "reason": decision.reason,
+                "comparison": asdict(comparison) if comparison is not None else None}
             state = (f"moved to version {decision.version}" if decision.moved
                      else f"stays on version {decision.previous_version}" if decision.previous_version else "not set")
             summary.rows.append(("champion gate (test pairs)", f"{decision.alias} {state}: {_gate_numbers(decision)}", ""))
@@ -150,7 +170,7 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
         answers = serve_and_query(served, project_root() / DEMO_REPORTS, tracking_uri=result.tracking_uri,
                                   work_dir=work / "serve")
         top = answers[0]["hits"][0] if answers and answers[0]["hits"] else None
-        summary.add(f"serve: {len(answers)} queries over HTTP",
+        summary.add("serve", f"serve: {len(answers)} queries over HTTP",
                     f"'{answers[0]['query']}' → {top['id']} {top['title']!r}" if top else "no hits", started)
 
     final = Table(title="lmp demo: summary")
@@ -161,4 +181,8 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
     console.print(final)
     console.print(f"Every run is in MLflow ({result.tracking_uri}); browse it with:")
     console.print(f"  .venv/bin/mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
+    if results_file is not None:
+        from lmplatform.result_files import write_result_file
+
+        console.print(f"Result file: {write_result_file(results_file, summary.result(time.perf_counter() - demo_started))}")
     return summary

@@ -25,9 +25,12 @@ def _runtime_defaults() -> None:
 
 app.add_typer(run.app)  # train, demo: at the root
 for name, group in (("config", config), ("data", data), ("evaluate", evaluate), ("pipeline", pipeline),
-                    ("behavioural", behavioural), ("graph", graph), ("tune", tune), ("models", models), ("serve", serve),
-                    ("export", export)):
+                    ("behavioural", behavioural), ("graph", graph), ("models", models), ("serve", serve)):
     app.add_typer(group.app, name=name)
+# Commands, not groups: a group's usage line would promise `lmp tune [OPTIONS] COMMAND [ARGS]...`.
+app.command("tune", short_help="Hyperparameter search with Ray Tune + Optuna.")(tune.tune)
+app.command("export", short_help="Export a model for sentence-transformers, TEI/Infinity or ONNX Runtime.")(
+    export.export)
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -6,11 +6,7 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, invoke_without_command=True,
-                  help="Export a model for sentence-transformers, TEI/Infinity or ONNX Runtime.")
 
-
-@app.callback()
 def export(
     model: str = typer.Option(..., "--model", "-m", help="models:/<name>@<alias>, models:/<name>/<version>, runs:/..., "
                               "a model folder, or 'default'."),
@@ -20,7 +16,8 @@ def export(
                              "(models:/ and runs:/ only)."),
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
 ) -> None:
-    """Write the export; print what it holds and how to load it."""
+    """Export a model for sentence-transformers, TEI/Infinity or ONNX Runtime; print what the folder holds and how
+    to load it."""
     from mlflow.exceptions import MlflowException
 
     from lmplatform.cli.common import fail, user_errors

@@ -50,12 +50,14 @@ def demo(
     tune: bool = typer.Option(True, "--tune/--no-tune", help="Run the small Tune study and champion registration."),
     serve: bool = typer.Option(True, "--serve/--no-serve", help="End by serving the model and querying it over HTTP."),
     resume: Optional[str] = typer.Option(None, help="Continue this demo pipeline run: finished stages are skipped."),
+    results_file: Optional[Path] = typer.Option(
+        None, help="Also write the summary (seconds per step, retrieval, study, gate) and the machine as JSON here."),
 ) -> None:
     """The whole product on the shipped trouble reports: MLM -> DeCLUTR -> pairs with/without EWC -> evaluation ->
     Tune -> champion -> Serve, with one summary table at the end."""
     from lmplatform.demo import run_demo
 
     try:
-        run_demo(data, overrides or [], serve=serve, tune=tune, resume=resume)
+        run_demo(data, overrides or [], serve=serve, tune=tune, resume=resume, results_file=results_file)
     except user_errors() as exc:
         fail(str(exc))

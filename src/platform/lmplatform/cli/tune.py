@@ -6,10 +6,7 @@ from typing import List, Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, help="Hyperparameter search with Ray Tune + Optuna.")
 
-
-@app.callback(invoke_without_command=True)
 def tune(
     space: Path = typer.Option(..., "--space", "-s", help="Search space YAML (tune_spaces/*.yaml)."),
     overrides: Optional[List[str]] = typer.Option(
@@ -19,7 +16,8 @@ def tune(
     check: bool = typer.Option(False, "--check", help="Validate the space and exit (no Ray)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)."),
 ) -> None:
-    """Validate the space, run every trial on Ray, log each to MLflow and register the champion."""
+    """Hyperparameter search with Ray Tune + Optuna: validate the space, run every trial on Ray, log each to MLflow
+    and register the champion."""
     from lmplatform.cli.common import fail, user_errors
     from lmplatform.tune.space import load_space
 

@@ -1,0 +1,39 @@
+"""A pytest plugin for `make test-results`: the suite's counts and seconds as a result file.
+
+    python -m pytest -p tests.suite_results --suite-results bench/results/test_suite.json
+
+The file holds what docs/benchmarks.md cites for the suite (tests passed, skipped, failed, seconds) and the
+machine, with its load average at the end: a suite timed on a busy machine says so.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+OUTCOMES = ("passed", "failed", "skipped", "error", "xfailed", "xpassed")
+STARTED = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--suite-results", metavar="PATH", default=None,
+                     help="Write the session's counts and seconds, with the machine, to this JSON file.")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[STARTED] = time.perf_counter()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    path = config.getoption("suite_results")
+    if not path:
+        return
+    from lmplatform.result_files import write_result_file
+
+    counts = {outcome: len(terminalreporter.stats.get(outcome, [])) for outcome in OUTCOMES}  # as pytest's summary line
+    seconds = time.perf_counter() - config.stash[STARTED]
+    written = write_result_file(Path(path), {"command": " ".join(["pytest", *sys.argv[1:]]), "exit_status": int(exitstatus),
+                                             "counts": counts, "seconds": round(seconds, 1)})
+    terminalreporter.write_line(f"suite results: {written}")
