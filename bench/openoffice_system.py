@@ -48,6 +48,7 @@ def study_overrides(tracking_uri: str, toy: bool, trials: int) -> list[str]:
     sets = [f"tracking.tracking_uri={tracking_uri}", f"num_samples={trials}"]
     if toy:  # a few pairs and steps, a sample of the corpus: checks the script, measures nothing
         sets += ["stages.data.pairs.limit=40", "stages.biencoder.run.optim.max_steps=3",
+                 "stages.negatives.mine.distractors.max_documents=200",
                  "stages.biencoder.run.retrieval_validation.distractors.max_documents=100",
                  "stages.system.system.select.distractors.max_documents=200", "scheduler.grace_period=1"]
     return sets
