@@ -70,7 +70,8 @@ def test_mined_negatives_come_from_the_miners_top_k(tiny_bert: Path) -> None:
         assert chosen == top  # k == top_k: exactly the miner's best non-positives, in rank order
 
 
-def test_bce_training_separates_positives_and_metrics_are_weighted(tiny_bert: Path) -> None:
+def _model_and_four_groups(tiny_bert: Path) -> tuple[CrossEncoder, dict]:
+    """A seeded tiny cross-encoder and one batch: the last four pairs, each with two other pairs' documents."""
     torch.manual_seed(0)
     model = CrossEncoder.from_pretrained(tiny_bert, max_seq_length=24)
     groups = {
@@ -78,7 +79,11 @@ def test_bce_training_separates_positives_and_metrics_are_weighted(tiny_bert: Pa
         "document": np.array([p.document for p in PAIRS[2:]], dtype=object),
         "negatives": np.array([[q.document for q in PAIRS[2:] if q is not p][:2] for p in PAIRS[2:]], dtype=object),
     }
-    batch = GroupCollator(model)(groups)
+    return model, GroupCollator(model)(groups)
+
+
+def test_bce_training_separates_positives_and_metrics_are_weighted(tiny_bert: Path) -> None:
+    model, batch = _model_and_four_groups(tiny_bert)
     assert batch["labels"].tolist() == [1.0, 0.0, 0.0] * 4 and batch["group_ids"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     evaluator = RerankEvaluator()
     before = evaluator(model, [batch])
@@ -134,14 +139,7 @@ def test_listwise_loss_is_each_groups_softmax_cross_entropy() -> None:
 
 
 def test_listwise_training_ranks_the_positive_above_its_negatives(tiny_bert: Path) -> None:
-    torch.manual_seed(0)
-    model = CrossEncoder.from_pretrained(tiny_bert, max_seq_length=24)
-    groups = {
-        "query": np.array([p.query for p in PAIRS[2:]], dtype=object),
-        "document": np.array([p.document for p in PAIRS[2:]], dtype=object),
-        "negatives": np.array([[q.document for q in PAIRS[2:] if q is not p][:2] for p in PAIRS[2:]], dtype=object),
-    }
-    batch = GroupCollator(model)(groups)
+    model, batch = _model_and_four_groups(tiny_bert)
 
     def evaluate() -> dict:
         model.eval()
