@@ -374,7 +374,12 @@ def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: Pipe
     resolved = SystemConfig.model_validate(resolve_references(system.model_dump(mode="json"), stage_outputs(state)))
     retriever, reranker = resolved.retriever, resolved.reranker
     print(f"[lmp] {label}: measuring {retriever}" + (f" re-ranked by {reranker}" if reranker else ""), flush=True)
-    measure = ray.remote(num_cpus=resolved.cpus)(run_system_stage)  # reserved like a training stage's workers
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    # Its own reservation, as a training stage's workers have theirs: outside the placement group of the study trial
+    # that may be running this pipeline (which holds no CPU).
+    measure = ray.remote(num_cpus=resolved.cpus)(run_system_stage).options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
     result = ray.get(measure.remote(resolved, retriever, reranker, folder / stage.name, *tracking))
     record.model_dir, record.search = retriever, result.settings.model_dump(mode="json")
     record.model_run_id = _source_run(system.retriever, state)
