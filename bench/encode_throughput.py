@@ -98,9 +98,11 @@ class OpenOfficeRetrieval:
     """MRR@10 of an encoder on the OpenOffice duplicates' dev and test queries (protocol in the module doc): the
     corpus is encoded once, and each query is its own report's vector (queries are reports of the corpus)."""
 
-    def __init__(self, data: Path):
+    def __init__(self, data: Path, limit: int = 0):
+        """limit: a smoke run's size, 0 for the protocol: that many queries per split, searched among their
+        duplicate groups and `limit` x 10 other reports."""
         from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
-        from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
+        from lmplatform.evaluation.tasks.retrieval_data import ScenarioInputs, load_retrieval_data, scenario_inputs
 
         scenario = RetrievalScenario(name="report_to_corpus", query_fields=["title", "description"],
                                      corpus_fields=["title", "description"], corpus_scope="all")
@@ -110,6 +112,15 @@ class OpenOfficeRetrieval:
                                        relations=str(data / OPENOFFICE / "pairs.jsonl"), split=split, relevance="group")
             self.splits[split] = scenario_inputs(load_retrieval_data(dataset), dataset, scenario)
         self.corpus_ids, self.corpus_texts = self.splits["test"].corpus_ids, self.splits["test"].corpus_texts
+        if limit:
+            for split, inputs in self.splits.items():
+                self.splits[split] = ScenarioInputs(inputs.query_ids[:limit], inputs.query_texts[:limit], [], [],
+                                                    {q: inputs.qrels[q] for q in inputs.query_ids[:limit]}, [])
+            needed = {q for inputs in self.splits.values() for q in inputs.query_ids} | {
+                d for inputs in self.splits.values() for relevant in inputs.qrels.values() for d in relevant}
+            keep = [n for n, d in enumerate(self.corpus_ids) if d in needed or n < limit * 10]
+            self.corpus_ids = [self.corpus_ids[n] for n in keep]
+            self.corpus_texts = [self.corpus_texts[n] for n in keep]
 
     def dev_texts(self) -> list[str]:
         """The dev queries' reports: the calibration texts of a static int8 model."""
@@ -197,6 +208,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--openoffice-limit", type=int, default=0, help="OpenOffice queries per split, searched among "
+                        "their groups and 10x as many other reports (0: the protocol, all of them; smoke runs only).")
     parser.add_argument("--results-name", default="encode_throughput", help="bench/results/<name>.json (smoke runs: another name).")
     args = parser.parse_args()
 
@@ -212,7 +225,7 @@ def main() -> None:
     threads = torch.get_num_threads()
     bf16 = native_bf16(torch.device("cpu"))
     texts = real_texts(args.data, args.limit)
-    openoffice = OpenOfficeRetrieval(args.data)
+    openoffice = OpenOfficeRetrieval(args.data, args.openoffice_limit)
     work = Path(tempfile.mkdtemp(prefix="lmp-encode-bench-"))
     st = SentenceTransformer(str(packaged_model_path()), device="cpu")
     st.max_seq_length = args.max_seq_length
@@ -308,7 +321,7 @@ def main() -> None:
                           "calibration": f"{min(len(calibration), CALIBRATION_SIZE)} OpenOffice dev reports",
                           "dev_drop_by_kept": ov_dev_drops, "quantization": "NNCF static, transformer preset"},
         "sentence_transformers_onnx": st_onnx_note, "checks": checks,
-        "toy_run": args.limit < 512 or bool(args.sts_limit),
+        "toy_run": args.limit < 512 or bool(args.sts_limit) or bool(args.openoffice_limit),
     })
 
 

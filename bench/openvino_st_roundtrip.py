@@ -93,10 +93,9 @@ def main() -> None:
         "int8": check("sentence-transformers on our openvino-int8 export: max |diff| to our int8",
                       result["int8_max_abs_diff_to_ours"], FP32_TOLERANCE, higher_is_better=False),
     }
-    import optimum.intel
-    import sentence_transformers
+    from importlib.metadata import version
 
-    versions |= {"sentence_transformers": sentence_transformers.__version__, "optimum_intel": optimum.intel.__version__}
+    versions |= {name: version(name) for name in ("sentence-transformers", "optimum-intel", "openvino")}
     write_result(args.name, {"ran": True, "texts": len(texts), "versions": versions, **result, "checks": checks})
 
 

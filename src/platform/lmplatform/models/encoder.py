@@ -164,17 +164,17 @@ class Encoder(nn.Module):
             quantize_openvino,
         )
 
+        exported_int8 = has_openvino_model(path) and OpenVinoModelConfig.read(path).quantization is not None
+        if quantize == "int8" and not calibration and not exported_int8:
+            raise ValueError("backend='openvino', quantize='int8' is static int8: give calibration texts of the "
+                             "served domain (calibration=[...]) or load an `lmp export --format openvino-int8` folder")
         with tempfile.TemporaryDirectory(prefix="lmp-openvino-") as tmp:
             folder = path
             if not has_openvino_model(path):
                 export_openvino(cls.from_pretrained(path), Path(tmp) / "fp32")
                 folder = Path(tmp) / "fp32"
-            config = OpenVinoModelConfig.read(folder)
-            if quantize == "int8" and config.quantization is None:
-                if not calibration:
-                    raise ValueError("backend='openvino', quantize='int8' is static int8: give calibration texts of the "
-                                     "served domain (calibration=[...]) or load an `lmp export --format openvino-int8` folder")
-                quantize_openvino(folder, calibration, Path(tmp) / "int8", OPENVINO_KEEP_FP32)
+            if quantize == "int8" and not exported_int8:
+                quantize_openvino(folder, calibration or (), Path(tmp) / "int8", OPENVINO_KEEP_FP32)
                 folder = Path(tmp) / "int8"
             session = OpenVinoSession(folder, torch.get_num_threads())
             tokenizer = AutoTokenizer.from_pretrained(str(folder))
