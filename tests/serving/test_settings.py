@@ -22,6 +22,9 @@ def test_bad_settings_name_the_field() -> None:
         ({"model": "m", "colour": "red"}, "colour"),
         ({"model": "m", "encoder": {"backend": "tensorrt"}}, "encoder.backend"),
         ({"model": "m", "encoder": {"quantize": "int4"}}, "encoder.quantize"),
+        ({"model": "m", "encoder": {"backend": "openvino", "quantize": "int8"}}, "encoder.quantize"),
+        ({"model": "m", "encoder": {"precision": "fp8"}}, "encoder.precision"),
+        ({"model": "m", "encoder": {"backend": "onnx", "precision": "bf16"}}, "encoder.precision"),
     ]
     for args, field in cases:
         with pytest.raises(ServeConfigError, match=field):
