@@ -313,8 +313,10 @@ def run_study(
     parent_tracker = TrackedRun(tracking_uri, parent_run_id)
     try:
         if resume:
+            # resume_errored keeps an errored trial's id (restart_errored gives it a new one): its runs are named
+            # after the id, so the trial continues them from their checkpoints instead of starting over.
             tuner = tune.Tuner.restore(str(experiment_path), trainable=trainable, resume_unfinished=True,
-                                       resume_errored=False, restart_errored=True)
+                                       resume_errored=True)
         else:
             searcher, scheduler, tune_metric = _search_and_schedule(loaded, max_concurrent)
             tuner = tune.Tuner(
