@@ -22,12 +22,18 @@ def test_bad_settings_name_the_field() -> None:
         ({"model": "m", "colour": "red"}, "colour"),
         ({"model": "m", "encoder": {"backend": "tensorrt"}}, "encoder.backend"),
         ({"model": "m", "encoder": {"quantize": "int4"}}, "encoder.quantize"),
+        ({"model": "m", "live": {"fields": ["body"]}}, "live.fields"),
+        ({"model": "m", "live": {"fields": []}}, "live.fields"),
+        ({"model": "m", "live": {"snapshot_every": 0}}, "live.snapshot_every"),
+        ({"model": "m", "live": {"dir": "/srv/changes"}, "limits": {"max_documents": 64}}, "max_documents"),
     ]
     for args, field in cases:
         with pytest.raises(ServeConfigError, match=field):
             parse_settings(args)
     assert parse_settings({"model": "m"}).batching.enabled is True
     assert parse_settings({"model": "m"}).encoder.backend == "torch"
+    assert not parse_settings({"model": "m"}).live.enabled  # a read-only index unless live.dir is set
+    assert parse_settings({"model": "m", "limits": {"max_documents": 64}}).limits.max_documents == 64
 
 
 def test_shipped_config_is_valid_and_binds_loopback() -> None:
