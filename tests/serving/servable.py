@@ -1,11 +1,10 @@
-"""Registered model versions with their index artifacts, as the serving tests (and the bench) need them."""
+"""Documents, index folders and models as the serving tests need them (registering them: lmplatform.testing.registered)."""
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 LABELS = ("network", "storage", "billing")
 WORDS = {
@@ -48,33 +47,6 @@ def write_index(encoder_dir: Path, documents: list[dict[str, str]], out: Path, b
         for doc in documents:
             handle.write(json.dumps(doc) + "\n")
     return out
-
-
-@dataclass
-class RegisteredVersion:
-    version: str
-    run_id: str
-
-
-def register_with_index(tracking_uri: str, name: str, model_dir: Path, index_dir: Optional[Path],
-                        alias: Optional[str] = None) -> RegisteredVersion:
-    """One MLflow run holding model/ and index/ artifacts (none: a version without an index), registered as a new
-    version of `name`."""
-    from mlflow.tracking import MlflowClient
-
-    from lmplatform.tracking.mlflow_tracking import get_or_create_experiment
-    from lmplatform.tracking.registry import register_model_version
-
-    client = MlflowClient(tracking_uri)
-    run = client.create_run(get_or_create_experiment(tracking_uri, "serving-test"))
-    client.log_artifacts(run.info.run_id, str(model_dir), "model")
-    if index_dir is not None:
-        client.log_artifacts(run.info.run_id, str(index_dir), "index")
-    client.set_terminated(run.info.run_id)
-    version = register_model_version(tracking_uri, name, f"{run.info.artifact_uri}/model", run.info.run_id)
-    if alias:
-        client.set_registered_model_alias(name, alias, version)
-    return RegisteredVersion(version, run.info.run_id)
 
 
 def write_classifier_model(folder: Path, hidden: int = 48) -> Path:

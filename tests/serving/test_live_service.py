@@ -22,10 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lmplatform.testing.local_cluster import free_port
+from lmplatform.testing.registered import register_with_index
 from tests.conftest import write_tiny_bert
 from tests.serving import hostile
 from tests.serving.scrape import metric_reaches, samples
-from tests.serving.servable import make_documents, register_with_index, write_index
+from tests.serving.servable import make_documents, write_index
 
 APP = "lmp-live-test"
 MODEL_NAME = "live-test-encoder"
@@ -110,8 +111,7 @@ def _replicas() -> dict[str, dict[str, Any]]:
 
     answers = ask_each(control.details()["applications"][APP], RETRIEVER)
     assert answers and all(a.error is None for a in answers), answers
-    return {a.replica_id: a.status["live"][max(a.status["live"], key=lambda r: a.status["live"][r]["seq"])]
-            for a in answers}
+    return {a.replica_id: a.status["live"][a.status["newest"]] for a in answers}
 
 
 def _committed() -> int:

@@ -27,13 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from lmplatform.models.encoder import Encoder
 from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.testing.local_cluster import free_port
+from lmplatform.testing.registered import register_with_index
 from lmplatform.tracking.registry import register_search_settings
 from tests.serving import hostile
 from tests.serving.scrape import metric_reaches, samples
 from tests.serving.servable import (
     LABELS,
     make_documents,
-    register_with_index,
     write_classifier_model,
     write_cross_encoder,
     write_index,

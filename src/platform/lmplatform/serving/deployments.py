@@ -30,7 +30,7 @@ from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
 from lmplatform.serving.live import LiveIndex, index_seq
 from lmplatform.serving.metrics import record_batch
-from lmplatform.serving.release import Release, ReleaseError, fetch, load_bm25, load_index_and_store
+from lmplatform.serving.release import Release, ReleaseError, fetch, has_bm25, load_bm25, load_index_and_store
 
 logger = logging.getLogger("ray.serve")
 T = TypeVar("T")
@@ -137,8 +137,8 @@ class _LoadedRetriever:
         if live_fields is None:
             self.bm25 = load_bm25(folder, self.index)
         else:
-            self.live = LiveIndex.from_base(self.index, self.store, load_bm25(folder, self.index) is not None,
-                                            index_seq(folder)[1], self.vector_model, live_fields)
+            self.live = LiveIndex.from_base(self.index, self.store, has_bm25(folder), index_seq(folder)[1],
+                                            self.vector_model, live_fields)
             self.bm25 = self.live.bm25
         built = (folder / "index.faiss").stat().st_mtime
         self.built_at = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
@@ -224,8 +224,10 @@ class RetrieverDeployment:
         split = {"embed": self.isolate_embed.batches_split, "search": self.isolate_search.batches_split}
         stats = {**self.releases.status(), "batches_split": split}
         if self.writer is not None and self.releases.ids():
-            await self._catch_up([self.releases.newest()])
+            newest = self.releases.newest()
+            await self._catch_up([newest])
             stats["live"] = {rid: self.releases.get(rid).live.summary() for rid in self.releases.ids()}
+            stats["newest"] = newest
         return stats
 
     async def _catch_up(self, release_ids: Iterable[str]) -> None:

@@ -6,7 +6,8 @@ every change after it, in order, before it answers a request that reads the inde
 asks the writer for them first), so a search that starts after a change's acknowledgement sees it, on
 every replica. An upsert's vector is the one stored in the log when it was encoded by this release's
 model; a change encoded by another model (made while another version was served) is encoded again here, by
-this one, so an index never mixes two models' vectors.
+this one, alone in its forward pass (so every replica gets the same bits), and an index never mixes two
+models' vectors.
 
 `LiveIndex` is also the spy the tests read: `applied` counts the changes applied, and `summary()` has a
 fingerprint of every document the log touched (its id and vector, or that it is deleted), equal on two
@@ -99,8 +100,10 @@ class LiveIndex:
         for n in sorted(set(range(len(upserts))) - set(foreign)):
             vectors[n] = upserts[n].vector_array()
         if foreign:
-            vectors[foreign] = encode([document_text({"title": upserts[n].title, "text": upserts[n].text}, self.fields)
-                                       for n in foreign])
+            # One text per forward pass: a batch's shape moves the last bits of a vector, and every replica (and every
+            # later replay) must compute this change's vector bit for bit as the others do.
+            texts = [document_text({"title": upserts[n].title, "text": upserts[n].text}, self.fields) for n in foreign]
+            vectors[foreign] = np.concatenate([encode([text]) for text in texts])
         ids = [c.id for c in changes]
         self.index.remove(ids)
         if self.bm25 is not None:

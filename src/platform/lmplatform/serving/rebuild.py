@@ -29,6 +29,7 @@ from lmplatform.serving.release import (
     ReleaseError,
     collection_for,
     fetch,
+    has_bm25,
     publish_index,
 )
 from lmplatform.serving.settings import ServeSettings
@@ -72,16 +73,23 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
     """Build `target`'s index from the documents `served` holds now (see the module doc) and log it with the version.
 
     writer: a handle to the app's ChangeLogWriter (the changes after the served index's seq come from it)."""
+    import ray
     from mlflow.tracking import MlflowClient
 
     from lmplatform.retrieval.build import build_bm25_index, build_index_from_shards, encode_corpus_to_shards
     from lmplatform.retrieval.index import META_FILE, IndexParams
-    from lmplatform.retrieval.retrievers import BM25_DIR
 
     say = progress or (lambda _line: None)
+    if settings.index:
+        raise ReleaseError(f"index: the app serves the folder {settings.index} as it is; a rebuilt index is logged with "
+                           "the model version, which the app serves when `index` is not set")
     if target.registered_name is None or target.run_id is None:
         raise ReleaseError(f"model: {target.model_uri} is a folder, not a registered version: a rebuilt index is logged "
                            "with a version's MLflow run (serve models:/<name>@<alias>)")
+    free = ray.available_resources().get("CPU", 0.0)
+    if free < settings.live.rebuild_cpus:
+        raise ReleaseError(f"live.rebuild_cpus: a rebuild actor needs {settings.live.rebuild_cpus} CPU and the cluster has "
+                           f"{free:.2f} free beside the application; lower it, or give the replicas fewer CPUs")
     collection = collection_for(settings)
     start = time.perf_counter()
     folder = fetch(served.index_uri, served.tracking_uri, settings.cache_dir)
@@ -98,7 +106,7 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
                                           live.rebuild_cpus, live.rebuild_batch_size, quantize=settings.encoder.quantize)
         kind = json.loads((folder / META_FILE).read_text())["kind"]
         index = build_index_from_shards(work / "shards", index_dir, IndexParams(kind=kind))
-        if (folder / BM25_DIR).is_dir():
+        if has_bm25(folder):
             build_bm25_index(texts, index_dir, list(live.fields), "id", index.ids)
         shutil.copy(work / DOCUMENTS_FILE, index_dir / DOCUMENTS_FILE)
         (index_dir / LIVE_FILE).write_text(json.dumps({"collection": collection, "seq": committed}))

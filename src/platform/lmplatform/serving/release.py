@@ -220,12 +220,17 @@ def load_index_and_store(release: Release, cache_dir: Optional[str] = None) -> t
     return index, store, folder
 
 
+def has_bm25(folder: Path) -> bool:
+    """Whether an index folder has a BM25 index beside the vectors (`BM25_DIR`, written by build_index)."""
+    return (folder / BM25_DIR / BM25_META_FILE).is_file()
+
+
 def load_bm25(folder: Path, index: VectorIndex) -> Optional[BM25Retriever]:
     """The BM25 index saved beside a VectorIndex (`BM25_DIR`, written by build_index), or None when there is none.
 
     It must hold exactly the index's ids: hybrid search looks every candidate up in both.
     """
-    if not (folder / BM25_DIR / BM25_META_FILE).is_file():
+    if not has_bm25(folder):
         return None
     bm25 = BM25Retriever.load(folder / BM25_DIR)
     if set(bm25.ids) != set(index.ids):
