@@ -7,7 +7,10 @@ the rest of its group), all in one run:
     (configs/pipelines/openoffice_duplicates.yaml);
   - the study's champion (tune_spaces/openoffice_system.yaml: each trial the whole pipeline
     configs/pipelines/openoffice_system.yaml, its system chosen on dev_select, the winner confirmed on dev_confirm by
-    the gate): dense; with BM25 fusion; with BM25 fusion and its re-ranker, as registered;
+    the gate): dense; with BM25 fusion, as registered;
+  - the champion with a cross-encoder re-ranker trained here on the train pairs, with negatives the champion mines
+    (listwise loss; RERANKER_RUN), its depth and weight chosen on the winning trial's dev_select; and that re-ranker
+    alone over the hybrid top 10;
   - the served system: `lmp serve run` with the champion's registered version and settings over an index of the test
     set's candidates; every test query replayed over HTTP (its own report left out with exclude_ids), in each mode,
     one at a time (c=1), p50/p99 latency per mode; its rankings scored as the offline rows are.
@@ -38,8 +41,21 @@ from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, tab
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "tune_spaces" / "openoffice_system.yaml"
 PEER = "sentence-transformers trainer"
+# "as registered": no mode or rerank in the request, so the version's registered settings answer (the served system).
 SERVED_MODES = {"dense": {"mode": "dense", "rerank": False}, "hybrid": {"mode": "hybrid", "rerank": False},
-                "hybrid + re-ranker": {"mode": "hybrid", "rerank": True}}
+                "as registered": {}}
+# The re-ranker's recipe (docs/benchmarks.md: the best of the variants tried on dev): listwise loss over the positive
+# and 3 negatives mined with the bi-encoder it re-ranks, the head at its own rate, 128 tokens, one epoch.
+RERANKER_RUN = {
+    "model": {"max_seq_length": 128},
+    "data": {"train_paths": ["stage:reranker_negatives"], "hard_negative_field": "hard_negatives", "group_field": "group",
+             "validation_fraction": 0.0},
+    "objective": {"name": "cross_encoder", "loss": "listwise", "head_lr": 1.0e-3, "negatives_per_positive": 3},
+    "optim": {"lr": 2.0e-5, "batch_size": 4, "epochs": 1, "warmup_ratio": 0.1, "precision": "auto"},
+    "scaling": {"num_workers": 1, "cpus_per_worker": 2},
+    "checkpoint": {"every_n_steps": 10_000},
+    "tracking": {"log_every_n_steps": 20, "register_model": False},
+}
 K = 100  # every cut-off of METRICS, and the service's limits.max_k
 
 
@@ -48,6 +64,7 @@ def study_overrides(tracking_uri: str, toy: bool, trials: int) -> list[str]:
     sets = [f"tracking.tracking_uri={tracking_uri}", f"num_samples={trials}"]
     if toy:  # a few pairs and steps, a sample of the corpus: checks the script, measures nothing
         sets += ["stages.data.pairs.limit=40", "stages.biencoder.run.optim.max_steps=3",
+                 "stages.negatives.mine.distractors.max_documents=200",
                  "stages.biencoder.run.retrieval_validation.distractors.max_documents=100",
                  "stages.system.system.select.distractors.max_documents=200", "scheduler.grace_period=1"]
     return sets
@@ -64,7 +81,8 @@ def run_or_find_study(args: argparse.Namespace, tracking_uri: str) -> dict[str, 
     if name is None:
         name = run_study(SPACE, study_overrides(tracking_uri, args.toy, args.trials), verbose=1).study_name
     client = MlflowClient(tracking_uri)
-    runs = client.search_runs(client.search_experiments(), filter_string=f"tags.`{STUDY_TAG}` = '{name}'")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, filter_string=f"tags.`{STUDY_TAG}` = '{name}'")
     (parent,) = [run for run in runs if "mlflow.parentRunId" not in run.data.tags]
     tags = parent.data.tags
     rows = json.loads(Path(client.download_artifacts(parent.info.run_id, "trials.json", str(args.out))).read_text())
@@ -74,6 +92,7 @@ def run_or_find_study(args: argparse.Namespace, tracking_uri: str) -> dict[str, 
     if "lmp.registered_version" not in tags:
         raise SystemExit(f"study {name} registered no winner: {[t['status'] for t in trials]}")
     return {"name": name, "seconds": (parent.info.end_time - parent.info.start_time) / 1000, "trials": trials,
+            "best_trial": tags.get("lmp.best_trial"),
             "completed": sum(t["status"] == "TERMINATED" for t in trials),
             "stages_reused": sum(t["stages_reused"] or 0 for t in trials),
             "registered_model": tags["lmp.registered_model"], "version": tags["lmp.registered_version"],
@@ -92,6 +111,54 @@ def champion_system(study: dict[str, Any], tracking_uri: str) -> tuple[str, Any]
     local = settings.model_copy(update={"reranker": str(download_model(settings.reranker, tracking_uri))}) \
         if settings.reranker else settings
     return model, local
+
+
+# -- the re-ranker ------------------------------------------------------------------------------------------
+def train_reranker(files: dict[str, Path], out: Path, tracking_uri: str, champion: str, corpus: Path,
+                   max_steps: Optional[int], max_distractors: Optional[int]) -> dict[str, Any]:
+    """A cross-encoder trained on the train pairs with negatives mined by the champion bi-encoder (the hits it will
+    re-rank), as a two-stage pipeline; its folder and the pipeline's wall time."""
+    from lmplatform.pipeline.config import pipeline_config_from_dict
+    from lmplatform.pipeline.runner import run_pipeline
+
+    run = json.loads(json.dumps(RERANKER_RUN)) | ({"optim": {**RERANKER_RUN["optim"], "max_steps": max_steps}} if max_steps else {})
+    spec = {"name": "openoffice_reranker", "storage_path": str(out / "pipelines"),
+            "tracking": {"tracking_uri": tracking_uri, "experiment": "openoffice-system-bench"},
+            "stages": [
+                {"name": "reranker_negatives", "init_from": champion, "mine": {
+                    "pairs": {"train_paths": [str(files["train"])], "group_field": "group"},
+                    "distractors": {"paths": [str(corpus)], "fields": ["title", "description"], "max_documents": max_distractors},
+                    "num_negatives": 3, "range_min": 5, "range_max": 50, "max_seq_length": 128, "precision": "auto",
+                    "cpus_per_actor": 2}},
+                {"name": "reranker", "init_from": "default", "run": run}]}
+    start = time.perf_counter()
+    result = run_pipeline(pipeline_config_from_dict(spec, out))
+    return {"model": result.state.stages["reranker"].model_dir, "seconds": time.perf_counter() - start}
+
+
+def dev_select(study: dict[str, Any]) -> Path:
+    """The dev_select pairs of the study's best trial: where its system's settings were chosen."""
+    from lmplatform.pipeline.state import PipelineState
+    from lmplatform.train.run import resolve_storage_path
+
+    folder = Path(resolve_storage_path("runs/pipelines")) / f"{study['name']}.{study['best_trial']}"
+    return Path(PipelineState.load(folder).stages["data"].outputs["dev_select"])
+
+
+def choose_reranking(model: str, reranker: str, settings: Any, select: Path, corpus: Path,  # noqa: ANN401
+                     max_distractors: Optional[int]) -> tuple[Any, list[dict[str, Any]]]:
+    """The re-rank depth and weight for the champion's first stage, chosen on dev_select as the system stage chooses."""
+    from lmplatform.config.schema import RetrievalValidationConfig
+    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
+    from lmplatform.evaluation.system import load_scorer
+
+    cfg = RetrievalValidationConfig.model_validate({
+        "pairs": {"train_paths": [str(select)], "validation_fraction": 0.0}, "split": "all",
+        "distractors": {"paths": [str(corpus)], "fields": ["title", "description"], "max_documents": max_distractors}})
+    scorer = load_scorer(model, build_retrieval_set(cfg), cfg, reranker, BUDGET["max_seq_length"])
+    choice = scorer.choose(settings.model_copy(update={"reranker": reranker}), rerank_depths=[10, 20],
+                           rerank_weights=[round(0.1 * i, 1) for i in range(11)])
+    return choice.settings, choice.tried
 
 
 # -- the served replay --------------------------------------------------------------------------------------
@@ -152,10 +219,11 @@ def serve_and_replay(model_uri: str, tracking_uri: str, index: Path, rset: Any, 
             if server.poll() is not None:
                 raise SystemExit(f"lmp serve run exited with {server.returncode}")
             try:
-                if httpx.get(f"{url}/healthz", timeout=2).json().get("status") == "ok":
+                health = httpx.get(f"{url}/healthz", timeout=2)
+                if health.status_code == 200 and health.json().get("status") == "ok":
                     break
             except httpx.HTTPError:
-                pass
+                pass  # the proxy is not listening yet (until the app deploys it answers 404 in plain text)
             time.sleep(1)
         return replay(url, rset, cfg)
     finally:
@@ -203,20 +271,30 @@ def main(argv: Optional[list[str]] = None) -> None:
     study = run_or_find_study(args, tracking_uri)
     timing["study"] = {"seconds": study["seconds"], "trials": len(study["trials"]), "stages_reused": study["stages_reused"]}
     model, settings = champion_system(study, tracking_uri)
-    scorer = load_scorer(model, test.rset, test.cfg, settings.reranker, BUDGET["max_seq_length"])
+    corpus = files["corpus"]
+    reranker = train_reranker(files, args.out, tracking_uri, model, corpus, max_steps, max_distractors)
+    timing["re-ranker"] = {"seconds": reranker["seconds"]}
+    reranking, reranking_tried = choose_reranking(model, reranker["model"], settings, dev_select(study), corpus,
+                                                  max_distractors)
+    scorer = load_scorer(model, test.rset, test.cfg, reranker["model"], BUDGET["max_seq_length"])
     offline = {"champion, dense": SearchSettings(mode="dense"),
-               "champion + hybrid": settings.model_copy(update={"reranker": None})}
-    if settings.reranker is not None:
-        offline["champion + hybrid + re-ranker"] = settings
+               "champion + hybrid": settings.model_copy(update={"reranker": None}),
+               "champion + hybrid + re-ranker (chosen on dev)": reranking,
+               "champion + hybrid, re-ranker alone over the top 10": settings.model_copy(update={
+                   "reranker": reranker["model"], "rerank_depth": 10, "rerank_weight": 1.0})}
     for name, searched in offline.items():
         per_query[name] = scorer.per_query(searched)
     ray.shutdown()  # the service starts its own Ray
 
     served = serve_and_replay(f"models:/{study['registered_model']}/{study['version']}", tracking_uri,
                               test_index(scorer, args.out / "test-index"), test.rset, test.cfg, args.port)
-    system_row = list(offline)[-1]
+    # The registered system: what the study's system stage chose (its own re-ranker when it trained one).
+    system_row = "champion + hybrid + re-ranker (as registered)" if settings.reranker else "champion + hybrid"
+    if settings.reranker:
+        per_query[system_row] = load_scorer(model, test.rset, test.cfg, settings.reranker, BUDGET["max_seq_length"]
+                                            ).per_query(settings)
     served_row = "served system (HTTP)"
-    per_query[served_row] = served["hybrid + re-ranker" if settings.reranker else "hybrid"]["per_query"]
+    per_query[served_row] = served["as registered"]["per_query"]
 
     rows = {name: {"metrics": {m: interval(scores[m]) for m in METRICS}} for name, scores in per_query.items()}
     minus_peer = {name: {m: paired(scores[m], per_query[PEER][m]) for m in METRICS}
@@ -227,6 +305,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     payload: dict[str, Any] = {
         "split": "test", "scored_set": test.rset.counts, "budget": BUDGET, "rows": rows, "minus_peer": minus_peer,
         "timing": timing, "study": study, "settings": settings.model_dump(mode="json") | {"reranker": bool(settings.reranker)},
+        "reranking_chosen_on_dev": reranking.model_dump(mode="json") | {"reranker": bool(reranking.reranker)},
+        "reranking_tried_on_dev": reranking_tried,
         "served": {"latency_c1": latency, "metrics_minus_offline": served_vs_offline},
         "targets": {
             "served_mrr_at_10_at_least_peer_plus_0.05": rows[served_row]["metrics"]["ir_mrr_at_10"][0]

@@ -14,6 +14,11 @@ with the same torch thread count as the embedder replica. The same queries are a
 run in-process as batches of --max-batch-size: single / batched cost per query is the
 most any batching can gain on this hardware (`batching_ceiling`).
 
+Where a request's time goes (one request end to end, at c=1): the in-process encode + search; the same
+search called on the retriever replica through a Serve handle from this process (adds Ray's actor call,
+@serve.batch and the worker thread); the HTTP request (adds the client, Serve's proxy or not, and the
+ingress: FastAPI, validation, the answer's JSON). `breakdown_c1` holds the three p50s.
+
 Targets: p50 at concurrency 1 <= 1.5x in-process encode+search;
 batched requests/s >= 2x unbatched at concurrency 32.
 
@@ -115,14 +120,15 @@ def percentiles(latencies_ms: list[float]) -> dict[str, float]:
     return {f"p{q}_ms": round(float(np.percentile(values, q)), 2) for q in (50, 95, 99)}
 
 
-def in_process(model: str, index_dir: Path, queries: list[str], threads: int, batch: int) -> dict[str, float]:
+def in_process(model: str, index_dir: Path, queries: list[str], threads: int, batch: int, backend: str = "torch"
+               ) -> dict[str, float]:
     import torch
 
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
 
     torch.set_num_threads(threads)
-    encoder, index = Encoder.from_pretrained(model), VectorIndex.load(index_dir)
+    encoder, index = Encoder.from_pretrained(model, backend=backend), VectorIndex.load(index_dir)
     for query in queries[:5]:
         index.search(encoder.encode([query]), 10)
     latencies = []
@@ -185,6 +191,8 @@ def main() -> None:
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument("--batch-wait-ms", type=float, default=0.0)
     parser.add_argument("--retriever-cpus", type=float, default=1.0)
+    parser.add_argument("--backend", default="torch", choices=["torch", "onnx", "openvino"],
+                        help="The encoder backend, served and in process alike (the index is built by torch fp32).")
     parser.add_argument("--ingress", default="proxy,direct",
                         help="proxy: Serve's HTTP proxy; direct: RAY_SERVE_THROUGHPUT_OPTIMIZED=1, clients call the ingress replica.")
     parser.add_argument("--encode-batch-size", type=int, default=64, help="Batch size when building the index.")
@@ -203,7 +211,7 @@ def main() -> None:
     _, queries = distinct_texts(Path(args.data))
     queries = queries[:max(args.requests, 200)]
     threads = max(1, int(args.retriever_cpus))
-    baseline = in_process(model, index_dir, queries[:128], threads, args.max_batch_size)
+    baseline = in_process(model, index_dir, queries[:128], threads, args.max_batch_size, args.backend)
     print(f"in-process encode+search: {baseline}", flush=True)
 
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -212,8 +220,14 @@ def main() -> None:
         runs.update(serve_levels(ingress, args, model, index_dir, threads, queries, levels))
 
     checks = {}
+    breakdown = {}
     for ingress in args.ingress.split(","):
         by = {mode: {r["concurrency"]: r for r in runs[f"{ingress}-{mode}"]} for mode in ("batched", "unbatched")}
+        if 1 in levels:
+            handle = runs[f"{ingress}-batched-handle"][0]
+            breakdown[ingress] = {"in_process_p50_ms": baseline["p50_ms"], "retriever_handle_p50_ms": handle["p50_ms"],
+                                  "http_p50_ms": by["batched"][1]["p50_ms"]}
+            print(f"{ingress}: where a request's p50 goes: {json.dumps(breakdown[ingress])}", flush=True)
         if 1 in levels:
             ratio = by["batched"][1]["p50_ms"] / baseline["p50_ms"]
             checks[f"{ingress}_p50_c1_over_in_process"] = check(
@@ -223,8 +237,28 @@ def main() -> None:
         checks[f"{ingress}_batched_rps_gain_c{top}"] = check(f"{ingress}: batched / unbatched requests/s at c={top}", gain, 2.0)
     write_result(args.name, {
         "config": {k: v for k, v in vars(args).items()}, "index": build, "in_process": baseline,
-        "serve": runs, "checks": checks,
+        "serve": runs, "breakdown_c1": breakdown, "checks": checks,
     })
+
+
+def retriever_handle(app: str, url: str, queries: list[str], total: int) -> dict[str, Any]:
+    """One search at a time called on the retriever replica through a Serve handle, as the ingress calls it:
+    the request's time without HTTP, the proxy and the ingress."""
+    import httpx
+    from ray import serve
+
+    from lmplatform.serving.schemas import ServeLimits
+
+    release = httpx.get(f"{url}/v1/model", timeout=60).json()["release_id"]
+    handle = serve.get_deployment_handle("RetrieverDeployment", app_name=app)
+    text_chars = ServeLimits().snippet_chars + 1
+    latencies = []
+    for n in range(total + 10):
+        start = time.perf_counter()
+        handle.search.remote(release, [queries[n % len(queries)][:500]], 10, text_chars).result()
+        if n >= 10:  # the first ten warm up, as for HTTP
+            latencies.append((time.perf_counter() - start) * 1000)
+    return {"concurrency": 1, "requests": len(latencies), **percentiles(latencies)}
 
 
 def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: Path, threads: int,
@@ -253,7 +287,7 @@ def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: 
                 model=model, index=str(index_dir), num_threads=threads, cache_dir=str(Path(args.work_dir) / "cache"),
                 batching={"enabled": mode == "batched", "max_batch_size": args.max_batch_size,
                           "batch_wait_timeout_s": args.batch_wait_ms / 1000},
-                limits={"max_texts": min(32, args.max_batch_size)},
+                limits={"max_texts": min(32, args.max_batch_size)}, encoder={"backend": args.backend},
             )
             deployments = [
                 {"name": "RetrieverDeployment", "ray_actor_options": {"num_cpus": args.retriever_cpus},
@@ -273,6 +307,8 @@ def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: 
                     raise SystemExit("direct ingress is not active: no ingress replica address")
                 url = urls[0]
             key = f"{ingress}-{mode}"
+            runs[f"{key}-handle"] = [retriever_handle(name, url, queries, args.requests)]
+            print(f"{key + '-handle':16s} c=1   {json.dumps(runs[f'{key}-handle'][0])}", flush=True)
             runs[key] = []
             for concurrency in levels:
                 result = asyncio.run(drive(url, queries, concurrency, args.requests))

@@ -27,3 +27,25 @@ def test_save_and_reload_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
     model.save_pretrained(tmp_path / "ce")
     again = CrossEncoder.from_pretrained(tmp_path / "ce", max_seq_length=32)
     assert np.allclose(model.score(["q"], ["d"]), again.score(["q"], ["d"]), atol=1e-6)
+
+
+def test_the_trained_pair_length_travels_with_the_folder(tiny_bert: Path, tmp_path: Path) -> None:
+    model = CrossEncoder.from_pretrained(tiny_bert, max_seq_length=24)
+    model.save_pretrained(tmp_path / "ce")
+    assert CrossEncoder.from_pretrained(tmp_path / "ce").max_seq_length == 24  # loaded without a length: the trained one
+    assert CrossEncoder.from_pretrained(tmp_path / "ce", max_seq_length=48).max_seq_length == 48  # asked for: that one
+    assert CrossEncoder.from_pretrained(tiny_bert).max_seq_length == 256  # a folder that records none
+
+
+def test_a_long_pair_keeps_both_texts(tiny_bert: Path) -> None:
+    """Queries and documents are long bug reports: truncation must trim the longer side, not drop the document."""
+    model = CrossEncoder.from_pretrained(tiny_bert, max_seq_length=32)
+    ids = model.tokenize(["printer " * 100], ["scanner " * 100])["input_ids"][0].tolist()
+    printer, scanner = model.tokenizer.convert_tokens_to_ids(["printer", "scanner"])
+    assert len(ids) == 32 and sorted([ids.count(printer), ids.count(scanner)]) == [14, 15]  # 29 after [CLS] and two [SEP], halved
+
+
+def test_the_head_is_the_classifier_and_the_pooler(tiny_bert: Path) -> None:
+    model = CrossEncoder.from_pretrained(tiny_bert)
+    assert sorted(model.head_parameter_names()) == [
+        "model.bert.pooler.dense.bias", "model.bert.pooler.dense.weight", "model.classifier.bias", "model.classifier.weight"]

@@ -97,7 +97,7 @@ def test_bad_encode_options_are_clear_errors(tiny_bert: Path) -> None:
         encoder.encode(["x"], precision="int4")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="fp16' needs a CUDA device"):
         encoder.encode(["x"], precision="fp16")
-    with pytest.raises(ValueError, match="applies to fp32 PyTorch encoders; this one is int8"):
+    with pytest.raises(ValueError, match="an int8 PyTorch encoder runs in fp32"):
         Encoder.from_pretrained(tiny_bert, max_seq_length=16, quantize="int8").encode(["x"], precision="bf16")
     assert encoder.encode([]).shape == (0, encoder.dim)
 

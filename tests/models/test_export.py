@@ -130,7 +130,7 @@ def test_lmp_export_writes_the_folder_and_says_how_to_load_it(tiny_bert: Path, t
     assert done.exit_code == 0, done.output
     assert "backend='onnx'" in done.output and (tmp_path / "o" / "encoder.onnx").is_file()
     bad = runner.invoke(app, ["export", "--model", str(tiny_bert), "--format", "tflite", "--out", str(tmp_path / "t")])
-    assert bad.exit_code == 2 and "allowed: sentence-transformers, onnx, onnx-int8" in bad.output
+    assert bad.exit_code == 2 and "allowed: sentence-transformers, onnx, onnx-int8, openvino, openvino-int8" in bad.output
     unlogged = runner.invoke(app, ["export", "--model", str(tiny_bert), "--format", "onnx", "--out",
                                    str(tmp_path / "l"), "--log"])
     assert unlogged.exit_code == 2 and "--log needs a models:/ or runs:/ model" in unlogged.output

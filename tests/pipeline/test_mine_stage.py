@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
+from lmplatform.data.groups import group_texts
 from lmplatform.data.pairs import Pair
-from lmplatform.pipeline.mine import group_texts
 
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
 

@@ -1,4 +1,4 @@
-"""`lmp export`: a model as a sentence-transformers, ONNX or int8 ONNX folder (see lmplatform.models.export)."""
+"""`lmp export`: a model as a sentence-transformers, ONNX or OpenVINO folder, fp32 or int8 (see lmplatform.models.export)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +10,11 @@ import typer
 def export(
     model: str = typer.Option(..., "--model", "-m", help="models:/<name>@<alias>, models:/<name>/<version>, runs:/..., "
                               "a model folder, or 'default'."),
-    fmt: str = typer.Option(..., "--format", "-f", help="sentence-transformers, onnx or onnx-int8."),
+    fmt: str = typer.Option(..., "--format", "-f", help="sentence-transformers, onnx, onnx-int8, openvino or openvino-int8."),
     out: Path = typer.Option(..., "--out", "-o", help="A new (or empty) folder."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="openvino-int8: texts of the served domain "
+                                               "to calibrate on (dev texts, not test): JSONL with title/description/"
+                                               "text fields, or one text a line."),
     log: bool = typer.Option(False, "--log", help="Also log the export to the model's MLflow run, beside model/ "
                              "(models:/ and runs:/ only)."),
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
@@ -22,11 +25,20 @@ def export(
 
     from lmplatform.cli.common import fail, user_errors
     from lmplatform.models.export import FORMATS, ExportError, export_model
+    from lmplatform.models.openvino_backend import MissingExtra, read_calibration_texts
 
     if fmt not in FORMATS:
         fail(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
+    if (calibration is not None) != (fmt == "openvino-int8"):
+        fail("--calibration FILE goes with --format openvino-int8 (static int8 is calibrated on texts of the served "
+             "domain), and with no other format")
     run_id = None
     try:
+        texts = None
+        if calibration is not None:
+            texts, skipped = read_calibration_texts(calibration)
+            typer.echo(f"[lmp] calibration: {len(texts)} texts from {calibration}" + (f", {skipped} empty rows skipped"
+                                                                                   if skipped else ""))
         if log:
             from lmplatform.tracking.exports import source_run
 
@@ -37,20 +49,27 @@ def export(
             from lmplatform.tracking.registry import download_model
 
             model = str(download_model(model, tracking_uri))
-        result = export_model(model, fmt, out)  # type: ignore[arg-type]
-    except (*user_errors(), ExportError, MlflowException) as exc:
+        result = export_model(model, fmt, out, calibration=texts)  # type: ignore[arg-type]
+    except (*user_errors(), ExportError, MissingExtra, MlflowException) as exc:
         fail(str(getattr(exc, "message", exc)))
         return
     typer.echo(f"[lmp] {result.describe()}")
     if result.format == "sentence-transformers":
         loader = "CrossEncoder" if result.kind == "cross-encoder" else "SentenceTransformer"
         typer.echo(f"[lmp] load it: from sentence_transformers import {loader}; {loader}({str(out)!r})")
-    else:
+    elif result.format.startswith("onnx"):
         from lmplatform.models.onnx_backend import OnnxGraphConfig
 
         graph = OnnxGraphConfig.read(out)
         typer.echo(f"[lmp] load it: Encoder.from_pretrained({str(out)!r}, backend='onnx'), or ONNX Runtime on "
                    f"{out / graph.file} (inputs {', '.join(graph.inputs)}; output {graph.output})")
+    else:
+        from lmplatform.models.openvino_backend import OpenVinoModelConfig
+
+        model_config = OpenVinoModelConfig.read(out)
+        typer.echo(f"[lmp] load it: Encoder.from_pretrained({str(out)!r}, backend='openvino'), "
+                   f"SentenceTransformer({str(out)!r}, backend='openvino'), or OpenVINO on {out / model_config.file} "
+                   f"(inputs {', '.join(model_config.inputs)}; outputs {model_config.output}, {model_config.token_output})")
     if run_id is not None:
         from mlflow.tracking import MlflowClient
 

@@ -54,3 +54,13 @@ def pair_group_ids(pairs: Sequence["Pair"]) -> list[Hashable]:
     for pair in pairs:
         links.link(pair.query, pair.document)
     return [("linked", links.find(pair.query)) for pair in pairs]
+
+
+def group_texts(pairs: Sequence["Pair"]) -> list[frozenset[str]]:
+    """Per pair, every text of its duplicate group (its own query and document included)."""
+    ids = pair_group_ids(pairs)
+    texts: dict[Hashable, set[str]] = defaultdict(set)
+    for pair, group in zip(pairs, ids):
+        texts[group].update((pair.query, pair.document))
+    frozen = {group: frozenset(members) for group, members in texts.items()}
+    return [frozen[group] for group in ids]

@@ -78,10 +78,12 @@ class SystemScorer:
         for row, hits in enumerate(first):
             top = hits[: settings.rerank_depth]
             scores = [self._pair_scores[(row, i)] for i, _ in top]
-            mixed = combine_rerank([(str(i), s) for i, s in hits], scores, settings.rerank_weight)
-            ids = rank_against_query([int(d) for d, _ in mixed], [s for _, s in mixed], self.rset.relevant[row], complete=True)
-            order = {int(d): s for d, s in mixed}
-            out.append([(i, order[i]) for i in ids])
+            mixed = [(int(d), s) for d, s in combine_rerank([(str(i), s) for i, s in hits], scores, settings.rerank_weight)]
+            # The re-ranked hits by their mixed score, ties against the query; the rest below them in first-stage order
+            # (their scores are the first stage's, not comparable with the mixed ones).
+            reranked = dict(mixed[: len(top)])
+            ids = rank_against_query(list(reranked), list(reranked.values()), self.rset.relevant[row], complete=True)
+            out.append([(i, reranked[i]) for i in ids] + mixed[len(top):])
         return out
 
     def _score_pairs(self, pairs: Sequence[tuple[int, int]]) -> None:
@@ -107,7 +109,8 @@ class SystemScorer:
                rerank_weights: Sequence[float] = (), metric: str = "ir_mrr_at_10") -> SystemChoice:
         """Settings from `base` with the values that score best on `metric` over this set (a dev set): first the
         BM25 weight of the hybrid first stage (when `base.mode` is hybrid), then the re-rank depth and weight
-        together (when `base.reranker` is set). An empty list keeps `base`'s value. Ties go to the earlier value."""
+        together (when `base.reranker` is set; a weight of 0 drops the re-ranker). An empty list keeps `base`'s value.
+        Ties go to the earlier value."""
         if metric not in self.cfg.ranking_metric_names():
             raise ValueError(f"metric {metric!r} is not scored; choose one of {', '.join(self.cfg.ranking_metric_names())}")
         tried: list[dict[str, Any]] = []
@@ -129,6 +132,8 @@ class SystemScorer:
             grid = [{"rerank_depth": int(d), "rerank_weight": float(v)}
                     for d in (rerank_depths or [base.rerank_depth]) for v in (rerank_weights or [base.rerank_weight])]
             settings = best(grid, settings)
+            if settings.rerank_weight == 0.0:  # dev gives the re-ranker no say: serving it would cost time for nothing
+                settings = settings.model_copy(update={"reranker": None})
         return SystemChoice(settings, metric, tried)
 
 

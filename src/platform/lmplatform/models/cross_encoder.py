@@ -3,9 +3,13 @@
 Any Hugging Face sequence-classification folder with one label works (our own
 trained re-rankers, or a checkpoint from elsewhere). Loading an encoder-only
 folder (e.g. the packaged MiniLM) initialises a new 1-logit head for training.
+`save_pretrained` records the pair length the model was trained with
+(`lmplatform_cross_encoder.json`); loading without a length uses it, so a re-ranker
+trained on 128-token pairs scores 128-token pairs wherever it is loaded.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -17,26 +21,41 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreT
 from lmplatform.models.quiet import quiet_transformers
 from lmplatform.models.resolve import DEFAULT_MODEL, resolve_model_path
 
+CROSS_ENCODER_CONFIG = "lmplatform_cross_encoder.json"
+DEFAULT_MAX_SEQ_LENGTH = 256  # a folder that records none (a checkpoint from elsewhere, or saved before the record)
+
 
 class CrossEncoder(nn.Module):
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_seq_length: int = 256):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH):
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path = DEFAULT_MODEL, max_seq_length: int = 256) -> "CrossEncoder":
+    def from_pretrained(cls, name_or_path: str | Path = DEFAULT_MODEL, max_seq_length: Optional[int] = None) -> "CrossEncoder":
+        """`max_seq_length` None: the length the folder records (`save_pretrained`), else 256."""
         path = resolve_model_path(str(name_or_path))
         with quiet_transformers():  # a new classifier head is expected when starting from an encoder
             model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1)
-        return cls(model, AutoTokenizer.from_pretrained(str(path)), max_seq_length)
+        record = Path(path) / CROSS_ENCODER_CONFIG
+        saved = json.loads(record.read_text()).get("max_seq_length") if record.is_file() else None
+        return cls(model, AutoTokenizer.from_pretrained(str(path)), max_seq_length or saved or DEFAULT_MAX_SEQ_LENGTH)
 
     def tokenize(self, queries: Sequence[str], documents: Sequence[str]) -> dict[str, torch.Tensor]:
         return self.tokenizer(
             list(queries), list(documents), padding=True, truncation="longest_first",
             max_length=self.max_seq_length, return_tensors="pt",
         )
+
+    def head_parameter_names(self) -> list[str]:
+        """Names (as in `named_parameters()`) of the relevance head: every parameter outside the backbone (BERT's
+        classifier, RoBERTa's dense + out_proj) and the backbone's pooler where it has one (BERT pools [CLS] through
+        it; a sentence-embedding checkpoint such as MiniLM never trained it)."""
+        backbone = self.model.base_model
+        pooler = getattr(backbone, "pooler", None)
+        body = {id(p) for p in backbone.parameters()} - {id(p) for p in (pooler.parameters() if pooler is not None else ())}
+        return [name for name, param in self.named_parameters() if id(param) not in body]
 
     def forward(self, **features: torch.Tensor) -> torch.Tensor:
         """Relevance logits [batch]."""
@@ -73,8 +92,9 @@ class CrossEncoder(nn.Module):
         """Scores of each candidate for one query, in the candidates' order."""
         return self.score([query] * len(candidates), list(candidates), batch_size)
 
-    def save_pretrained(self, path: str | Path, max_seq_length: Optional[int] = None) -> Path:
+    def save_pretrained(self, path: str | Path) -> Path:
         path = Path(path)
         self.model.save_pretrained(str(path))
         self.tokenizer.save_pretrained(str(path))
+        (path / CROSS_ENCODER_CONFIG).write_text(json.dumps({"max_seq_length": self.max_seq_length}, indent=2))
         return path

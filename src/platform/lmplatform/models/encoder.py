@@ -14,11 +14,15 @@ on CPU.
 bf16 on a CPU with AVX512-BF16 encodes about 1.8x faster than fp32, each vector within a cosine of 0.99997
 of the fp32 one (MiniLM, OpenOffice reports).
 
-`backend="onnx"` runs the same encoder as an ONNX Runtime graph (`onnx_backend`): a folder
-exported by `lmp export --format onnx|onnx-int8` is loaded as it is; any other model folder
-is exported on load (with `quantize="int8"`, quantized too). Tokenization, batching and the
-order of the result are the same code for both backends; the ONNX one only encodes (no
-training, no un-normalised vectors: the normalisation is part of the graph).
+`backend="onnx"` runs the same encoder as an ONNX Runtime graph (`onnx_backend`), `backend="openvino"` as
+an OpenVINO model (`openvino_backend`, the optional `openvino` extra): a folder exported by
+`lmp export --format onnx|onnx-int8|openvino|openvino-int8` is loaded as it is; any other model folder is
+exported on load (with `quantize="int8"`, quantized too: dynamically for ONNX, statically for OpenVINO, which
+needs `calibration` texts of the served domain). Tokenization, batching and the order of the result are the
+same code for every backend; the graph ones only encode (no training, no un-normalised vectors: the
+normalisation is part of the graph). OpenVINO also runs bf16 (`precision`), ONNX Runtime does not.
+
+`precision` given to `from_pretrained` is the encoder's default for `encode` (fp32 unless set).
 """
 from __future__ import annotations
 
@@ -35,7 +39,9 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from lmplatform.models.graph import GraphSession
 from lmplatform.models.onnx_backend import OnnxSession, export_onnx, has_onnx_graph, quantize_onnx
+from lmplatform.models.openvino_backend import has_openvino_model
 from lmplatform.models.pooling import Pooling, pool
 from lmplatform.models.precision import Precision, autocast, resolve_precision
 from lmplatform.models.quiet import quiet_transformers
@@ -45,8 +51,8 @@ logger = logging.getLogger(__name__)
 ENCODER_CONFIG = "lmplatform_encoder.json"
 Quantization = Literal["int8"]
 QUANTIZATIONS = ("int8",)
-Backend = Literal["torch", "onnx"]
-BACKENDS = ("torch", "onnx")
+Backend = Literal["torch", "onnx", "openvino"]
+BACKENDS = ("torch", "onnx", "openvino")
 
 
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
@@ -61,16 +67,18 @@ class Encoder(nn.Module):
         tokenizer: PreTrainedTokenizerBase,
         pooling: Pooling = "mean",
         max_seq_length: int = 128,
-        onnx: Optional[OnnxSession] = None,
+        graph: Optional[GraphSession] = None,
+        precision: Precision = "fp32",
     ):
         super().__init__()
-        if (backbone is None) == (onnx is None):
-            raise ValueError("an Encoder runs either a PyTorch backbone or an ONNX session: give exactly one")
+        if (backbone is None) == (graph is None):
+            raise ValueError("an Encoder runs either a PyTorch backbone or a graph session: give exactly one")
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.pooling: Pooling = pooling
         self.max_seq_length = max_seq_length
-        self.onnx = onnx
+        self.graph = graph
+        self.precision: Precision = precision
 
     @classmethod
     def from_pretrained(
@@ -80,21 +88,36 @@ class Encoder(nn.Module):
         max_seq_length: Optional[int] = None,
         quantize: Optional[Quantization] = None,
         backend: Backend = "torch",
+        precision: Precision = "fp32",
+        calibration: Optional[Sequence[str]] = None,
     ) -> "Encoder":
         """Load an encoder; pooling and length default to what the folder was saved with.
 
         `quantize="int8"` returns a CPU encoder with dynamically quantized Linear layers
-        (backend "torch") or the int8 ONNX graph (backend "onnx"; see the module doc).
+        (backend "torch"), the int8 ONNX graph (backend "onnx") or the static int8 OpenVINO model (backend
+        "openvino", calibrated on `calibration`; see the module doc). `precision`: `encode`'s default.
         """
         if quantize is not None and quantize not in QUANTIZATIONS:
             raise ValueError(f"quantize={quantize!r} is not supported; allowed: None, {', '.join(QUANTIZATIONS)}")
         if backend not in BACKENDS:
             raise ValueError(f"backend={backend!r} is not supported; allowed: {', '.join(BACKENDS)}")
+        resolve_precision(precision, torch.device("cpu"))  # a bad name fails here, not at the first encode
         path = resolve_model_path(str(name_or_path))
         if backend == "onnx":
-            return cls._from_onnx(path, quantize, max_seq_length)
-        if has_onnx_graph(path):
-            raise ValueError(f"{path} holds an ONNX export, not PyTorch weights: load it with backend='onnx'")
+            encoder = cls._from_onnx(path, quantize, max_seq_length)
+        elif backend == "openvino":
+            encoder = cls._from_openvino(path, quantize, max_seq_length, calibration)
+        else:
+            encoder = cls._from_torch(path, pooling, max_seq_length, quantize)
+        encoder.precision = precision
+        return encoder
+
+    @classmethod
+    def _from_torch(cls, path: Path, pooling: Optional[Pooling], max_seq_length: Optional[int],
+                    quantize: Optional[Quantization]) -> "Encoder":
+        for held, backend in ((has_onnx_graph(path), "onnx"), (has_openvino_model(path), "openvino")):
+            if held:
+                raise ValueError(f"{path} holds a {backend} export, not PyTorch weights: load it with backend='{backend}'")
         saved = {}
         if (path / ENCODER_CONFIG).is_file():
             saved = json.loads((path / ENCODER_CONFIG).read_text())
@@ -127,27 +150,56 @@ class Encoder(nn.Module):
             session = OnnxSession(folder, torch.get_num_threads())
             tokenizer = AutoTokenizer.from_pretrained(str(folder))
         return cls(None, tokenizer, pooling=config.pooling,  # type: ignore[arg-type]
-                   max_seq_length=max_seq_length or config.max_seq_length, onnx=session)
+                   max_seq_length=max_seq_length or config.max_seq_length, graph=session)
+
+    @classmethod
+    def _from_openvino(cls, path: Path, quantize: Optional[Quantization], max_seq_length: Optional[int],
+                       calibration: Optional[Sequence[str]]) -> "Encoder":
+        """The OpenVINO backend over `path`'s model, or over one converted from `path` now (kept in memory only)."""
+        from lmplatform.models.openvino_backend import (
+            OPENVINO_KEEP_FP32,
+            OpenVinoModelConfig,
+            OpenVinoSession,
+            export_openvino,
+            quantize_openvino,
+        )
+
+        exported_int8 = has_openvino_model(path) and OpenVinoModelConfig.read(path).quantization is not None
+        if quantize == "int8" and not calibration and not exported_int8:
+            raise ValueError("backend='openvino', quantize='int8' is static int8: give calibration texts of the "
+                             "served domain (calibration=[...]) or load an `lmp export --format openvino-int8` folder")
+        with tempfile.TemporaryDirectory(prefix="lmp-openvino-") as tmp:
+            folder = path
+            if not has_openvino_model(path):
+                export_openvino(cls.from_pretrained(path), Path(tmp) / "fp32")
+                folder = Path(tmp) / "fp32"
+            if quantize == "int8" and not exported_int8:
+                quantize_openvino(folder, calibration or (), Path(tmp) / "int8", OPENVINO_KEEP_FP32)
+                folder = Path(tmp) / "int8"
+            session = OpenVinoSession(folder, torch.get_num_threads())
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        return cls(None, tokenizer, pooling=session.config.pooling,  # type: ignore[arg-type]
+                   max_seq_length=max_seq_length or session.config.max_seq_length, graph=session)
 
     @property
     def quantized(self) -> bool:
-        if self.onnx is not None:
-            return self.onnx.config.quantization is not None
+        if self.graph is not None:
+            return self.graph.config.quantization is not None
         return getattr(self, "_quantized", False)
 
     @property
     def backend(self) -> Backend:
-        return "onnx" if self.onnx is not None else "torch"
+        return self.graph.backend if self.graph is not None else "torch"  # type: ignore[return-value]
 
     @property
     def dim(self) -> int:
-        if self.onnx is not None:
-            return self.onnx.config.dim
+        if self.graph is not None:
+            return self.graph.config.dim
         return int(self.backbone.config.hidden_size)
 
     @property
     def device(self) -> torch.device:
-        if self.onnx is not None:
+        if self.graph is not None:
             return torch.device("cpu")
         return next(self.backbone.parameters()).device
 
@@ -167,7 +219,8 @@ class Encoder(nn.Module):
 
     def token_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
         if self.backbone is None:
-            raise ValueError("an ONNX-backed Encoder only encodes (Encoder.encode); load backend='torch' for tensors")
+            raise ValueError(f"an Encoder on backend {self.backend!r} only encodes (Encoder.encode); load "
+                             "backend='torch' for tensors")
         return self.backbone(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
@@ -181,22 +234,23 @@ class Encoder(nn.Module):
         normalize: bool = True,
         show_progress: bool = False,
         num_threads: Optional[int] = None,
-        precision: Precision = "fp32",
+        precision: Optional[Precision] = None,
     ) -> np.ndarray:
         """Encode texts to float32 vectors [len(texts), dim] in the given order.
 
         num_threads: torch intra-op threads for this call (restored afterwards);
         None keeps the process setting.
-        precision: the forward passes' autocast type (backend "torch"; `auto` as in models/precision.py, fp32
-        for an int8 encoder); the vectors are float32 either way.
+        precision: the forward passes' type (None: the encoder's `precision`). Backend "torch": autocast, `auto`
+        as in models/precision.py, fp32 for an int8 encoder; "openvino": the runtime's inference precision for
+        what is not int8; "onnx": fp32 only. The vectors are float32 either way.
         """
         texts = list(texts)
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
-        autocast = self._autocast(precision)
-        if self.onnx is not None and normalize != self.onnx.config.normalized:
-            raise ValueError(f"this ONNX graph returns {'' if self.onnx.config.normalized else 'un'}normalised vectors; "
-                             f"encode(normalize={normalize}) needs backend='torch'")
+        autocast, graph_precision = self._precision_plan(self.precision if precision is None else precision)
+        if self.graph is not None and normalize != self.graph.config.normalized:
+            raise ValueError(f"this {self.backend} graph returns {'' if self.graph.config.normalized else 'un'}normalised "
+                             f"vectors; encode(normalize={normalize}) needs backend='torch'")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
@@ -229,9 +283,9 @@ class Encoder(nn.Module):
                         attention_mask[row, :n] = 1
                         for k in extra_keys:
                             features[k][row, :n] = torch.as_tensor(encoded[k][i])
-                    if self.onnx is not None:
+                    if self.graph is not None:
                         tensors = {"input_ids": input_ids, "attention_mask": attention_mask, **features}
-                        out[index] = self.onnx.run({k: v.numpy() for k, v in tensors.items()})
+                        out[index] = self.graph.run({k: v.numpy() for k, v in tensors.items()}, graph_precision)
                     else:
                         features = {k: v.to(device) for k, v in features.items()}
                         vectors = self(input_ids.to(device), attention_mask.to(device), **features).float()
@@ -246,18 +300,26 @@ class Encoder(nn.Module):
             self.train(was_training)
         return out
 
-    def _autocast(self, precision: str) -> ContextManager[None]:
-        if precision == "auto" and (self.onnx is not None or self.quantized):
-            return nullcontext()
-        precision = resolve_precision(precision, self.device)
-        if precision != "fp32" and (self.onnx is not None or self.quantized):
-            raise ValueError(f"precision={precision!r} applies to fp32 PyTorch encoders; this one is "
-                             f"{'an ONNX graph' if self.onnx is not None else 'int8'}: encode it with precision='fp32'")
-        return autocast(precision, self.device, "precision")
+    def _precision_plan(self, precision: str) -> tuple[ContextManager[None], str]:
+        """(the torch forward passes' autocast, the graph's resolved precision) for `precision`: `auto` is fp32
+        where bf16 is not run (an ONNX graph, a torch int8 encoder); asking for it there is an error."""
+        resolved = resolve_precision(precision, self.device)
+        runs_fp32_only = self.backend == "onnx" or (self.graph is None and self.quantized)
+        if runs_fp32_only and precision == "auto":
+            resolved = "fp32"
+        if runs_fp32_only and resolved != "fp32":
+            what = "an ONNX graph" if self.graph is not None else "an int8 PyTorch encoder"
+            raise ValueError(f"precision={precision!r}: {what} runs in fp32; encode it with precision='fp32', or use an "
+                             "fp32 encoder on backend 'torch' or 'openvino' for bf16")
+        if self.graph is None:
+            return autocast(resolved, self.device, "precision"), "fp32"
+        if resolved == "fp16":
+            raise ValueError("precision='fp16' needs a CUDA device and graph backends run on CPU; use 'bf16' or 'fp32'")
+        return nullcontext(), resolved
 
     def save_pretrained(self, path: str | Path) -> Path:
-        if self.onnx is not None:
-            raise ValueError("an ONNX-backed encoder is saved by `lmp export`, not as a Hugging Face folder")
+        if self.graph is not None:
+            raise ValueError(f"an encoder on backend {self.backend!r} is saved by `lmp export`, not as a Hugging Face folder")
         if self.quantized:
             raise ValueError("a quantized encoder cannot be saved as a Hugging Face folder; save the fp32 model "
                              "and load it with quantize='int8'")
@@ -282,8 +344,9 @@ KEEP_FP32_LINEARS = ("encoder.layer.0.output.dense",)
 
 def quantize_encoder(encoder: Encoder) -> Encoder:
     """Dynamic int8 quantization of the backbone's Linear layers but `KEEP_FP32_LINEARS`, in place (CPU only)."""
-    if encoder.onnx is not None:
-        raise ValueError("quantize_encoder quantizes PyTorch layers; for ONNX load with backend='onnx', quantize='int8'")
+    if encoder.graph is not None:
+        raise ValueError(f"quantize_encoder quantizes PyTorch layers; for {encoder.backend} load with "
+                         f"backend='{encoder.backend}', quantize='int8'")
     if encoder.device.type != "cpu":
         raise ValueError(f"int8 dynamic quantization runs on CPU; the encoder is on {encoder.device}")
     with warnings.catch_warnings():

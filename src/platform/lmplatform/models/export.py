@@ -12,6 +12,10 @@
   reads them, so its `predict` gives `CrossEncoder.score`'s probabilities.
 - `onnx` / `onnx-int8`, bi-encoder: the graph of `onnx_backend` (pooling and normalisation
   inside) with the tokenizer, loadable by ONNX Runtime alone or by `Encoder(backend="onnx")`.
+- `openvino` / `openvino-int8`, bi-encoder: the folder of `openvino_backend` (the graph with both the
+  sentence embedding and the token embeddings, plus the sentence-transformers module files), loadable by
+  OpenVINO alone, by `Encoder(backend="openvino")` and by sentence-transformers' `backend="openvino"`
+  where its optimum-intel installs. int8 is static: it needs calibration texts of the served domain.
 A classifier folder (encoder + MLP head) exports its encoder; the head is not part of any format.
 """
 from __future__ import annotations
@@ -27,8 +31,8 @@ from lmplatform.models.resolve import resolve_model_path
 if TYPE_CHECKING:
     from lmplatform.models.encoder import Encoder
 
-ExportFormat = Literal["sentence-transformers", "onnx", "onnx-int8"]
-FORMATS: tuple[str, ...] = ("sentence-transformers", "onnx", "onnx-int8")
+ExportFormat = Literal["sentence-transformers", "onnx", "onnx-int8", "openvino", "openvino-int8"]
+FORMATS: tuple[str, ...] = ("sentence-transformers", "onnx", "onnx-int8", "openvino", "openvino-int8")
 ModelKind = Literal["bi-encoder", "cross-encoder"]
 # The sentence-transformers module classes named in modules.json (stable import paths since v2).
 _TRANSFORMER = "sentence_transformers.models.Transformer"
@@ -65,10 +69,16 @@ def model_kind(folder: Path) -> ModelKind:
 
 
 def export_model(model: str | Path, fmt: ExportFormat, out: str | Path, keep_fp32: Optional[Sequence[str]] = None,
-                 cross_encoder_max_length: int = 256) -> ExportResult:
-    """Export `model` (a folder, 'default' or a models:/ or runs:/ URI) as `fmt` into `out` (created; must be empty)."""
+                 cross_encoder_max_length: int = 256, calibration: Optional[Sequence[str]] = None) -> ExportResult:
+    """Export `model` (a folder, 'default' or a models:/ or runs:/ URI) as `fmt` into `out` (created; must be empty).
+
+    calibration: texts of the served domain for `openvino-int8` (required there, unused elsewhere).
+    """
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    if fmt == "openvino-int8" and not calibration:
+        raise ExportError("openvino-int8 is static int8: it needs calibration texts of the served domain "
+                          "(lmp export --calibration FILE)")
     source = resolve_model_path(str(model))
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -85,6 +95,11 @@ def export_model(model: str | Path, fmt: ExportFormat, out: str | Path, keep_fp3
     notes = ["the classifier head is not exported"] if (source / "classifier_head.pt").is_file() else []
     if fmt == "sentence-transformers":
         result = write_sentence_transformers(encoder, out)
+    elif fmt.startswith("openvino"):
+        from lmplatform.models.openvino_backend import OPENVINO_KEEP_FP32
+
+        result = write_openvino(encoder, out, calibration if fmt == "openvino-int8" else None,
+                                OPENVINO_KEEP_FP32 if keep_fp32 is None else keep_fp32)
     else:
         result = write_onnx(encoder, out, int8=fmt == "onnx-int8",
                             keep_fp32=KEEP_FP32_LINEARS if keep_fp32 is None else keep_fp32)
@@ -99,6 +114,13 @@ def _files(folder: Path) -> list[str]:
 def write_sentence_transformers(encoder: "Encoder", out: Path, normalize: bool = True) -> ExportResult:
     """`encoder` as a sentence-transformers folder (see the module doc)."""
     out = encoder.save_pretrained(out)  # backbone only, tokenizer, lmplatform_encoder.json
+    write_sentence_transformers_modules(encoder, out, normalize)
+    return ExportResult("sentence-transformers", "bi-encoder", out, _files(out),
+                        [f"{encoder.pooling} pooling{', normalised' if normalize else ''}, max_seq_length {encoder.max_seq_length}"])
+
+
+def write_sentence_transformers_modules(encoder: "Encoder", out: Path, normalize: bool) -> None:
+    """The files that tell sentence-transformers how `encoder` pools, normalises and truncates."""
     (out / "sentence_bert_config.json").write_text(json.dumps(
         {"max_seq_length": encoder.max_seq_length, "do_lower_case": False}, indent=2))
     pooling = out / "1_Pooling"
@@ -121,8 +143,6 @@ def write_sentence_transformers(encoder: "Encoder", out: Path, normalize: bool =
     (out / "modules.json").write_text(json.dumps(modules, indent=2))
     (out / "config_sentence_transformers.json").write_text(json.dumps(
         {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2))
-    return ExportResult("sentence-transformers", "bi-encoder", out, _files(out),
-                        [f"{encoder.pooling} pooling{', normalised' if normalize else ''}, max_seq_length {encoder.max_seq_length}"])
 
 
 def write_cross_encoder(source: Path, out: Path, max_seq_length: int) -> ExportResult:
@@ -159,3 +179,21 @@ def write_onnx(encoder: "Encoder", out: Path, int8: bool, keep_fp32: Sequence[st
     return ExportResult("onnx-int8", "bi-encoder", out, _files(out),
                         [f"{config.pooling} pooling and normalisation in the graph, {how} weights int8 per "
                          f"{'channel' if config.per_channel else 'tensor'}{kept}"])
+
+
+def write_openvino(encoder: "Encoder", out: Path, calibration: Optional[Sequence[str]], keep_fp32: Sequence[str] = ()
+                   ) -> ExportResult:
+    """`encoder` as an OpenVINO folder: fp32, or only its static int8 variant when `calibration` texts are given."""
+    from lmplatform.models.openvino_backend import export_openvino, quantize_openvino
+
+    if calibration is None:
+        config = export_openvino(encoder, out)
+        return ExportResult("openvino", "bi-encoder", out, _files(out), [f"{config.pooling} pooling and normalisation "
+                                                                          "in the graph, token embeddings beside"])
+    with tempfile.TemporaryDirectory(prefix="lmp-openvino-") as tmp:
+        export_openvino(encoder, tmp)
+        config = quantize_openvino(tmp, calibration, out, keep_fp32)
+    kept = f"; kept in higher precision: {', '.join(config.keep_fp32)}" if config.keep_fp32 else ""
+    return ExportResult("openvino-int8", "bi-encoder", out, _files(out),
+                        [f"{config.pooling} pooling and normalisation in the graph, static int8 calibrated on "
+                         f"{config.calibration['texts']} texts{kept}"])

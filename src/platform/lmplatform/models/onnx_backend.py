@@ -1,10 +1,8 @@
 """The ONNX form of an `Encoder`: export (pooling and normalisation inside the graph), int8, and the runtime session.
 
-The exported graph takes the tokenizer's tensors (`input_ids`, `attention_mask`, and
-`token_type_ids` where the model uses them) and returns `sentence_embedding`
-[batch, dim]: the encoder's pooling and an L2 normalisation are part of the graph, so a
-consumer that only has ONNX Runtime and the tokenizer gets the same vectors as
-`Encoder.encode`, with no pooling to re-implement (and none to guess wrong).
+The exported graph is the one of `models/graph.py`: the tokenizer's tensors in, `sentence_embedding` out,
+pooled and normalised, so a consumer with only ONNX Runtime and the tokenizer has no pooling to re-implement
+(and none to guess wrong).
 
 The graph is traced with eager attention (the same numbers as SDPA), whose MatMul/Softmax pattern ONNX
 Runtime's transformer optimizer recognises: `quantize_onnx` first fuses a BERT-family graph (one
@@ -15,9 +13,8 @@ the PyTorch int8 path) stay in fp32. On MiniLM, per-channel scales keep every ve
 within cosine 0.99 of fp32 (0.96 per tensor), at the same speed. The fused int8 graph uses ONNX Runtime's
 contrib operators; the fp32 graph is plain ONNX. Other architectures are quantized unfused.
 
-A folder holding a graph carries `ONNX_CONFIG` (which file, which inputs, how it pools), the
-tokenizer, the model's config.json and `lmplatform_encoder.json`, so `Encoder.from_pretrained(folder,
-backend="onnx")` loads it and `resolve_model_path` accepts it like any model folder.
+A folder holding a graph carries `ONNX_CONFIG` (an `OnnxGraphConfig`) beside the model files, so
+`Encoder.from_pretrained(folder, backend="onnx")` loads it.
 """
 from __future__ import annotations
 
@@ -25,85 +22,47 @@ import json
 import os
 import tempfile
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, ClassVar, Optional, Sequence
 
 import numpy as np
+
+from lmplatform.models.graph import OUTPUT, GraphConfig, sentence_embedding_module, trace_inputs, write_model_files
 
 if TYPE_CHECKING:
     from lmplatform.models.encoder import Encoder
 
 ONNX_CONFIG = "lmplatform_onnx.json"
-OUTPUT = "sentence_embedding"
 OPSET = 17
 FP32_FILE = "encoder.onnx"
 INT8_FILE = "encoder_int8.onnx"
 
 
 @dataclass
-class OnnxGraphConfig:
+class OnnxGraphConfig(GraphConfig):
     """What a folder's ONNX graph expects and produces (written as `ONNX_CONFIG`)."""
 
-    file: str
-    inputs: list[str]
-    dim: int
-    pooling: str
-    max_seq_length: int
-    normalized: bool = True
-    quantization: Optional[str] = None
-    keep_fp32: list[str] = field(default_factory=list)
-    output: str = OUTPUT
+    FILE: ClassVar[str] = ONNX_CONFIG
+
     opset: int = OPSET
     fused: bool = False
     per_channel: bool = False
 
-    def write(self, folder: Path) -> None:
-        (folder / ONNX_CONFIG).write_text(json.dumps(asdict(self), indent=2))
-
-    @classmethod
-    def read(cls, folder: Path) -> "OnnxGraphConfig":
-        return cls(**json.loads((folder / ONNX_CONFIG).read_text()))
-
 
 def has_onnx_graph(folder: Path) -> bool:
-    return (Path(folder) / ONNX_CONFIG).is_file()
-
-
-def _graph_module(encoder: "Encoder", names: Sequence[str], normalize: bool) -> Any:
-    import torch
-    from torch import nn
-
-    class SentenceEmbedding(nn.Module):
-        """The encoder's tensors in, pooled (and normalised) vectors out: what the graph computes."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-            features = dict(zip(names, tensors))
-            vectors = self.encoder(features.pop("input_ids"), features.pop("attention_mask"), **features)
-            return torch.nn.functional.normalize(vectors, dim=-1) if normalize else vectors
-
-    return SentenceEmbedding().eval()
+    return OnnxGraphConfig.held_by(folder)
 
 
 def export_onnx(encoder: "Encoder", folder: str | Path, normalize: bool = True) -> OnnxGraphConfig:
     """Write `encoder` as an fp32 ONNX graph plus everything needed to load it into `folder`."""
     import torch
 
-    if encoder.backbone is None or encoder.quantized:
-        raise ValueError("export needs the fp32 PyTorch encoder (load it with backend='torch' and no quantize)")
+    sample, names = trace_inputs(encoder)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    # Two texts of different lengths: the sample has padding, so the mask paths are traced too.
-    sample = encoder.tokenizer(["an example text to trace the graph with", "short"], padding=True, return_tensors="pt")
-    names = [n for n in encoder.tokenizer.model_input_names if n in sample]
-    if "input_ids" not in names or "attention_mask" not in names:
-        raise ValueError(f"the tokenizer produces {names}; an ONNX export needs input_ids and attention_mask")
     axes = {name: {0: "batch", 1: "sequence"} for name in names} | {OUTPUT: {0: "batch"}}
-    module = _graph_module(encoder.cpu(), names, normalize)
+    module = sentence_embedding_module(encoder.cpu(), names, normalize)
     attention = encoder.backbone.config._attn_implementation
     encoder.backbone.set_attn_implementation("eager")  # the pattern ONNX Runtime fuses (see the module doc)
     try:
@@ -115,11 +74,7 @@ def export_onnx(encoder: "Encoder", folder: str | Path, normalize: bool = True) 
                               output_names=[OUTPUT], dynamic_axes=axes, opset_version=OPSET, dynamo=False)
     finally:
         encoder.backbone.set_attn_implementation(attention)
-    encoder.tokenizer.save_pretrained(str(folder))
-    encoder.backbone.config.save_pretrained(str(folder))
-    from lmplatform.models.encoder import write_encoder_config
-
-    write_encoder_config(folder, encoder.pooling, encoder.max_seq_length)
+    write_model_files(encoder, folder)
     config = OnnxGraphConfig(FP32_FILE, names, encoder.dim, encoder.pooling, encoder.max_seq_length, normalize)
     config.write(folder)
     return config
@@ -198,7 +153,9 @@ def quantize_onnx(folder: str | Path, keep_fp32: Sequence[str] = (), out: Option
 
 
 class OnnxSession:
-    """An ONNX Runtime session over a folder's graph: numpy tensors in, float32 vectors out."""
+    """An ONNX Runtime session over a folder's graph: numpy tensors in, float32 vectors out (a `GraphSession`)."""
+
+    backend = "onnx"
 
     def __init__(self, folder: str | Path, num_threads: Optional[int] = None):
         import onnxruntime as ort
@@ -213,6 +170,9 @@ class OnnxSession:
             options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(folder / self.config.file), options, providers=["CPUExecutionProvider"])
 
-    def run(self, features: dict[str, np.ndarray]) -> np.ndarray:
+    def run(self, features: dict[str, np.ndarray], precision: str = "fp32") -> np.ndarray:
+        if precision != "fp32":
+            raise ValueError(f"precision={precision!r}: an ONNX graph runs in fp32 (or int8); use backend 'torch' "
+                             "or 'openvino' for bf16")
         feeds = {name: features[name].astype(np.int64, copy=False) for name in self.config.inputs}
         return self.session.run([self.config.output], feeds)[0].astype(np.float32, copy=False)

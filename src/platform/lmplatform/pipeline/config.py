@@ -236,6 +236,8 @@ class SystemConfig(Section):
                                    "values it tries. Its `reranker` is set from `reranker` above.")
     choose: SystemChoiceConfig = Field(default_factory=SystemChoiceConfig)
     max_seq_length: Optional[int] = Field(None, ge=8, description="Encoder length; default: the model's.")
+    cpus: float = Field(1.0, gt=0.0, description="CPUs of the Ray task that measures the system (its encoder and "
+                        "re-ranker run there, one thread per CPU).")
     index: Optional[SystemIndexConfig] = Field(None, description="Build the served index (when the system is registered).")
     register_as: Optional[SystemRegisterConfig] = Field(None, description="Register the system (skipped in study trials: "
                                                      "the study registers its winner).")

@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Hashable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.data.groups import pair_group_ids
+from lmplatform.data.groups import group_texts
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.pipeline.config import MineConfig
 from lmplatform.retrieval.mining import MiningRules, ScorePairs, Selection, select_negatives
@@ -44,16 +43,6 @@ class MineResult:
                 f"candidates ({int(m['mine/pairs_short'])} pair(s) with fewer than asked; skipped: "
                 f"{int(m['mine/skipped_group'])} of the query's group, {int(m['mine/skipped_margin'])} within the margin, "
                 f"{int(m['mine/skipped_cross_encoder'])} by the cross-encoder); pairs file {self.path}")
-
-
-def group_texts(pairs: Sequence[Pair]) -> list[frozenset[str]]:
-    """Per pair, every text of its duplicate group (its own query and document included)."""
-    ids = pair_group_ids(pairs)
-    texts: dict[Hashable, set[str]] = defaultdict(set)
-    for pair, group in zip(pairs, ids):
-        texts[group].update((pair.query, pair.document))
-    frozen = {group: frozenset(members) for group, members in texts.items()}
-    return [frozen[group] for group in ids]
 
 
 def encode_texts(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: Path) -> np.ndarray:

@@ -363,6 +363,8 @@ def _run_untrained_stage(cfg: PipelineConfig, stage: StageConfig, index: int, st
 def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: PipelineState, folder: Path,
                 tracking: tuple[Any, ...]) -> Any:  # noqa: ANN401 - a SystemResult
     """Measure the system on its select set, and register it when the stage says so."""
+    import ray
+
     from lmplatform.pipeline.config import SystemConfig
     from lmplatform.pipeline.system import publish_system, run_system_stage
     from lmplatform.tracking.registry import register_model_version
@@ -372,7 +374,13 @@ def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: Pipe
     resolved = SystemConfig.model_validate(resolve_references(system.model_dump(mode="json"), stage_outputs(state)))
     retriever, reranker = resolved.retriever, resolved.reranker
     print(f"[lmp] {label}: measuring {retriever}" + (f" re-ranked by {reranker}" if reranker else ""), flush=True)
-    result = run_system_stage(resolved, retriever, reranker, folder / stage.name, *tracking)
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    # Its own reservation, as a training stage's workers have theirs: outside the placement group of the study trial
+    # that may be running this pipeline (which holds no CPU).
+    measure = ray.remote(num_cpus=resolved.cpus)(run_system_stage).options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
+    result = ray.get(measure.remote(resolved, retriever, reranker, folder / stage.name, *tracking))
     record.model_dir, record.search = retriever, result.settings.model_dump(mode="json")
     record.model_run_id = _source_run(system.retriever, state)
     record.reranker_run_id = _source_run(system.reranker, state) if system.reranker else None

@@ -56,7 +56,7 @@ def measure_system(cfg: SystemConfig, retriever: str, reranker: Optional[str]) -
     metrics = dict(scorer.means(chosen))
     metrics |= {f"dense_{k}": v for k, v in scorer.means(SearchSettings(mode="dense")).items() if k.startswith("ir_")
                 and k not in ("ir_queries", "ir_candidates")}
-    if chosen.reranker is not None:
+    if reranker is not None:  # what the re-ranker adds (nothing, when dev gave it no weight and it was dropped)
         first = scorer.means(chosen.model_copy(update={"reranker": None}))
         metrics |= {f"first_stage_{k}": v for k, v in first.items() if k not in ("ir_queries", "ir_candidates")}
     metrics |= {"bm25_weight": chosen.bm25_weight if chosen.mode == "hybrid" else 0.0,

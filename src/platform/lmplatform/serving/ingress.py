@@ -27,16 +27,15 @@ from lmplatform.serving.http_errors import error_response
 from lmplatform.serving.http_guard import RequestGuard
 from lmplatform.serving.metrics import RequestMetrics
 from lmplatform.serving.release import Release
+from lmplatform.serving.responses import model_json, vectors_json
 from lmplatform.serving.schemas import (
     ClassifyResponse,
     DeletedResponse,
     DocumentResponse,
     DocumentsRequest,
     DocumentsResponse,
-    Embedding,
     EmbeddingsRequest,
     EmbeddingsResponse,
-    EmbeddingsUsage,
     EmbedResponse,
     ErrorResponse,
     Hit,
@@ -255,12 +254,12 @@ class ServeIngress:
             hits = [{**by_id[doc_id], "score": score} for doc_id, score in order[: body.k]]
         record_search(plan.mode, plan.rerank)
         convex = plan.fusion is not None and plan.fusion.fusion == "convex"
-        return SearchResponse(
+        return model_json(SearchResponse(
             hits=[Hit(id=h["id"], score=h["score"], title=h["title"], snippet=snippet(h["text"], self.limits.snippet_chars),
                       retrieval_score=h.get("retrieval_score"), rerank_score=h.get("rerank_score")) for h in hits],
             model_version=release.id, reranked=plan.rerank, mode=plan.mode,
             fusion=plan.fusion.fusion if plan.fusion else None, bm25_weight=plan.fusion.bm25_weight if convex else None,
-        )
+        ))
 
     def _live_writer(self) -> Any:
         if self.writer is None:
@@ -325,7 +324,7 @@ class ServeIngress:
         self.limits.check_texts("texts", body.texts)
         release = self._release()
         vectors = await self._call(self.retriever.embed.remote(release.id, body.texts))
-        return EmbedResponse(vectors=vectors.tolist(), dim=int(vectors.shape[1]), model_version=release.id)
+        return vectors_json({"vectors": vectors, "dim": int(vectors.shape[1]), "model_version": release.id})
 
     @api.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERRORS, tags=["embedding"])
     async def embeddings(self, body: EmbeddingsRequest) -> EmbeddingsResponse:
@@ -340,13 +339,13 @@ class ServeIngress:
                                     f"not {body.dimensions} (vectors are not shortened)")
         if body.encoding_format == "base64":
             # What OpenAI sends: the float32 array's bytes, little-endian.
-            encoded = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in vectors]
+            encoded: Any = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in vectors]
         else:
-            encoded = vectors.tolist()
-        return EmbeddingsResponse(
-            data=[Embedding(index=i, embedding=e) for i, e in enumerate(encoded)], model=release.id,
-            usage=EmbeddingsUsage(prompt_tokens=sum(tokens), total_tokens=sum(tokens)),
-        )
+            encoded = vectors
+        # EmbeddingsResponse's shape, written by orjson from the array (responses.py).
+        return vectors_json({"object": "list", "data": [{"object": "embedding", "index": i, "embedding": e}
+                                                        for i, e in enumerate(encoded)],
+                             "model": release.id, "usage": {"prompt_tokens": sum(tokens), "total_tokens": sum(tokens)}})
 
     @api.post("/v1/similarity", response_model=SimilarityResponse, responses=ERRORS, tags=["embedding"])
     async def similarity(self, body: SimilarityRequest) -> SimilarityResponse:

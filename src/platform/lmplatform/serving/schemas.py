@@ -300,7 +300,7 @@ class ModelInfo(BaseModel):
     index_built_at: Optional[str] = Field(None, description="When the index files were written (UTC, ISO 8601).")
     index_build_seconds: Optional[float] = None
     dim: int
-    encoder_backend: str = Field("torch", description="How the bi-encoder runs: torch, torch-int8, onnx or onnx-int8.")
+    encoder_backend: str = Field("torch", description="How the bi-encoder runs: torch, torch-int8, onnx, onnx-int8, openvino or openvino-int8.")
     loaded_at: str
     reranker: Optional[str] = None
     classifier: str

@@ -33,11 +33,28 @@ class BatchingSettings(Section):
 class EncoderSettings(Section):
     """How the retriever replicas run the bi-encoder (the same vectors either way, see models/encoder.py)."""
 
-    backend: Literal["torch", "onnx"] = Field("torch", description="'onnx': ONNX Runtime on the model's graph (an "
-                                              "`lmp export` ONNX folder is used as it is; any other model is exported "
-                                              "when a replica loads it).")
+    backend: Literal["torch", "onnx", "openvino"] = Field("torch", description="'onnx': ONNX Runtime on the model's "
+                                                          "graph; 'openvino': OpenVINO (the `openvino` extra). An "
+                                                          "`lmp export` folder of that backend is used as it is (an "
+                                                          "openvino-int8 one runs int8); any other model is converted "
+                                                          "when a replica loads it.")
     quantize: Optional[Literal["int8"]] = Field(None, description="'int8': dynamically quantized weights (CPU; "
-                                                "slightly different vectors: build the index with the same setting).")
+                                                "slightly different vectors: build the index with the same setting). "
+                                                "OpenVINO's int8 is static, calibrated at export: serve an "
+                                                "`lmp export --format openvino-int8` folder instead.")
+    precision: Literal["fp32", "bf16", "auto"] = Field("fp32", description="The forward passes' type (torch and "
+                                                       "openvino): 'auto' is bf16 on a CPU with AVX512-BF16 or AMX, "
+                                                       "else fp32 (models/precision.py); onnx and int8 torch run fp32.")
+
+    @model_validator(mode="after")
+    def _quantize_where_it_runs(self) -> "EncoderSettings":
+        if self.backend == "openvino" and self.quantize is not None:
+            raise ValueError("encoder.quantize: backend 'openvino' quantizes statically at export, on calibration "
+                             "texts; serve an `lmp export --format openvino-int8` folder and leave quantize unset")
+        if self.precision == "bf16" and (self.backend == "onnx" or self.quantize is not None):
+            raise ValueError(f"encoder.precision 'bf16' runs on fp32 torch or openvino encoders, not backend "
+                             f"{self.backend!r}{' with quantize int8' if self.quantize else ''}; use 'fp32' or 'auto'")
+        return self
 
 
 class LiveSettings(Section):

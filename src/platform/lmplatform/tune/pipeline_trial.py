@@ -85,13 +85,16 @@ def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: lis
 
 
 def stage_cpus(pipeline: Any) -> float:  # noqa: ANN401 - a PipelineConfig
-    """CPUs the largest stage of a pipeline reserves at once: what one trial needs to make progress."""
+    """CPUs the largest stage of a pipeline reserves at once (training workers, mining actors, a system stage's
+    task or index encoder): what one trial needs to make progress."""
     from lmplatform.pipeline.config import build_stage_config
 
     needs = [0.0]
     for stage in pipeline.stages:
         if stage.mine is not None:
             needs.append(stage.mine.actors * stage.mine.cpus_per_actor)
+        elif stage.system is not None:
+            needs.append(max(stage.system.cpus, stage.system.index.cpus_per_actor if stage.system.index else 0.0))
         elif stage.kind == "train":
             run = build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
             needs.append(run.scaling.num_workers * run.scaling.cpus_per_worker)

@@ -99,10 +99,12 @@ class SchedulerSpec(Section):
 
 
 class TrialResources(Section):
-    """What one trial's driver (train trials) or the whole trial (function trials) reserves."""
+    """What one trial's driver (train and pipeline trials) or the whole trial (function trials) reserves."""
 
-    cpu: float = Field(0.01, ge=0.0, description="Train trials: 0 (the driver only waits; its Ray Train workers "
-                       "reserve scaling.cpus_per_worker each). Function trials do the work: give them CPUs.")
+    cpu: Optional[float] = Field(None, ge=0.0, description="Default: 0 for train and pipeline trials (the driver only "
+                                 "waits; Ray Train workers, mining actors and a system stage's task reserve their own "
+                                 "CPUs, and a driver holding even 0.01 of 2 CPUs starves a stage that wants both), 0.01 "
+                                 "for function trials, which do the work: give them CPUs.")
     gpu: float = Field(0.0, ge=0.0)
 
 
@@ -212,6 +214,12 @@ class SearchSpace(Section):
         if self.scheduler.metric and self.scheduler.name != "asha":
             raise ValueError("scheduler.metric is what ASHA compares; the fifo scheduler stops nothing: remove it")
         return self
+
+    def trial_cpus(self) -> float:
+        """What one trial reserves: `resources.cpu`, or the default of its kind (see TrialResources)."""
+        if self.resources.cpu is not None:
+            return self.resources.cpu
+        return 0.01 if self.trial == "function" else 0.0
 
     @property
     def targets(self) -> list[ObjectiveTarget]:

@@ -172,7 +172,7 @@ def _trainable(loaded: LoadedSpace, parent_run_id: str, study: str, tracking_uri
     from ray import tune
 
     space = loaded.space
-    resources = {"CPU": space.resources.cpu, **({"GPU": space.resources.gpu} if space.resources.gpu else {})}
+    resources = {"CPU": space.trial_cpus(), **({"GPU": space.resources.gpu} if space.resources.gpu else {})}
     if not any(resources.values()):
         # A trial needs some reservation; a token byte of memory lets a train trial's driver take no CPU,
         # so workers that want every CPU of a node (2 of 2 here) still fit beside it.

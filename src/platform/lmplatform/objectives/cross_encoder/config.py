@@ -9,9 +9,19 @@ from lmplatform.config.base import Section
 
 
 class CrossEncoderObjectiveConfig(Section):
-    """BCE on (query, positive) against negatives drawn at random or mined with a bi-encoder."""
+    """(query, positive) against its negatives, scored pointwise (BCE) or per group (listwise softmax cross-entropy).
+
+    Negatives: the pairs' own hard negatives (data.hard_negative_field, e.g. a mine stage's output) first, then
+    documents drawn at random or mined with a bi-encoder; never a text of the query's duplicate group."""
 
     name: Literal["cross_encoder"] = "cross_encoder"
+    loss: Literal["bce", "listwise"] = Field(
+        "bce", description="'bce': each (query, document) labelled 1 or 0 on its own; 'listwise': softmax cross-entropy "
+        "of the positive among its group (positive + its negatives), as FlagEmbedding's reranker trains.")
+    head_lr: Optional[float] = Field(
+        None, gt=0.0, le=1.0, description="Learning rate of the relevance head (the classifier and the backbone's pooler; "
+        "default optim.lr). A head initialised at random (training from an encoder such as MiniLM) barely moves at an "
+        "encoder's rate such as 2e-5 over a few hundred steps: the loss stays at the label prior. Warm-up and decay apply to it too.")
     negatives_per_positive: int = Field(3, ge=1, description="Negative documents scored with each (query, positive) pair.")
     negatives: Literal["random", "mined"] = Field(
         "random", description="'random': other documents of the split; 'mined': top-k of miner_model that are not a positive."

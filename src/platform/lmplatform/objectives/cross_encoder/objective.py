@@ -1,9 +1,10 @@
-"""Cross-encoder re-ranker training: each query with its positive and its negatives, scored by BCE.
+"""Cross-encoder re-ranker training: each query with its positive and its negatives, scored by BCE or per group.
 
 A training row is one group: a query, its positive document and its negatives,
 chosen once on the driver (`prepare_data`: the pairs' own hard negatives first, then
-random documents or ones mined with a bi-encoder). The collator expands a group into
-1 + k (query, document) sequences labelled 1, 0, ..., 0.
+random documents or ones mined with a bi-encoder; never a text of the query's duplicate
+group). The collator expands a group into 1 + k (query, document) sequences labelled
+1, 0, ..., 0; `loss` scores them one by one (`bce`) or as a list (`listwise`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from torch import nn
 
 from lmplatform.config.schema import RunConfig
 from lmplatform.data.corpus import TRAIN, VALIDATION
+from lmplatform.data.groups import group_texts
 from lmplatform.data.pairs import Pair, pair_datasets, read_pairs
 from lmplatform.models.cross_encoder import CrossEncoder
 from lmplatform.objectives.biencoder.objective import prepared_pairs
@@ -50,26 +52,59 @@ def logits_of(model: CrossEncoder, batch: Batch) -> torch.Tensor:
     return model(**{k: v for k, v in batch.items() if k not in _NOT_FEATURES})
 
 
+def listwise_softmax_loss(logits: torch.Tensor, labels: torch.Tensor, group_ids: torch.Tensor,
+                          reduction: str = "mean") -> torch.Tensor:
+    """Softmax cross-entropy of each group's positive among its group (FlagEmbedding's reranker loss).
+
+    logits [n] relevance logits s_i; labels [n] 1 for the one positive of its group, 0 otherwise;
+    group_ids [n] the group of each sequence (any integers; members need not be adjacent). Per group g
+    with positive p:  l_g = log sum_{i in g} exp(s_i) - s_p  (>= 0; 0 only when the positive takes all
+    the mass). Returns the mean over groups (reduction 'mean') or the sum ('sum'), a 0-dim tensor.
+    Unlike BCE it only asks the positive to outscore its own negatives, not to cross a fixed threshold.
+    """
+    _, group = torch.unique(group_ids, return_inverse=True)
+    count = int(group.max()) + 1 if len(group) else 0
+    top = torch.full((count,), float("-inf"), dtype=logits.dtype, device=logits.device)
+    top = top.scatter_reduce(0, group, logits.detach(), reduce="amax")  # per-group max, for a stable logsumexp
+    mass = torch.zeros(count, dtype=logits.dtype, device=logits.device).index_add(0, group, torch.exp(logits - top[group]))
+    positive = torch.zeros(count, dtype=logits.dtype, device=logits.device).index_add(0, group, logits * labels)
+    per_group = torch.log(mass) + top - positive
+    return per_group.mean() if reduction == "mean" else per_group.sum()
+
+
 class CrossEncoderObjective(nn.Module):
+    """`loss` 'bce' (pointwise) or 'listwise' (`listwise_softmax_loss` per group)."""
+
+    def __init__(self, loss: str = "bce"):
+        super().__init__()
+        self.loss = loss
+
     def forward(self, model: CrossEncoder, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         logits = logits_of(model, batch).float()
-        loss = F.binary_cross_entropy_with_logits(logits, batch["labels"])
+        labels = batch["labels"]
         # detached 0-dim tensors: the loop reads them at logging time, not every micro-step
-        accuracy = ((logits.detach() > 0).float() == batch["labels"]).float().mean()
+        if self.loss == "listwise":
+            loss = listwise_softmax_loss(logits, labels, batch["group_ids"])
+            return loss, {"listwise_loss": loss.detach()}
+        loss = F.binary_cross_entropy_with_logits(logits, labels)
+        # logit > 0 means "relevant" only for a BCE-trained model: a listwise one's logits have no fixed threshold
+        accuracy = ((logits.detach() > 0).float() == labels).float().mean()
         return loss, {"bce_loss": loss.detach(), "accuracy": accuracy}
 
 
 class RerankEvaluator:
-    """BCE and accuracy per pair; per group (the query's positive and its drawn negatives) the share of
-    negatives the positive outscores and its reciprocal rank, ties against it: in-batch diagnostics.
-    The caller sets eval and inference mode and places the batches (the training loop does)."""
+    """BCE and accuracy per pair; per group (the query's positive and its drawn negatives) the listwise loss,
+    the share of negatives the positive outscores and its reciprocal rank, ties against it: in-batch
+    diagnostics, whichever loss trains. The caller sets eval and inference mode and places the batches
+    (the training loop does)."""
 
     def __call__(self, model: CrossEncoder, batches: Iterable[Batch], rank: int = 0) -> WeightedMetrics:
-        bce = correct = pairs = wins = comparisons = reciprocal = groups = 0.0
+        bce = listwise = correct = pairs = wins = comparisons = reciprocal = groups = 0.0
         for batch in batches:
             logits = logits_of(model, batch).float()
             labels, group_ids = batch["labels"], batch["group_ids"]
             bce += float(F.binary_cross_entropy_with_logits(logits, labels, reduction="sum"))
+            listwise += float(listwise_softmax_loss(logits, labels, group_ids, reduction="sum"))
             correct += float(((logits > 0).float() == labels).sum())
             pairs += len(labels)
             for group in group_ids.unique():
@@ -84,6 +119,7 @@ class RerankEvaluator:
         return {
             "bce_loss": (bce, pairs),
             "accuracy": (correct, pairs),
+            "listwise_loss": (listwise, groups),
             "inbatch_pairwise_accuracy": (wins, comparisons),
             "inbatch_mrr": (reciprocal, groups),
         }
@@ -91,23 +127,15 @@ class RerankEvaluator:
 
 # -- negatives, chosen once on the driver ------------------------------------
 
-def _positives_by_query(pairs: Sequence[Pair]) -> dict[str, set[str]]:
-    positives: dict[str, set[str]] = {}
-    for pair in pairs:
-        positives.setdefault(pair.query, set()).add(pair.document)
-    return positives
-
-
 def mine_candidates(pairs: Sequence[Pair], documents: list[str], miner_model: str, top_k: int) -> list[list[int]]:
-    """Per pair, the indices of the top_k + (its positives) documents under the bi-encoder, best first."""
+    """Per pair, the indices of the top_k + (its duplicate group's size) documents under the bi-encoder, best first."""
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.faiss_import import exact_search
 
     encoder = Encoder.from_pretrained(miner_model)
     queries = sorted({p.query for p in pairs})
     document_vectors = encoder.encode(documents, show_progress=len(documents) > 1000)
-    positives = _positives_by_query(pairs)
-    depth = min(len(documents), top_k + max(len(v) for v in positives.values()))
+    depth = min(len(documents), top_k + max(len(group) for group in group_texts(pairs)))
     _, found = exact_search(encoder.encode(queries, show_progress=len(queries) > 1000), document_vectors, depth)
     ranked = dict(zip(queries, found.tolist()))
     return [ranked[p.query] for p in pairs]
@@ -117,12 +145,14 @@ def choose_negatives(
     pairs: Sequence[Pair], k: int, rng: np.random.Generator, use_hard_negatives: bool = True,
     mined: Optional[list[list[int]]] = None, documents: Optional[list[str]] = None, top_k: int = 10,
 ) -> list[list[str]]:
-    """k negatives per pair: its own hard negatives first, then mined (top_k non-positives) or random documents."""
+    """k negatives per pair: its own hard negatives first, then mined (top_k non-positives) or random documents.
+
+    No text of the pair's duplicate group (`data.group_field`, or the texts linked through the pairs) is ever a
+    negative: another duplicate of the query is a positive that no pair happens to name.
+    """
     documents = documents if documents is not None else sorted({p.document for p in pairs})
-    positives = _positives_by_query(pairs)
     out = []
-    for index, pair in enumerate(pairs):
-        own = positives[pair.query]
+    for index, (pair, own) in enumerate(zip(pairs, group_texts(pairs))):
         chosen = [n for n in pair.hard_negatives if n not in own][:k] if use_hard_negatives else []
         if mined is not None:
             pool = [documents[i] for i in mined[index] if i >= 0 and documents[i] not in own and documents[i] not in chosen][:top_k]
@@ -177,9 +207,10 @@ def build_recipe(cfg: RunConfig) -> TrainingRecipe:
 
     return TrainingRecipe(
         model=model,
-        objective=CrossEncoderObjective(),
+        objective=CrossEncoderObjective(cfg.objective.loss),
         collate=GroupCollator(model),
         export=export,
         evaluate=RerankEvaluator(),
         retrieval_view=lambda trained: trained,
+        learning_rates={name: cfg.objective.head_lr for name in model.head_parameter_names()} if cfg.objective.head_lr else {},
     )

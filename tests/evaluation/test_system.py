@@ -1,0 +1,78 @@
+"""A retrieval system scored as served: planted vectors and planted re-ranker scores give rankings checked by hand,
+settings are chosen on the set, each (query, document) pair is re-scored once, and a re-ranker dev gives no weight
+is dropped."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+import pytest
+
+from lmplatform.data.pairs import Pair
+from lmplatform.evaluation.retrieval_validation import evaluate_model, retrieval_set_from_pairs
+from lmplatform.evaluation.system import SystemScorer
+from lmplatform.retrieval.settings import SearchSettings
+from tests.evaluation.test_retrieval_validation import CFG, LEXICAL, TableEncoder
+
+
+class TableReranker:
+    """A re-ranker with planted scores per (query, document), counting what it was asked to score."""
+
+    def __init__(self, scores: dict[tuple[str, str], float]):
+        self.scores, self.asked = scores, Counter()
+
+    def score(self, queries: Sequence[str], documents: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        self.asked.update(zip(queries, documents))
+        return np.array([self.scores[(q, d)] for q, d in zip(queries, documents)])
+
+
+# "alpha report" -> "alpha issue": dense ranks beta issue, gamma note, then alpha issue; BM25 sees the shared word.
+PAIRS = [Pair("alpha report", "alpha issue")]
+RERANKED = {("alpha report", "beta issue"): 0.1, ("alpha report", "gamma note"): 0.0, ("alpha report", "alpha issue"): 0.9}
+
+
+def _scorer(reranker: TableReranker | None = None) -> SystemScorer:
+    rset = retrieval_set_from_pairs(PAIRS, PAIRS, ["beta issue", "gamma note"], CFG)
+    return SystemScorer(TableEncoder(LEXICAL), rset, CFG, reranker)
+
+
+def test_dense_hybrid_and_reranked_rankings_by_hand() -> None:
+    scorer = _scorer(TableReranker(RERANKED))
+    names = lambda hits: [scorer.rset.candidate_texts[i] for i, _ in hits[0]]  # noqa: E731
+    assert names(scorer.hits(SearchSettings(mode="dense"))) == ["beta issue", "alpha issue", "gamma note"]
+    dense = scorer.per_query(SearchSettings(mode="dense"))
+    assert dense["ir_mrr_at_3"].tolist() == evaluate_model(TableEncoder(LEXICAL), scorer.rset, CFG)["ir_mrr_at_3"].tolist()
+    # BM25 alone: only "alpha issue" shares a word with the query
+    assert names(scorer.hits(SearchSettings(mode="hybrid", bm25_weight=1.0)))[0] == "alpha issue"
+    assert names(scorer.hits(SearchSettings(mode="hybrid", bm25_weight=0.0))) == ["beta issue", "alpha issue", "gamma note"]
+    # the re-ranker over the dense top 2 alone (weight 1): alpha issue (0.9) over beta issue (0.1); gamma note stays below
+    reranked = SearchSettings(mode="dense", reranker="planted", rerank_depth=2, rerank_weight=1.0)
+    assert names(scorer.hits(reranked)) == ["alpha issue", "beta issue", "gamma note"]
+    assert scorer.per_query(reranked)["ir_mrr_at_3"].tolist() == [1.0]
+
+
+def test_settings_are_chosen_on_the_set_and_each_pair_is_rescored_once() -> None:
+    reranker = TableReranker(RERANKED)
+    scorer = _scorer(reranker)
+    base = SearchSettings(mode="hybrid", reranker="planted")
+    choice = scorer.choose(base, bm25_weights=[0.0, 0.6, 1.0], rerank_depths=[1, 2], rerank_weights=[0.0, 1.0],
+                           metric="ir_mrr_at_3")
+    # 0.6 is the smallest weight that puts alpha issue first (as choose_bm25_weight finds); the re-ranker then adds
+    # nothing over it, so the first setting of the grid that keeps MRR at 1 wins: depth 1 with weight 0, and a
+    # re-ranker with no weight is dropped from what would be served
+    assert choice.settings.bm25_weight == 0.6 and choice.settings.reranker is None
+    assert {tuple(sorted(t)) for t in choice.tried} >= {("bm25_weight", "metrics"), ("metrics", "rerank_depth", "rerank_weight")}
+    assert max(reranker.asked.values()) == 1  # every pair scored once, however many settings were tried
+    with pytest.raises(ValueError, match="metric 'ir_mrr_at_10' is not scored"):
+        scorer.choose(base, bm25_weights=[0.1])
+
+
+def test_a_reranker_that_helps_is_kept_with_its_depth_and_weight() -> None:
+    scorer = _scorer(TableReranker(RERANKED))
+    choice = scorer.choose(SearchSettings(mode="dense", reranker="planted"), rerank_depths=[1, 2],
+                           rerank_weights=[0.0, 0.5, 1.0], metric="ir_mrr_at_3")
+    assert (choice.settings.reranker, choice.settings.rerank_depth) == ("planted", 2)
+    assert choice.settings.rerank_weight in (0.5, 1.0)
+    with pytest.raises(ValueError, match="given no re-ranker"):
+        _scorer().hits(SearchSettings(reranker="planted"))
