@@ -98,3 +98,40 @@ def test_auto_kind_by_size() -> None:
     index = VectorIndex(32, kind="auto")
     index.add(["a", "b"], unit_vectors(2))
     assert index.kind == "flat"
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_a_removed_vector_is_never_found_and_its_id_can_come_back(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    vectors = unit_vectors(60)
+    ids = [f"d{i}" for i in range(60)]
+    index = VectorIndex.build(ids, vectors, kind=kind)
+    assert index.remove(["d3", "d7", "not-there"]) == 2 and len(index) == 58 and "d3" not in index
+    hits = index.search(vectors[[3, 7, 5]], k=5)
+    assert all(doc != d for row in hits for doc, _ in row for d in ("d3", "d7"))
+    assert [len(row) for row in hits] == [5, 5, 5] and hits[2][0][0] == "d5"
+    assert len(index.search(vectors[0], k=500)[0]) == 58  # every vector held, none of the removed
+    with pytest.raises(VectorIndexError, match="not in the index"):
+        index.reconstruct(["d3"])
+    index.add(["d3"], vectors[[3]] * -1)  # the id comes back, with another vector
+    assert index.search(vectors[[3]] * -1, k=1)[0][0] == ("d3", pytest.approx(1.0, abs=1e-5))
+    assert np.allclose(index.reconstruct(["d3"]), vectors[[3]] * -1) and len(index) == 59
+    with pytest.raises(VectorIndexError, match="removed vectors"):
+        index.save("unused")
+
+
+def test_a_flat_index_compacts_its_tombstones() -> None:
+    import lmplatform.retrieval.index as index_module
+
+    vectors = unit_vectors(40)
+    index = VectorIndex.build([f"d{i}" for i in range(40)], vectors)
+    index_module_limit = index_module.COMPACT_AT
+    try:
+        index_module.COMPACT_AT = 3
+        index.remove(["d0", "d10"])
+        assert len(index.ids) == 40  # below the limit: tombstones
+        index.remove(["d20"])
+    finally:
+        index_module.COMPACT_AT = index_module_limit
+    assert len(index.ids) == 37 and index._index.ntotal == 37 and not index._removed
+    assert index.search(vectors[[39, 11]], k=1) == [[("d39", pytest.approx(1.0, abs=1e-5))], [("d11", pytest.approx(1.0, abs=1e-5))]]
+    assert np.allclose(index.reconstruct(["d39", "d1"]), vectors[[39, 1]])

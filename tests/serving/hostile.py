@@ -1,4 +1,4 @@
-"""Hypothesis strategies for hostile request bodies, as raw bytes, for the five POST routes.
+"""Hypothesis strategies for hostile request bodies, as raw bytes, for the POST routes (and document ids for paths).
 
 `st.text()` never draws a surrogate, and `httpx.post(json=...)` could not send one (it
 encodes UTF-8), so bodies are written here with `json.dumps`, which escapes a lone
@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from tests.serving.servable import WORDS
 
 ROUTES = ("/v1/search", "/v1/classify", "/v1/embed", "/v1/similarity", "/v1/embeddings")
+DOCUMENTS = "/v1/documents"  # a live service's only (tests/serving/test_live_service.py)
 FIELDS = {"/v1/search": ("query", "k", "rerank", "mode", "bm25_weight"), "/v1/classify": ("texts",), "/v1/embed": ("texts",),
-          "/v1/similarity": ("a", "b"), "/v1/embeddings": ("input", "model", "encoding_format", "dimensions", "user")}
+          "/v1/similarity": ("a", "b"), "/v1/embeddings": ("input", "model", "encoding_format", "dimensions", "user"),
+          DOCUMENTS: ("documents",)}
 
 _word = st.sampled_from(sorted({w for words in WORDS.values() for w in words})).map(lambda w: w + " ")
 _surrogate = st.characters(categories=["Cs"])
@@ -47,6 +49,19 @@ json_value = st.recursive(
 )
 
 
+# A document id: mostly words (so some upserts go through), else any text, blank, or over limits.max_id_chars.
+document_id = st.one_of(readable.map(str.strip).filter(bool), readable.map(str.strip).filter(bool), text,
+                        st.sampled_from(["", " ", "id/with/slashes", "ü-ç-∂", "i" * 41]))
+# An id in a URL path: any text a URL can carry (percent-encoded as UTF-8, so no lone surrogate).
+path_id = st.one_of(document_id, st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=50)).filter(
+    lambda value: not any(0xD800 <= ord(c) <= 0xDFFF for c in value))
+
+
+def _documents(value: st.SearchStrategy[Any], label: st.SearchStrategy[Any]) -> st.SearchStrategy[list[dict[str, Any]]]:
+    return st.lists(st.fixed_dictionaries({"id": document_id, "text": value}, optional={"title": value, "label": label}),
+                    min_size=1, max_size=4)
+
+
 _encoding_format = st.sampled_from(["float", "base64"])
 _mode = st.sampled_from(["dense", "hybrid"])
 _weight = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0, 1]))
@@ -67,6 +82,10 @@ def _shaped(route: str) -> st.SearchStrategy[dict[str, Any]]:
     elif route == "/v1/similarity":
         required = {"a": st.one_of(text, text, json_value), "b": st.one_of(text, text, json_value)}
         optional = {}
+    elif route == DOCUMENTS:
+        required = {"documents": st.one_of(_documents(st.one_of(text, json_value), st.one_of(text, json_value)), json_value,
+                                           st.lists(json_value, max_size=3))}
+        optional = {}
     elif route == "/v1/embeddings":
         required = {"input": st.one_of(text, _texts()), "model": st.one_of(text, text, json_value)}
         optional = {"encoding_format": st.one_of(_encoding_format, json_value), "dimensions": st.one_of(number, json_value),
@@ -85,6 +104,8 @@ def _well_formed(route: str) -> st.SearchStrategy[dict[str, Any]]:
                                                                       "mode": _mode, "bm25_weight": _weight})
     if route == "/v1/similarity":
         return st.fixed_dictionaries({"a": field_text, "b": field_text})
+    if route == DOCUMENTS:
+        return st.fixed_dictionaries({"documents": _documents(field_text, st.one_of(st.none(), _word, document_id))})
     if route == "/v1/embeddings":  # the OpenAI SDK's shape: a text or a list, a model name, often base64
         one_or_many = st.one_of(field_text, st.lists(readable, min_size=1, max_size=4), st.lists(field_text, min_size=1, max_size=4))
         return st.fixed_dictionaries({"input": one_or_many, "model": st.one_of(st.just("text-embedding-3-small"), field_text)},

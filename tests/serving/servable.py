@@ -1,11 +1,10 @@
-"""Registered model versions with their index artifacts, as the serving tests (and the bench) need them."""
+"""Documents, index folders and models as the serving tests need them (registering them: lmplatform.testing.registered)."""
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Sequence
 
 LABELS = ("network", "storage", "billing")
 WORDS = {
@@ -26,50 +25,28 @@ def make_documents(n: int = 36, seed: int = 0) -> list[dict[str, str]]:
     return docs
 
 
-def write_index(encoder_dir: Path, documents: list[dict[str, str]], out: Path, bm25: bool = True) -> Path:
-    """Encode the documents' texts with the encoder and save index + document store + BM25 index of the same
-    texts (what build_index.py makes; bm25=False: as with its --no-bm25)."""
+def write_index(encoder_dir: Path, documents: list[dict[str, str]], out: Path, bm25: bool = True,
+                fields: Sequence[str] = ("text",)) -> Path:
+    """Encode the documents' `fields` (joined with '. ') with the encoder and save index + document store + BM25 index
+    of the same texts (what build_index.py makes with --fields; bm25=False: as with its --no-bm25)."""
+    from lmplatform.data.fields import join_fields
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
     from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
     from lmplatform.serving.store import DOCUMENTS_FILE
 
     encoder = Encoder.from_pretrained(encoder_dir)
-    vectors = encoder.encode([d["text"] for d in documents])
+    texts = [join_fields(d, list(fields)) for d in documents]
+    vectors = encoder.encode(texts)
     VectorIndex.build([d["id"] for d in documents], vectors, kind="flat").save(out)
     if bm25:
         retriever = BM25Retriever()
-        retriever.index([d["id"] for d in documents], [d["text"] for d in documents])
+        retriever.index([d["id"] for d in documents], texts)
         retriever.save(out / BM25_DIR)
     with (out / DOCUMENTS_FILE).open("w") as handle:
         for doc in documents:
             handle.write(json.dumps(doc) + "\n")
     return out
-
-
-@dataclass
-class RegisteredVersion:
-    version: str
-    run_id: str
-
-
-def register_with_index(tracking_uri: str, name: str, model_dir: Path, index_dir: Path,
-                        alias: Optional[str] = None) -> RegisteredVersion:
-    """One MLflow run holding model/ and index/ artifacts, registered as a new version of `name`."""
-    from mlflow.tracking import MlflowClient
-
-    from lmplatform.tracking.mlflow_tracking import get_or_create_experiment
-    from lmplatform.tracking.registry import register_model_version
-
-    client = MlflowClient(tracking_uri)
-    run = client.create_run(get_or_create_experiment(tracking_uri, "serving-test"))
-    client.log_artifacts(run.info.run_id, str(model_dir), "model")
-    client.log_artifacts(run.info.run_id, str(index_dir), "index")
-    client.set_terminated(run.info.run_id)
-    version = register_model_version(tracking_uri, name, f"{run.info.artifact_uri}/model", run.info.run_id)
-    if alias:
-        client.set_registered_model_alias(name, alias, version)
-    return RegisteredVersion(version, run.info.run_id)
 
 
 def write_classifier_model(folder: Path, hidden: int = 48) -> Path:

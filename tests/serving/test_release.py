@@ -23,7 +23,8 @@ from lmplatform.serving.store import DOCUMENTS_FILE, DocumentStore, write_docume
 def test_alias_is_pinned_and_the_index_comes_from_the_models_run(tiny_bert: Path, tmp_path: Path, mlflow_uri: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from tests.serving.servable import make_documents, register_with_index, write_index
+    from lmplatform.testing.registered import register_with_index
+    from tests.serving.servable import make_documents, write_index
 
     (tmp_path / "mlruns").mkdir(exist_ok=True)
     docs = make_documents(6)
@@ -85,8 +86,9 @@ def test_registered_search_settings_travel_in_the_release(tiny_bert: Path, tmp_p
     from mlflow.tracking import MlflowClient
 
     from lmplatform.retrieval.settings import SearchSettings
+    from lmplatform.testing.registered import register_with_index
     from lmplatform.tracking.registry import SEARCH_SETTINGS_TAG, register_search_settings
-    from tests.serving.servable import make_documents, register_with_index, write_index
+    from tests.serving.servable import make_documents, write_index
 
     (tmp_path / "mlruns").mkdir(exist_ok=True)
     docs = make_documents(6)

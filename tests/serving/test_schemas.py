@@ -6,6 +6,7 @@ from pydantic import ValidationError
 
 from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.serving.schemas import (
+    DocumentsRequest,
     EmbeddingsRequest,
     RequestLimitError,
     SearchPlan,
@@ -131,3 +132,24 @@ def test_embeddings_request_takes_what_the_openai_sdk_sends_and_nothing_looser()
         with pytest.raises(ValidationError) as caught:
             EmbeddingsRequest.model_validate(body)
         assert caught.value.errors()[0]["loc"][0] == field, (body, caught.value.errors())
+
+
+def test_document_limits_name_the_document_and_its_field() -> None:
+    limits = ServeLimits(max_documents=2, max_id_chars=5, max_text_chars=8)
+
+    def request(*documents: dict) -> DocumentsRequest:
+        return DocumentsRequest.model_validate({"documents": list(documents)})
+
+    limits.check_documents(request({"id": "a", "text": "vpn"}, {"id": "b", "title": "t", "text": "disk", "label": "x"}))
+    _limit_error(lambda: limits.check_documents(request()), "documents", 422)
+    _limit_error(lambda: limits.check_documents(request(*[{"id": str(i), "text": "x"} for i in range(3)])), "documents", 413)
+    _limit_error(lambda: limits.check_documents(request({"id": "abcdef", "text": "x"})), "documents[0].id", 413)
+    _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x"}, {"id": "a", "text": "y"})), "documents[1].id", 422)
+    _limit_error(lambda: limits.check_documents(request({"id": "a", "text": " "})), "documents[0].text", 422)
+    _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x", "title": "t" * 9})), "documents[0].title", 413)
+    _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x", "label": "\t"})), "documents[0].label", 422)
+    for body, field in [({"documents": [{"id": 1, "text": "x"}]}, "documents"), ({"documents": [{"id": "a"}]}, "documents"),
+                        ({"documents": [{"id": "a", "text": "x", "more": 1}]}, "documents")]:
+        with pytest.raises(ValidationError) as caught:
+            DocumentsRequest.model_validate(body)
+        assert caught.value.errors()[0]["loc"][0] == field

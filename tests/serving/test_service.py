@@ -27,12 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from lmplatform.models.encoder import Encoder
 from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.testing.local_cluster import free_port
+from lmplatform.testing.registered import register_with_index
 from lmplatform.tracking.registry import register_search_settings
 from tests.serving import hostile
+from tests.serving.scrape import metric_reaches, samples
 from tests.serving.servable import (
     LABELS,
     make_documents,
-    register_with_index,
     write_classifier_model,
     write_cross_encoder,
     write_index,
@@ -225,7 +226,7 @@ def test_served_hybrid_search_ranks_as_the_offline_hybrid_retriever(service: Ser
         hybrid_requests += 1
         assert served["reranked"] and served["mode"] == "hybrid"
         _assert_same_ranking(served["hits"], two_stage.search([query], 6)[0], tolerance=1e-3)
-    _metric_reaches("lmp_searches_total", hybrid_requests, mode="hybrid")
+    metric_reaches("lmp_searches_total", hybrid_requests, mode="hybrid")
 
 
 def test_openai_embeddings_route_answers_what_the_openai_sdk_sends(service: Service) -> None:
@@ -255,30 +256,6 @@ def test_openai_embeddings_route_answers_what_the_openai_sdk_sends(service: Serv
     assert service.client.get("/openapi.json").json()["paths"]["/v1/embeddings"]["post"]
 
 
-def _scrape() -> str:
-    """Every live node's Prometheus endpoint, as a scraper reads it (the metrics export port, /metrics)."""
-    from lmplatform.serving.metrics import scrape_urls
-
-    urls = scrape_urls()
-    assert urls and all(url.startswith("http://127.0.0.1:") for url in urls), urls
-    return "\n".join(httpx.get(url, timeout=30).text for url in urls)
-
-
-def _samples(page: str, name: str, **labels: str) -> list[float]:
-    """Values of the samples `name` (Ray's `ray_` prefix added) whose labels include `labels`."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return [sample.value for family in text_string_to_metric_families(page) for sample in family.samples
-            if sample.name == f"ray_{name}" and labels.items() <= sample.labels.items()]
-
-
-def _metric_reaches(name: str, value: float, **labels: str) -> str:
-    """Scrape until the summed samples reach `value` (Ray exports on an interval, ~10 s), then return the page."""
-    while sum(_samples(page := _scrape(), name, **labels)) < value:
-        time.sleep(0.5)
-    return page
-
-
 def test_metrics_count_requests_batches_the_index_and_the_served_version(service: Service) -> None:
     """Requests of a route and status no other test has sent yet, so their counts are known exactly."""
     for _ in range(3):
@@ -286,24 +263,24 @@ def test_metrics_count_requests_batches_the_index_and_the_served_version(service
     _ok(service.client.post("/v1/embeddings", json={"input": ["vpn down", "disk full"], "model": "m"}))  # one batch at least
     for path in ("/v1/made-up", "/v1/another-made-up"):
         assert service.client.post(path, json={}).status_code == 404
-    page = _metric_reaches("lmp_requests_total", 3, route="/v1/embeddings", status="401")
-    page = _metric_reaches("lmp_requests_total", 2, route="other", status="404")
-    assert sum(_samples(page, "lmp_requests_total", route="/v1/embeddings", status="401", method="POST")) == 3
-    assert sum(_samples(page, "lmp_requests_total", route="other", status="404")) == 2  # made-up paths: one series
-    assert not _samples(page, "lmp_requests_total", route="/v1/made-up")
-    answered = sum(_samples(page, "lmp_requests_total", route="/v1/embeddings"))
-    assert sum(_samples(page, "lmp_request_latency_ms_count", route="/v1/embeddings")) == answered > 3
-    assert sum(_samples(page, "lmp_request_latency_ms_bucket", route="/v1/embeddings", le="+Inf")) == answered
+    page = metric_reaches("lmp_requests_total", 3, route="/v1/embeddings", status="401")
+    page = metric_reaches("lmp_requests_total", 2, route="other", status="404")
+    assert sum(samples(page, "lmp_requests_total", route="/v1/embeddings", status="401", method="POST")) == 3
+    assert sum(samples(page, "lmp_requests_total", route="other", status="404")) == 2  # made-up paths: one series
+    assert not samples(page, "lmp_requests_total", route="/v1/made-up")
+    answered = sum(samples(page, "lmp_requests_total", route="/v1/embeddings"))
+    assert sum(samples(page, "lmp_request_latency_ms_count", route="/v1/embeddings")) == answered > 3
+    assert sum(samples(page, "lmp_request_latency_ms_bucket", route="/v1/embeddings", le="+Inf")) == answered
 
     # Batches: counted in both histograms; the two-text request of this test fell in a bucket above 1 text.
-    page = _metric_reaches("lmp_batch_texts_count", 1, method="embed")
-    batches = sum(_samples(page, "lmp_batch_texts_count", method="embed"))
-    assert batches == sum(_samples(page, "lmp_batch_requests_count", method="embed")) > 0
-    assert sum(_samples(page, "lmp_batch_texts_bucket", method="embed", le="1.0")) < batches
-    page = _metric_reaches("lmp_index_documents", 1, release=f"{MODEL_NAME}/1")
-    assert set(_samples(page, "lmp_index_documents", release=f"{MODEL_NAME}/1")) == {len(service.documents)}
-    page = _metric_reaches("lmp_model_info", 1, release=f"{MODEL_NAME}/1")
-    assert _samples(page, "lmp_model_info", registered_name=MODEL_NAME, model_version="1", alias="champion") == [1.0]
+    page = metric_reaches("lmp_batch_texts_count", 1, method="embed")
+    batches = sum(samples(page, "lmp_batch_texts_count", method="embed"))
+    assert batches == sum(samples(page, "lmp_batch_requests_count", method="embed")) > 0
+    assert sum(samples(page, "lmp_batch_texts_bucket", method="embed", le="1.0")) < batches
+    page = metric_reaches("lmp_index_documents", 1, release=f"{MODEL_NAME}/1")
+    assert set(samples(page, "lmp_index_documents", release=f"{MODEL_NAME}/1")) == {len(service.documents)}
+    page = metric_reaches("lmp_model_info", 1, release=f"{MODEL_NAME}/1")
+    assert samples(page, "lmp_model_info", registered_name=MODEL_NAME, model_version="1", alias="champion") == [1.0]
 
 
 def test_access_lines_go_to_the_replica_log_files_not_the_console(service: Service) -> None:
@@ -406,6 +383,9 @@ def test_bad_input_gets_4xx_naming_the_field_and_the_service_survives(service: S
     text_body = client.post("/v1/search", content=b"query=vpn", headers={"Content-Type": "text/plain"})
     assert 400 <= text_body.status_code < 500 and text_body.json()["error"], text_body.text
     _error(client.post("/v1/nowhere", json={}), 404, None)
+    for read_only in (client.post("/v1/documents", json={"documents": [{"id": "x", "text": "vpn"}]}),
+                      client.get("/v1/documents/doc-1"), client.delete("/v1/documents/doc-1")):
+        assert "live updates are off" in _error(read_only, 404, None)["error"]  # this service's index is read-only
     big = client.post("/v1/embed", content=b'{"texts": ["' + b"a" * (MAX_BODY_BYTES + 1) + b'"]}',
                       headers={"Content-Type": "application/json"})
     _error(big, 413, "body")
@@ -639,7 +619,7 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
 
     # The served version is in the metrics. (Version 1's series ends about 20 s later, once Ray has not been
     # sent it for two export intervals: not waited for here.)
-    _metric_reaches("lmp_model_info", 1, model_version="2", release=f"{MODEL_NAME}/2")
+    metric_reaches("lmp_model_info", 1, model_version="2", release=f"{MODEL_NAME}/2")
 
     info = _ok(service.client.get("/v1/model"))
     assert (info["version"], info["mlflow_run_id"], info["dim"]) == ("2", service.runs["2"], 48)

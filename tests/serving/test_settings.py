@@ -22,6 +22,10 @@ def test_bad_settings_name_the_field() -> None:
         ({"model": "m", "colour": "red"}, "colour"),
         ({"model": "m", "encoder": {"backend": "tensorrt"}}, "encoder.backend"),
         ({"model": "m", "encoder": {"quantize": "int4"}}, "encoder.quantize"),
+        ({"model": "m", "live": {"fields": ["body"]}}, "live.fields"),
+        ({"model": "m", "live": {"fields": []}}, "live.fields"),
+        ({"model": "m", "live": {"snapshot_every": 0}}, "live.snapshot_every"),
+        ({"model": "m", "live": {"dir": "/srv/changes"}, "limits": {"max_documents": 64}}, "max_documents"),
         ({"model": "m", "encoder": {"backend": "openvino", "quantize": "int8"}}, "encoder.quantize"),
         ({"model": "m", "encoder": {"precision": "fp8"}}, "encoder.precision"),
         ({"model": "m", "encoder": {"backend": "onnx", "precision": "bf16"}}, "encoder.precision"),
@@ -31,6 +35,8 @@ def test_bad_settings_name_the_field() -> None:
             parse_settings(args)
     assert parse_settings({"model": "m"}).batching.enabled is True
     assert parse_settings({"model": "m"}).encoder.backend == "torch"
+    assert not parse_settings({"model": "m"}).live.enabled  # a read-only index unless live.dir is set
+    assert parse_settings({"model": "m", "limits": {"max_documents": 64}}).limits.max_documents == 64
 
 
 def test_shipped_config_is_valid_and_binds_loopback() -> None:
@@ -90,8 +96,8 @@ def test_plan_launch_takes_the_proxy_location_of_the_config(tiny_bert: Path, ser
 def test_a_reranker_registered_with_the_version_is_deployed_unless_the_settings_name_one(
         tiny_bert: Path, served_index: Path, tmp_path: Path, mlflow_uri: str) -> None:
     from lmplatform.serving.app import reranker_for
+    from lmplatform.testing.registered import register_with_index
     from lmplatform.tracking.registry import register_search_settings
-    from tests.serving.servable import register_with_index
 
     (tmp_path / "mlruns").mkdir(exist_ok=True)
     version = register_with_index(mlflow_uri, "enc", tiny_bert, served_index).version

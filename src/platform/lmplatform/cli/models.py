@@ -1,4 +1,4 @@
-"""`lmp models list` and `lmp models why`: registered versions, their metrics, which one holds each alias and why."""
+"""`lmp models list|why|card|promote`: registered versions, their metrics, which one holds each alias and why; move one by hand."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -147,3 +147,34 @@ def card(
              f"{getattr(exc, 'message', exc)} (write one with --refresh)")
         return
     typer.echo(text)
+
+
+@app.command("promote")
+def promote(
+    name: str = typer.Argument(..., help="Registered model name."),
+    version: str = typer.Argument(..., help="The version that gets the alias."),
+    alias: str = typer.Option("champion", help="The alias to move."),
+    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+) -> None:
+    """Move an alias to a version by hand (a study's gate moves it by itself). A service started with
+    `lmp serve run --watch-interval` follows: with live.dir set it rebuilds the version's index, then reloads."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.cli.common import fail
+    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.tune.champion import DECISION_TAG, REASON_TAG
+
+    uri = resolve_tracking_uri(tracking_uri)
+    client = MlflowClient(uri)
+    try:
+        client.get_model_version(name, version)
+        previous = client.get_registered_model(name).aliases.get(alias)
+        client.set_registered_model_alias(name, alias, version)
+        client.set_model_version_tag(name, version, DECISION_TAG, "promoted")
+        client.set_model_version_tag(name, version, REASON_TAG, f"promoted by hand (lmp models promote); {alias} was "
+                                     f"{f'version {previous}' if previous else 'not set'}")
+    except MlflowException as exc:
+        fail(f"cannot move {alias} of {name} to version {version} at {uri}: {exc.message}")
+        return
+    typer.echo(f"{name}: {alias} moved from {f'version {previous}' if previous else 'nowhere'} to version {version}")

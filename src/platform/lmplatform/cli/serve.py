@@ -36,7 +36,8 @@ def run(
     host: Optional[str] = typer.Option(None, help="Bind address (default: the config's, 127.0.0.1)."),
     port: Optional[int] = typer.Option(None, help="HTTP port (default: the config's, 8000)."),
     address: Optional[str] = typer.Option(None, help="Ray address (default: $RAY_ADDRESS, else an embedded local Ray)."),
-    watch_interval: float = typer.Option(0.0, help="Seconds between checks of the model alias; reload when it moves (0: off)."),
+    watch_interval: float = typer.Option(0.0, help="Seconds between checks of the model alias; reload when it moves "
+                                         "(with live.dir set, after rebuilding the new version's index; 0: off)."),
     detach: bool = typer.Option(False, help="Return once running (needs --address: an embedded Ray ends with this command)."),
     direct_ingress: bool = typer.Option(
         False, help="Clients call the ingress replica itself, skipping Serve's HTTP proxy (Ray Serve's throughput-optimised "
@@ -117,6 +118,26 @@ def reload(
     try:
         ensure_ray(address)
         result = control.reload(name, progress=lambda line: typer.echo(f"[lmp] {line}", err=True), force=force)
+    except _errors() as exc:
+        fail(str(exc))
+        return
+    typer.echo(result.summary())
+
+
+@app.command("rebuild")
+def rebuild(
+    name: str = typer.Option("lmp", help="Application name."),
+    address: str = typer.Option("auto", help="Ray address of the cluster running the application."),
+) -> None:
+    """Rebuild the index of the version the alias names now from the documents served now (base corpus, upserts,
+    no deletions) with a Ray Data job, log it with the version, and hot-reload onto it (needs live.dir)."""
+    from lmplatform.cli.common import fail
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.serving import control
+
+    try:
+        ensure_ray(address)
+        result = control.rebuild(name, progress=lambda line: typer.echo(f"[lmp] {line}", err=True))
     except _errors() as exc:
         fail(str(exc))
         return

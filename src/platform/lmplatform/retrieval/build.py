@@ -116,7 +116,9 @@ def encode_corpus_to_shards(
         compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=cpus_per_actor,
     )
-    encoded.write_parquet(str(output_dir))
+    # The writes take no CPU slot either: Ray Data runs them as tasks apart from the encoder actors, and beside a
+    # serving application (a live index's rebuild) the CPUs the actors leave may be less than one.
+    encoded.write_parquet(str(output_dir), ray_remote_args={"num_cpus": 0})
     seconds = time.perf_counter() - start
     shards = sorted(glob.glob(str(output_dir / "*.parquet")))
     rows = sum(_parquet_rows(s) for s in shards)

@@ -14,6 +14,11 @@ Kinds:
 
 For approximate kinds, `add` measures recall@10 against exact search on a sample
 of the added vectors used as queries, logs it and stores it in `stats`.
+
+`remove` takes documents out of a live index (the served index under document changes). A removed vector
+stays in FAISS as a tombstone at its position until `compact`: a search asks FAISS for as many more hits as
+there are tombstones and drops theirs. A flat index compacts itself once `COMPACT_AT` tombstones pile up
+(FAISS removes its rows in one pass); the other kinds keep them until the index is built again.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ AUTO_HNSW_MAX = 2_000_000
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.json"
 META_FILE = "index_meta.json"
+COMPACT_AT = 256  # tombstones a flat index holds before `remove` compacts it
 
 
 class VectorIndexError(ValueError):
@@ -94,8 +100,9 @@ class VectorIndex:
         if params is not None and overrides:
             self.params = IndexParams(**{**asdict(params), **overrides})
         self.kind: str = self.params.kind if self.params.kind != "auto" else ""
-        self.ids: list[str] = []
-        self._positions: dict[str, int] = {}
+        self.ids: list[str] = []  # by position; a removed id stays listed at its position until `compact`
+        self._positions: dict[str, int] = {}  # the ids held, to their positions
+        self._removed: set[int] = set()  # positions of removed vectors (tombstones)
         self._index: Any = None
         self.stats = IndexStats(kind=self.kind, dim=self.dim)
 
@@ -164,7 +171,7 @@ class VectorIndex:
         for i in ids:
             self._positions[i] = len(self.ids)
             self.ids.append(i)
-        self.stats.count = len(self.ids)
+        self.stats.count = len(self)
         self.stats.memory_bytes = self.memory_bytes()
         if measure_recall and first_add and self.kind != "flat":
             self.measure_recall(matrix)
@@ -200,22 +207,54 @@ class VectorIndex:
         print(f"[VectorIndex] {self.kind}: recall@{k} vs exact search = {recall:.4f} ({n} sampled queries)")
         return recall
 
+    # ---------------------------------------------------------------- removal
+    def remove(self, ids: Sequence[str]) -> int:
+        """Take `ids` out of the index (ids it does not hold are ignored); returns how many it held."""
+        removed = 0
+        for doc_id in ids:
+            position = self._positions.pop(str(doc_id), None)
+            if position is not None:
+                self._removed.add(position)
+                removed += 1
+        self.stats.count = len(self)
+        if self.kind == "flat" and len(self._removed) >= COMPACT_AT:
+            self.compact()
+        return removed
+
+    def compact(self) -> None:
+        """Drop the tombstones of a flat index (its rows after them move up); other kinds keep theirs."""
+        if not self._removed or self.kind != "flat":
+            return
+        faiss = import_faiss()
+        self._index.remove_ids(faiss.IDSelectorBatch(np.fromiter(sorted(self._removed), dtype=np.int64)))
+        self.ids = [doc_id for position, doc_id in enumerate(self.ids) if position not in self._removed]
+        self._positions = {doc_id: position for position, doc_id in enumerate(self.ids)}
+        self._removed = set()
+        self.stats.memory_bytes = self.memory_bytes()
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._positions
+
+    def held_ids(self) -> list[str]:
+        """The ids held, in position order (`ids` without the removed ones)."""
+        return [doc_id for position, doc_id in enumerate(self.ids) if position not in self._removed]
+
     # ----------------------------------------------------------------- search
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._positions)
 
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         """Top-k (id, score) lists, one per query, best first (equal scores: smaller id first)."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
             raise VectorIndexError(f"k must be a positive integer, got {k!r}")
-        if self._index is None or not self.ids:
+        if self._index is None or not self._positions:
             raise VectorIndexError("the index is empty: add vectors before searching")
         matrix = self._as_matrix(queries, "queries")
-        scores, positions = self._index.search(matrix, min(int(k), len(self.ids)))
+        scores, positions = self._index.search(matrix, min(int(k) + len(self._removed), len(self.ids)))
         results = []
         for row_scores, row_positions in zip(scores, positions):
-            pairs = [(self.ids[p], float(s)) for s, p in zip(row_scores, row_positions) if p >= 0]
-            results.append(rank_by_score(pairs))
+            pairs = [(self.ids[p], float(s)) for s, p in zip(row_scores, row_positions) if p >= 0 and p not in self._removed]
+            results.append(rank_by_score(pairs)[: int(k)])
         return results
 
     def reconstruct(self, ids: Sequence[str]) -> np.ndarray:
@@ -236,6 +275,8 @@ class VectorIndex:
         faiss = import_faiss()
         if self._index is None:
             raise VectorIndexError("cannot save an empty index")
+        if self._removed:
+            raise VectorIndexError("cannot save an index holding removed vectors: compact it, or build it again")
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self._index, str(folder / INDEX_FILE))

@@ -13,11 +13,13 @@ from ray.serve import Application
 
 from lmplatform.serving.deployments import ClassifierDeployment, RerankerDeployment, RetrieverDeployment
 from lmplatform.serving.ingress import ServeIngress
-from lmplatform.serving.release import Release, resolve_release
+from lmplatform.serving.release import Release, release_for
 from lmplatform.serving.settings import ServeSettings, parse_settings
+from lmplatform.serving.writer import ChangeLogWriter
 
 MODEL_DEPLOYMENTS = ("RetrieverDeployment", "ClassifierDeployment")
 INGRESS = "ServeIngress"
+WRITER = "ChangeLogWriter"
 
 
 def model_user_config(releases: list[Release]) -> dict[str, Any]:
@@ -31,8 +33,7 @@ def ingress_user_config(active: Release) -> dict[str, Any]:
 def build_app(args: dict[str, Any]) -> Application:
     """The Serve application builder (exactly one parameter, as Serve requires): validate, pin, bind."""
     settings = parse_settings(dict(args))
-    return bind_app(settings, resolve_release(settings.model, settings.tracking_uri, settings.index,
-                                              settings.documents, settings.index_artifact))
+    return bind_app(settings, release_for(settings))
 
 
 def reranker_for(settings: ServeSettings, release: Release) -> Optional[str]:
@@ -42,11 +43,15 @@ def reranker_for(settings: ServeSettings, release: Release) -> Optional[str]:
 
 
 def bind_app(settings: ServeSettings, release: Release) -> Application:
-    """The deployment graph for `settings`, every model deployment holding `release`."""
+    """The deployment graph for `settings`, every model deployment holding `release`; with live updates on, the
+    change log's writer too, which the retrievers replay from and the ingress appends to."""
     cpus = {"ray_actor_options": {"num_cpus": settings.replica_cpus}} if settings.replica_cpus else {}
     models = model_user_config([release])
+    live = settings.live
+    writer = ChangeLogWriter.bind(live.dir, live.snapshot_every) if live.enabled else None
     retriever = RetrieverDeployment.options(user_config=models, **cpus).bind(
-        settings.batching.model_dump(), settings.num_threads, settings.cache_dir, settings.encoder.model_dump())
+        settings.batching.model_dump(), settings.num_threads, settings.cache_dir, settings.encoder.model_dump(),
+        writer, list(live.fields))
     classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(retriever, settings.knn_k, settings.cache_dir)
     reranker = None
     reranker_model = reranker_for(settings, release)
@@ -56,4 +61,5 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
             max(settings.batching.max_batch_size, settings.limits.rerank_candidates),
             settings.batching.batch_wait_timeout_s, settings.num_threads, settings.cache_dir)
     return ServeIngress.options(user_config=ingress_user_config(release), **cpus).bind(
-        retriever, classifier, reranker, settings.limits.model_dump(), settings.auth_token_sha256)
+        retriever, classifier, reranker, settings.limits.model_dump(), settings.auth_token_sha256, writer,
+        list(live.fields))

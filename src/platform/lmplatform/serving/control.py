@@ -11,6 +11,10 @@ Reload moves the application to the release the alias names now, in two steps:
 2. only then is the ingress switched to the new release (`{"active": new}`).
 Requests already in flight carry the old release id and finish on the old model;
 new ones use the new model; no request ever meets a replica that lacks its release.
+
+With live updates on (`live.dir`), a new version first gets its index rebuilt from the documents served now
+(`rebuild.rebuild_index`, a Ray Data job), unless it already has one for this change log; `rebuild` does that
+for the version the alias names now, whichever it is, then reloads.
 """
 from __future__ import annotations
 
@@ -20,8 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from lmplatform.serving.app import INGRESS, MODEL_DEPLOYMENTS, ingress_user_config, model_user_config
-from lmplatform.serving.release import Release, alias_version, check_release, resolve_release
+from lmplatform.serving.app import INGRESS, MODEL_DEPLOYMENTS, WRITER, ingress_user_config, model_user_config
+from lmplatform.serving.rebuild import rebuild_index
+from lmplatform.serving.release import Release, alias_version, check_release, collection_for, release_for
 from lmplatform.serving.settings import ServeSettings, parse_settings
 
 IMPORT_PATH = "lmplatform.serving.app:build_app"
@@ -183,12 +188,17 @@ def reload(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional
     app, config = _deployed(name)
     settings = parse_settings(config.get("args") or {})
     current = active_release(app)
-    new = resolve_release(settings.model, settings.tracking_uri, settings.index, settings.documents, settings.index_artifact)
+    new = release_for(settings)
+    say = progress or (lambda _line: None)
+    if settings.live.enabled and new.live_seq is None and new.version != current.version and not settings.index:
+        # A new champion with live updates on: its index is rebuilt from the documents served now (the base corpus,
+        # the upserts, without the deletions), so that it holds the new model's vectors of every document.
+        say(rebuild_index(settings, current, new, _writer(name), say).summary())
+        new = release_for(settings)
     if new.id == current.id and not force:
         return ReloadResult(name, current.id, new.id, False, 0.0)
-    check_release(new, settings.cache_dir)  # a broken release fails here, not inside every replica
+    check_release(new, settings.cache_dir, collection_for(settings))  # a broken release fails here, not in every replica
     holding = [current, new] if new.id != current.id else [new]
-    say = progress or (lambda _line: None)
     say(f"{name}: loading {new.id} beside {current.id} on every model replica")
     step1 = {d: model_user_config(holding) for d in MODEL_DEPLOYMENTS}
     _apply(_with_user_configs(config, step1), timeout_s, progress)
@@ -202,6 +212,26 @@ def reload(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional
     step2 = {**step1, INGRESS: ingress_user_config(new)}
     _apply(_with_user_configs(config, step2), timeout_s, progress)
     return ReloadResult(name, current.id, new.id, True, time.perf_counter() - start_time)
+
+
+def rebuild(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional[Callable[[str], None]] = None) -> ReloadResult:
+    """Rebuild the index of the version the alias names now from the documents served now (Ray Data), log it with the
+    version, and reload the app onto it: the new champion's index, or a fresh one of the served version (a replica
+    then replays only the changes made since)."""
+    app, config = _deployed(name)
+    settings = parse_settings(config.get("args") or {})
+    if not settings.live.enabled:
+        raise ServeControlError(f"application {name!r} serves a read-only index (live.dir is not set): nothing to rebuild "
+                                "from; build a new index with ray_jobs/build_index.py")
+    say = progress or (lambda _line: None)
+    say(rebuild_index(settings, active_release(app), release_for(settings), _writer(name), say).summary())
+    return reload(name, timeout_s, progress)
+
+
+def _writer(name: str) -> Any:
+    from ray import serve
+
+    return serve.get_deployment_handle(WRITER, app_name=name)
 
 
 def _replicas_lacking(name: str, release_id: str) -> list[str]:
@@ -257,7 +287,8 @@ def direct_ingress_urls(name: str = DEFAULT_APP) -> list[str]:
 
 
 def watch(name: str, interval_s: float, stop: Callable[[], bool], progress: Callable[[str], None]) -> None:
-    """Every `interval_s`, reload when the alias behind the app's model points at another version."""
+    """Every `interval_s`, reload when the alias behind the app's model points at another version (with live updates
+    on, after rebuilding its index from the documents served: `reload`)."""
     while not stop():
         deadline = time.monotonic() + interval_s
         while time.monotonic() < deadline and not stop():

@@ -17,8 +17,9 @@ import asyncio
 import logging
 import threading
 import time
+from contextlib import nullcontext
 from datetime import datetime, timezone
-from typing import Any, Callable, Generic, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 from ray import serve
@@ -27,8 +28,9 @@ from lmplatform.retrieval.retrievers import hybrid_search
 from lmplatform.retrieval.settings import FusionSettings
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
+from lmplatform.serving.live import LiveIndex, index_seq
 from lmplatform.serving.metrics import record_batch
-from lmplatform.serving.release import Release, ReleaseError, fetch, load_bm25, load_index_and_store
+from lmplatform.serving.release import Release, ReleaseError, fetch, has_bm25, load_bm25, load_index_and_store
 
 logger = logging.getLogger("ray.serve")
 T = TypeVar("T")
@@ -60,6 +62,7 @@ class ReleaseSlots(Generic[T]):
         self._load, self._what = load, what
         self._loaded: dict[str, T] = {}
         self.failures: dict[str, str] = {}
+        self._resolved_at: dict[str, float] = {}
         self._lock = threading.Lock()  # one reconfigure at a time; readers never wait
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
@@ -79,6 +82,7 @@ class ReleaseSlots(Generic[T]):
                 start = time.perf_counter()
                 try:
                     updated[release.id] = self._load(release)
+                    self._resolved_at[release.id] = release.resolved_at
                 except Exception as exc:
                     self.failures[release.id] = f"{type(exc).__name__}: {exc}"
                     logger.exception("%s: cannot load release %s", self._what, release.id)
@@ -104,6 +108,10 @@ class ReleaseSlots(Generic[T]):
     def ids(self) -> list[str]:
         return list(self._loaded)
 
+    def newest(self) -> str:
+        """The id of the release resolved last (after a reload's first step: the one the ingress moves to)."""
+        return max(self._loaded, key=lambda rid: self._resolved_at[rid])
+
     def status(self) -> dict[str, Any]:
         """The releases held, and why the others listed since the start could not be loaded."""
         return {"releases": self.ids(), "failures": dict(self.failures)}
@@ -114,19 +122,41 @@ def _texts_in(items: list[tuple[Any, ...]]) -> int:
 
 
 class _LoadedRetriever:
-    """One release in a replica: the bi-encoder, its FAISS index, the BM25 index beside it if any, the document store."""
+    """One release in a replica: the bi-encoder, its FAISS index, the BM25 index beside it if any, the document store;
+    with live updates on, all of them kept at the change log's sequence number by `live` (a `LiveIndex`)."""
 
-    def __init__(self, release: Release, cache_dir: Optional[str], encoder: Optional[dict[str, Any]] = None):
+    def __init__(self, release: Release, cache_dir: Optional[str], encoder: Optional[dict[str, Any]] = None,
+                 live_fields: Optional[list[str]] = None):
         from lmplatform.models.encoder import Encoder
 
         folder = fetch(release.model_uri, release.tracking_uri, cache_dir)
         self.encoder = Encoder.from_pretrained(folder, **(encoder or {})).eval()
         self.index, self.store, folder = load_index_and_store(release, cache_dir)
-        self.bm25 = load_bm25(folder, self.index)
+        self.vector_model = vector_model(release, encoder)
+        self.live: Optional[LiveIndex] = None
+        if live_fields is None:
+            self.bm25 = load_bm25(folder, self.index)
+        else:
+            self.live = LiveIndex.from_base(self.index, self.store, has_bm25(folder), index_seq(folder)[1],
+                                            self.vector_model, live_fields)
+            self.bm25 = self.live.bm25
         built = (folder / "index.faiss").stat().st_mtime
         self.built_at = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
-        self.labels = self.store.labels
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self._static_labels = self.store.labels
+
+    @property
+    def labels(self) -> list[str]:
+        return self.live.labels if self.live is not None else self._static_labels
+
+    def reading(self) -> Any:
+        """Held while the index, BM25 or store is read: a change is never applied half-way through a read."""
+        return self.live.lock if self.live is not None else nullcontext()
+
+
+def vector_model(release: Release, encoder: Optional[dict[str, Any]]) -> str:
+    """What made a vector: the model, and int8 quantization when on (it moves vectors; the backend does not)."""
+    return release.model_uri + ("+int8" if (encoder or {}).get("quantize") == "int8" else "")
 
 
 def _by_release(items: list[tuple[Any, ...]]) -> dict[str, list[int]]:
@@ -160,8 +190,9 @@ class RetrieverDeployment:
     """
 
     def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None,
-                 encoder: Optional[dict[str, Any]] = None):
-        """encoder: `EncoderSettings` as a dict (backend, quantize), for every release this replica loads."""
+                 encoder: Optional[dict[str, Any]] = None, writer: Any = None, live_fields: Optional[list[str]] = None):
+        """encoder: `EncoderSettings` as a dict (backend, quantize), for every release this replica loads.
+        writer: the `ChangeLogWriter` handle when live updates are on (then `live_fields`: `LiveSettings.fields`)."""
         import torch
 
         keep_access_log_off_console()
@@ -173,19 +204,49 @@ class RetrieverDeployment:
         for method in (self._embed_batched, self._search_batched):
             method.set_max_batch_size(self.max_batch_size)
             method.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.0)))
-        self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(lambda r: _LoadedRetriever(r, cache_dir, encoder), "retriever")
+        self.writer = writer
+        self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(
+            lambda r: _LoadedRetriever(r, cache_dir, encoder, live_fields if writer is not None else None), "retriever")
         self.isolate_embed, self.isolate_search = BatchIsolation("retriever embed"), BatchIsolation("retriever search")
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Hold the listed releases; with live updates on, a release loaded now replays the change log before the
+        replica reports it held (a restarted replica, a reload, a redeployed application)."""
         from lmplatform.serving.metrics import record_index_sizes
 
         self.releases.reconfigure(user_config)
+        await self._catch_up(self.releases.ids())
         record_index_sizes({rid: len(self.releases.get(rid).index) for rid in self.releases.ids()})
 
-    def record_routing_stats(self) -> dict[str, Any]:
-        """This replica's releases and batches split by a failure (see the module doc)."""
+    async def record_routing_stats(self) -> dict[str, Any]:
+        """This replica's releases and batches split by a failure (see the module doc); with live updates on, where
+        the index of each release stands (`LiveIndex.summary`) after the newest release caught up with the log."""
         split = {"embed": self.isolate_embed.batches_split, "search": self.isolate_search.batches_split}
-        return {**self.releases.status(), "batches_split": split}
+        stats = {**self.releases.status(), "batches_split": split}
+        if self.writer is not None and self.releases.ids():
+            newest = self.releases.newest()
+            await self._catch_up([newest])
+            stats["live"] = {rid: self.releases.get(rid).live.summary() for rid in self.releases.ids()}
+            stats["newest"] = newest
+        return stats
+
+    async def _catch_up(self, release_ids: Iterable[str]) -> None:
+        """Apply the changes committed after each release's seq (the writer answers them in one call per release).
+        Called before every read of an index, so a read that starts after a change's acknowledgement sees it."""
+        if self.writer is None:
+            return
+        for release_id in dict.fromkeys(release_ids):
+            loaded = self.releases.get(release_id)
+            live = loaded.live
+            committed, changes = await self.writer.changes_since.remote(live.seq)
+            if committed > live.seq:
+                await asyncio.to_thread(self._apply, release_id, loaded, committed, changes)
+
+    def _apply(self, release_id: str, loaded: _LoadedRetriever, committed: int, changes: list[Any]) -> None:
+        from lmplatform.serving.metrics import record_applied
+
+        loaded.live.apply(committed, changes, lambda texts: loaded.encoder.encode(texts, batch_size=self.max_batch_size))
+        record_applied({rid: self.releases.get(rid).live.seq for rid in self.releases.ids()})
 
     def _encode(self, release_id: str, texts: list[str]) -> np.ndarray:
         return self.releases.get(release_id).encoder.encode(texts, batch_size=self.max_batch_size)
@@ -228,11 +289,13 @@ class RetrieverDeployment:
                                      "index has none (ray_jobs/build_index.py builds one unless --no-bm25); send mode 'dense'")
         item = (release_id, texts, k, text_chars, fusion, frozenset(exclude))
         if not self.batching:
+            await self._catch_up([release_id])
             return self._find([item])[0]
         return unwrap(await self._search_batched(item))
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
     async def _search_batched(self, items: list[tuple[Any, ...]]) -> list[Any]:
+        await self._catch_up(item[0] for item in items)
         return await asyncio.to_thread(self.isolate_search, self._search_items, items)
 
     def _search_items(self, items: list[tuple[Any, ...]]) -> list[list[list[dict[str, Any]]]]:
@@ -247,18 +310,23 @@ class RetrieverDeployment:
             loaded = self.releases.get(release_id)
             vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
             shares = dict(_per_member(vectors, items, members))
-            dense = [n for n in members if items[n][4] is None]
-            if dense:
-                depth = max(items[n][2] + len(items[n][5]) for n in dense)
-                found = loaded.index.search(np.concatenate([shares[n] for n in dense]), depth)
-                for n, rows in _per_member(found, items, dense):
-                    out[n] = [[hit for hit in hits if hit[0] not in items[n][5]][: items[n][2]] for hits in rows]
-            for n in members:
-                _, texts, k, text_chars, fusion, exclude = items[n]
-                if fusion is not None:
-                    out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], texts, k, fusion, [set(exclude)] * len(texts))
-                out[n] = [[self._hit(loaded, doc_id, score, text_chars) for doc_id, score in hits] for hits in out[n]]
+            with loaded.reading():
+                self._find_in(loaded, items, members, shares, out)
         return out
+
+    def _find_in(self, loaded: _LoadedRetriever, items: list[tuple[Any, ...]], members: list[int],
+                 shares: dict[int, Any], out: list[Any]) -> None:
+        dense = [n for n in members if items[n][4] is None]
+        if dense:
+            depth = max(items[n][2] + len(items[n][5]) for n in dense)
+            found = loaded.index.search(np.concatenate([shares[n] for n in dense]), depth)
+            for n, rows in _per_member(found, items, dense):
+                out[n] = [[hit for hit in hits if hit[0] not in items[n][5]][: items[n][2]] for hits in rows]
+        for n in members:
+            _, texts, k, text_chars, fusion, exclude = items[n]
+            if fusion is not None:
+                out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], texts, k, fusion, [set(exclude)] * len(texts))
+            out[n] = [[self._hit(loaded, doc_id, score, text_chars) for doc_id, score in hits] for hits in out[n]]
 
     @staticmethod
     def _hit(loaded: _LoadedRetriever, doc_id: str, score: float, text_chars: int) -> dict[str, Any]:
@@ -269,26 +337,44 @@ class RetrieverDeployment:
     async def knn_proba(self, release_id: str, texts: list[str], k: int) -> tuple[list[str], np.ndarray]:
         """Class probabilities from the labels of the k nearest documents (similarity-weighted votes)."""
         loaded = self.releases.get(release_id)
+        await self._catch_up([release_id])
         if not loaded.labels:
             raise NotAvailable("the model has no classifier head and the document store has no labels to vote with")
         vectors = await self.embed(release_id, texts)
-        column = {label: i for i, label in enumerate(loaded.labels)}
-        proba = np.zeros((len(vectors), len(column)), dtype=np.float64)
-        for row, hits in enumerate(loaded.index.search(vectors, k)):
-            for doc_id, score in hits:
-                label = loaded.store[doc_id].label
-                if label is not None:
-                    proba[row, column[label]] += max(score, 0.0) + 1e-6
-            total = proba[row].sum()
-            proba[row] = proba[row] / total if total > 0 else 1.0 / len(column)
-        return loaded.labels, proba
+        with loaded.reading():
+            labels = loaded.labels
+            column = {label: i for i, label in enumerate(labels)}
+            proba = np.zeros((len(vectors), len(column)), dtype=np.float64)
+            for row, hits in enumerate(loaded.index.search(vectors, k)):
+                for doc_id, score in hits:
+                    label = loaded.store[doc_id].label
+                    if label is not None:
+                        proba[row, column[label]] += max(score, 0.0) + 1e-6
+                total = proba[row].sum()
+                proba[row] = proba[row] / total if total > 0 else 1.0 / len(column)
+        return labels, proba
 
-    def info(self, release_id: str) -> dict[str, Any]:
+    async def embed_documents(self, release_id: str, texts: list[str]) -> tuple[str, np.ndarray]:
+        """(what made the vectors: `vector_model`, the vectors): an upsert's vectors, stored in the change log."""
+        vectors = await self.embed(release_id, texts)
+        return self.releases.get(release_id).vector_model, vectors
+
+    async def document(self, release_id: str, doc_id: str) -> Optional[dict[str, Any]]:
+        """A document as the index holds it now (None when it holds none of that id)."""
         loaded = self.releases.get(release_id)
+        if loaded.live is None:
+            raise NotAvailable("live updates are off (live.dir is not set): this service has no document routes")
+        await self._catch_up([release_id])
+        return loaded.live.document(doc_id)
+
+    async def info(self, release_id: str) -> dict[str, Any]:
+        loaded = self.releases.get(release_id)
+        await self._catch_up([release_id])
         return {"index_size": len(loaded.index), "index_kind": loaded.index.kind, "dim": loaded.index.dim,
                 "encoder_backend": loaded.encoder.backend + ("-int8" if loaded.encoder.quantized else ""),
                 "index_built_at": loaded.built_at, "index_build_seconds": loaded.index.stats.build_seconds,
-                "loaded_at": loaded.loaded_at, "labels": loaded.labels, "hybrid": loaded.bm25 is not None}
+                "loaded_at": loaded.loaded_at, "labels": loaded.labels, "hybrid": loaded.bm25 is not None,
+                "live_seq": loaded.live.seq if loaded.live is not None else None}
 
 
 def _pairs_in(items: list[tuple[str, list[str]]]) -> int:

@@ -9,13 +9,14 @@ retried member by member (`batch_isolation`), so only the request that caused it
 """
 # No `from __future__ import annotations`: FastAPI reads these annotations in the replica,
 # from a pickled copy of the app, where string annotations cannot be resolved.
+import asyncio
 import base64
 import logging
 import time
 from typing import Any, Optional
 
 import numpy as np
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from ray import serve
@@ -29,6 +30,10 @@ from lmplatform.serving.release import Release
 from lmplatform.serving.responses import model_json, vectors_json
 from lmplatform.serving.schemas import (
     ClassifyResponse,
+    DeletedResponse,
+    DocumentResponse,
+    DocumentsRequest,
+    DocumentsResponse,
     EmbeddingsRequest,
     EmbeddingsResponse,
     EmbedResponse,
@@ -42,6 +47,7 @@ from lmplatform.serving.schemas import (
     SimilarityRequest,
     SimilarityResponse,
     TextsRequest,
+    encodable,
     plan_search,
     snippet,
 )
@@ -111,9 +117,31 @@ def _find_cause(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> O
     return None
 
 
+REPLICA_RETRIES = 3  # tries of a call whose replica died under it (a search, an upsert: all safe to send again)
+
+
 def _model_tags(release: Release) -> dict[str, Optional[str]]:
     return {"registered_name": release.registered_name, "model_version": release.version, "alias": release.alias,
             "release": release.id}
+
+
+def _raise_refusal(exc: Exception) -> None:
+    """Raise the 4xx/503 that a backend's refusal in `exc` stands for; return for any other error."""
+    from lmplatform.serving.deployments import NotAvailable, ReleaseNotLoaded
+
+    cause = _find_cause(exc, (NotAvailable, ReleaseNotLoaded))
+    if isinstance(cause, NotAvailable):  # a request field asked for it: 422 naming the field; else 404
+        raise _Refused(404 if cause.field is None else 422, str(cause).splitlines()[-1], cause.field) from exc
+    if isinstance(cause, ReleaseNotLoaded):
+        raise _Refused(503, f"the model is being reloaded, retry: {str(cause).splitlines()[-1]}") from exc
+
+
+def encodable_path(doc_id: str) -> str:
+    """A path's id when it is valid Unicode, else a 422 naming `id` (as a body's text would be refused)."""
+    try:
+        return encodable(doc_id)
+    except ValueError as exc:
+        raise RequestLimitError("id", str(exc)) from None
 
 
 class _Refused(Exception):
@@ -137,8 +165,10 @@ async def _refused(request: Request, exc: _Refused) -> JSONResponse:
 @serve.ingress(api)
 class ServeIngress:
     def __init__(self, retriever: Any, classifier: Any, reranker: Any = None,
-                 limits: Optional[dict[str, Any]] = None, token_sha256: Optional[str] = None):
+                 limits: Optional[dict[str, Any]] = None, token_sha256: Optional[str] = None, writer: Any = None,
+                 live_fields: Optional[list[str]] = None):
         self.retriever, self.classifier, self.reranker = retriever, classifier, reranker
+        self.writer, self.live_fields = writer, list(live_fields or ["title", "text"])
         self.limits = ServeLimits.model_validate(limits or {})
         # Imported here, not referenced as a global: Serve pickles this class by value, which
         # would give it a private copy of the guard's settings that the middleware never sees.
@@ -164,17 +194,21 @@ class ServeIngress:
         return self.active
 
     async def _call(self, call: Any) -> Any:
-        from lmplatform.serving.deployments import NotAvailable, ReleaseNotLoaded
+        """Await a deployment call, its refusals as 4xx/503. `call`: the call, or a function making it: then it is
+        sent again (up to REPLICA_RETRIES times) when the replica answering it died (e.g. killed, its node lost)."""
+        from ray.exceptions import RayActorError
 
-        try:
-            return await call
-        except Exception as exc:
-            cause = _find_cause(exc, (NotAvailable, ReleaseNotLoaded))
-            if isinstance(cause, NotAvailable):  # a request field asked for it: 422 naming the field; else 404
-                raise _Refused(404 if cause.field is None else 422, str(cause).splitlines()[-1], cause.field) from exc
-            if isinstance(cause, ReleaseNotLoaded):
-                raise _Refused(503, f"the model is being reloaded, retry: {str(cause).splitlines()[-1]}") from exc
-            raise
+        tries = REPLICA_RETRIES if callable(call) else 1
+        for attempt in range(1, tries + 1):
+            try:
+                return await (call() if callable(call) else call)
+            except Exception as exc:
+                if attempt < tries and _find_cause(exc, (RayActorError,)) is not None:
+                    logger.warning("a replica died under a call (try %d of %d): %s", attempt, tries, str(exc).splitlines()[0])
+                    await asyncio.sleep(0.2 * attempt)  # the router learns of the death meanwhile
+                    continue
+                _raise_refusal(exc)
+                raise
 
     @api.get("/healthz", tags=["service"])
     async def healthz(self) -> dict[str, str]:
@@ -194,6 +228,7 @@ class ServeIngress:
             loaded_at=self.switched_at,
             reranker=reranker, classifier=method if method == "head" or info["labels"] else "unavailable",
             hybrid=info["hybrid"], search=release.search.model_dump() if release.search else None,
+            live_seq=info["live_seq"],
         )
 
     @api.post("/v1/search", response_model=SearchResponse, responses=ERRORS, tags=["retrieval"])
@@ -206,8 +241,8 @@ class ServeIngress:
         depth = max(body.k, plan.rerank_depth) if plan.rerank else body.k
         # Only the snippet travels back, unless the re-ranker needs the whole text.
         text_chars = -1 if plan.rerank else self.limits.snippet_chars + 1
-        (hits,) = await self._call(self.retriever.search.remote(release.id, [body.query], depth, text_chars, plan.fusion,
-                                                                body.exclude_ids))
+        (hits,) = await self._call(lambda: self.retriever.search.remote(release.id, [body.query], depth, text_chars,
+                                                                        plan.fusion, body.exclude_ids))
         if plan.rerank and hits:
             top = hits[: plan.rerank_depth]
             documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in top]
@@ -225,6 +260,57 @@ class ServeIngress:
             model_version=release.id, reranked=plan.rerank, mode=plan.mode,
             fusion=plan.fusion.fusion if plan.fusion else None, bm25_weight=plan.fusion.bm25_weight if convex else None,
         ))
+
+    def _live_writer(self) -> Any:
+        if self.writer is None:
+            raise _Refused(404, "live updates are off: this service's index is read-only (set live.dir in the serve "
+                                "settings to add and remove documents while serving)")
+        return self.writer
+
+    @api.post("/v1/documents", response_model=DocumentsResponse, responses=ERRORS, tags=["documents"])
+    async def upsert_documents(self, body: DocumentsRequest) -> DocumentsResponse:
+        """Add or replace documents: encoded by the served model, durable in the change log before this answer, and
+        found by every search that starts after it, on every replica."""
+        from lmplatform.serving.changelog import Change, vector_bytes
+        from lmplatform.serving.live import document_text
+        from lmplatform.serving.metrics import record_documents
+
+        writer = self._live_writer()
+        self.limits.check_documents(body)
+        release = self._release()
+        texts = [document_text(doc.model_dump(), self.live_fields) for doc in body.documents]
+        model, vectors = await self._call(lambda: self.retriever.embed_documents.remote(release.id, texts))
+        changes = [Change("upsert", doc.id, doc.title, doc.text, doc.label, model, vector_bytes(vector))
+                   for doc, vector in zip(body.documents, vectors)]
+        seqs = await self._call(lambda: writer.append.remote(changes))
+        record_documents("upsert", len(changes))
+        return DocumentsResponse(upserted=len(changes), seq=seqs[-1], model_version=release.id)
+
+    async def _document(self, doc_id: str) -> tuple[Release, dict[str, Any]]:
+        self._live_writer()
+        self.limits.check_id("id", doc_id)
+        release = self._release()
+        found = await self._call(lambda: self.retriever.document.remote(release.id, doc_id))
+        if found is None:
+            raise _Refused(404, f"no document with id {doc_id!r}", "id")
+        return release, found
+
+    @api.get("/v1/documents/{doc_id:path}", response_model=DocumentResponse, responses=ERRORS, tags=["documents"])
+    async def get_document(self, doc_id: str = Path(..., description="The document's id.")) -> DocumentResponse:
+        release, found = await self._document(encodable_path(doc_id))
+        return DocumentResponse(**found, model_version=release.id)
+
+    @api.delete("/v1/documents/{doc_id:path}", response_model=DeletedResponse, responses=ERRORS, tags=["documents"])
+    async def delete_document(self, doc_id: str = Path(..., description="The document's id.")) -> DeletedResponse:
+        """Remove a document: durable before this answer; no search that starts after it returns the document, and
+        no replay brings it back."""
+        from lmplatform.serving.changelog import Change
+        from lmplatform.serving.metrics import record_documents
+
+        _, found = await self._document(encodable_path(doc_id))
+        (seq,) = await self._call(lambda: self.writer.append.remote([Change("delete", found["id"])]))
+        record_documents("delete", 1)
+        return DeletedResponse(id=found["id"], seq=seq)
 
     @api.post("/v1/classify", response_model=ClassifyResponse, responses=ERRORS, tags=["classification"])
     async def classify(self, body: TextsRequest) -> ClassifyResponse:

@@ -15,7 +15,7 @@ import yaml
 
 from lmplatform.serving.app import reranker_for
 from lmplatform.serving.control import DEFAULT_APP, IMPORT_PATH, application_config, deploy, start
-from lmplatform.serving.release import Release, check_release, resolve_release
+from lmplatform.serving.release import Release, check_release, collection_for, release_for
 from lmplatform.serving.settings import DEFAULT_TOKEN_ENV, ServeConfigError, ServeSettings, parse_settings, token_sha256
 
 PROXY_LOCATIONS = ("HeadOnly", "EveryNode", "Disabled")  # Ray Serve's ProxyLocation values
@@ -75,9 +75,8 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
     if token:
         merged["auth_token_sha256"] = token_sha256(token)
     settings = parse_settings(merged)
-    release = resolve_release(settings.model, settings.tracking_uri, settings.index, settings.documents,
-                              settings.index_artifact)
-    check_release(release, settings.cache_dir)
+    release = release_for(settings)
+    check_release(release, settings.cache_dir, collection_for(settings))
     deployments = [d for d in chosen.get("deployments") or []
                    if d.get("name") != "RerankerDeployment" or reranker_for(settings, release)]
     http = raw.get("http_options") or {}

@@ -12,8 +12,12 @@ tags added by Serve (docs/serving.md#metrics has the scrape config):
 | `lmp_batch_requests` / `lmp_batch_texts` | histogram | method | requests / texts per batched forward pass (`@serve.batch`) |
 | `lmp_index_documents` | gauge | release | documents in the index of each release a replica holds |
 | `lmp_model_info` | gauge | registered_name, model_version, alias, release | 1 for the release the ingress serves |
+| `lmp_documents_total` | counter | op | documents upserted / deleted (acknowledged) through /v1/documents |
+| `lmp_live_committed_seq` | gauge | | the change log's last durable sequence number (the writer) |
+| `lmp_live_applied_seq` | gauge | release | the sequence number a retriever replica's index of the release is at |
 
-`route` is one of `ROUTES` or `other`: a path a client made up must not become a new time series.
+`route` is one of `ROUTES` or `other`: a path a client made up must not become a new time series (a document's
+own path, /v1/documents/<id>, is `DOCUMENT_ROUTE`).
 The model's version is `model_version`: Ray labels every metric with its own `Version`, and a
 `version` tag beside it is not exported. Ray turns each histogram observation into its bucket's
 midpoint, so a histogram's `_sum` is approximate; its buckets and `_count` are exact.
@@ -32,8 +36,10 @@ from typing import Any, Optional
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+DOCUMENT_ROUTE = "/v1/documents/{doc_id}"  # GET and DELETE of one document: the id is not part of the series
 ROUTES = frozenset({"/v1/search", "/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/similarity", "/v1/model",
-                    "/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc"})
+                    "/v1/documents", DOCUMENT_ROUTE, "/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect",
+                    "/redoc"})
 LATENCY_BOUNDARIES_MS = [1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000]
 BATCH_BOUNDARIES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 REFRESH_S = 5.0
@@ -63,6 +69,14 @@ def _metric(name: str) -> Any:
                 boundaries=BATCH_BOUNDARIES, tag_keys=("method",)),
             "lmp_index_documents": lambda: metrics.Gauge(
                 "lmp_index_documents", description="Documents in the index of each loaded release.",
+                tag_keys=("release",)),
+            "lmp_documents_total": lambda: metrics.Counter(
+                "lmp_documents_total", description="Documents upserted or deleted through /v1/documents (acknowledged).",
+                tag_keys=("op",)),
+            "lmp_live_committed_seq": lambda: metrics.Gauge(
+                "lmp_live_committed_seq", description="The change log's last durable sequence number."),
+            "lmp_live_applied_seq": lambda: metrics.Gauge(
+                "lmp_live_applied_seq", description="The change log sequence number a replica's index is at.",
                 tag_keys=("release",)),
             "lmp_model_info": lambda: metrics.Gauge(
                 "lmp_model_info", description="1 for the release being served, 0 for earlier ones.",
@@ -118,7 +132,9 @@ def route_label(scope: Scope) -> str:
     root = scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root):] or "/"
-    return path if path in ROUTES else "other"
+    if path in ROUTES:
+        return path
+    return DOCUMENT_ROUTE if path.startswith("/v1/documents/") else "other"
 
 
 def record_request(route: str, method: str, status: int | str, milliseconds: float) -> None:
@@ -140,6 +156,21 @@ def record_index_sizes(held: dict[str, int]) -> None:
     _GAUGES.forget("lmp_index_documents", lambda tags: tags["release"] in held)
     for release, size in held.items():
         _GAUGES.set("lmp_index_documents", size, {"release": release})
+
+
+def record_documents(op: str, count: int) -> None:
+    _metric("lmp_documents_total").inc(count, tags={"op": op})
+
+
+def record_committed(seq: int) -> None:
+    _GAUGES.set("lmp_live_committed_seq", seq, {})
+
+
+def record_applied(seqs: dict[str, int]) -> None:
+    """The applied sequence number of each release this replica holds; the series of dropped releases end."""
+    _GAUGES.forget("lmp_live_applied_seq", lambda tags: tags["release"] in seqs)
+    for release, seq in seqs.items():
+        _GAUGES.set("lmp_live_applied_seq", seq, {"release": release})
 
 
 def record_model(active: dict[str, Optional[str]]) -> None:

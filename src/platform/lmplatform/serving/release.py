@@ -11,12 +11,13 @@ the replicas in their Serve `user_config`; each replica fetches the files itself
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,6 +25,12 @@ from lmplatform.retrieval.index import INDEX_FILE, META_FILE, VectorIndex
 from lmplatform.retrieval.retrievers import BM25_DIR, BM25_META_FILE, BM25Retriever
 from lmplatform.retrieval.settings import SearchSettings, SearchSettingsError
 from lmplatform.serving.store import DOCUMENTS_FILE, DocumentStore
+
+if TYPE_CHECKING:
+    from lmplatform.serving.settings import ServeSettings
+
+
+LIVE_INDEX_TAG = "lmp.live_index."  # + collection: {"artifact", "seq"} of the index a rebuild logged for the version
 
 
 class ReleaseError(ValueError):
@@ -44,6 +51,7 @@ class Release(BaseModel):
     run_id: Optional[str] = None
     resolved_at: float = 0.0
     search: Optional[SearchSettings] = None  # registered with the version; None: dense, no re-ranker
+    live_seq: Optional[int] = None  # an index rebuilt from the change log (`rebuild`): the seq it was built as of
 
 
 def _folder_stamp(path: Path) -> str:
@@ -52,9 +60,30 @@ def _folder_stamp(path: Path) -> str:
     return hashlib.sha256("|".join(stamps).encode()).hexdigest()[:12]
 
 
+def collection_for(settings: "ServeSettings") -> Optional[str]:
+    """The collection id of the settings' change log (None with live updates off)."""
+    from lmplatform.serving.changelog import ensure_collection
+    from lmplatform.serving.settings import ServeConfigError
+
+    try:
+        return ensure_collection(settings.live.dir) if settings.live.dir else None
+    except OSError as exc:
+        raise ServeConfigError(f"live.dir: cannot use {settings.live.dir} for the change log: {exc}") from exc
+
+
+def release_for(settings: "ServeSettings") -> Release:
+    """The release the serve settings name now (with live updates on, the version's index for their change log)."""
+    return resolve_release(settings.model, settings.tracking_uri, settings.index, settings.documents,
+                           settings.index_artifact, collection_for(settings))
+
+
 def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optional[str] = None,
-                    documents: Optional[str] = None, index_artifact: str = "index") -> Release:
-    """Pin `model` (alias -> version) and find its index; raises `ReleaseError` naming what is missing."""
+                    documents: Optional[str] = None, index_artifact: str = "index",
+                    live_collection: Optional[str] = None) -> Release:
+    """Pin `model` (alias -> version) and find its index; raises `ReleaseError` naming what is missing.
+
+    live_collection: the change log the app follows; a registered version's index rebuilt from it (`rebuild`,
+    tagged `LIVE_INDEX_TAG` + collection) is then preferred to the run's `index_artifact`."""
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
 
@@ -71,9 +100,16 @@ def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optio
         version, run_id = str(found.version), found.run_id
         index_uri = str(index_path) if index_path else f"runs:/{run_id}/{index_artifact}"
         stamp = _folder_stamp(index_path) if index_path else ""
+        live_index = (found.tags or {}).get(f"{LIVE_INDEX_TAG}{live_collection}") if live_collection else None
+        live_seq = None
+        if live_index and not index_path:
+            built = json.loads(live_index)
+            live_seq = int(built["seq"])
+            index_uri, stamp = f"runs:/{run_id}/{built['artifact']}", f"live{live_seq}"
         return Release(id=f"{name}/{version}" + (f"+{stamp}" if stamp else ""), model_uri=f"models:/{name}/{version}",
                        index_uri=index_uri, documents=docs, tracking_uri=uri, registered_name=name, version=version,
-                       alias=alias, run_id=run_id, resolved_at=time.time(), search=_registered_search(found, name))
+                       alias=alias, run_id=run_id, resolved_at=time.time(), search=_registered_search(found, name),
+                       live_seq=live_seq)
     try:
         folder = resolve_model_path(model)
     except FileNotFoundError as exc:
@@ -184,12 +220,17 @@ def load_index_and_store(release: Release, cache_dir: Optional[str] = None) -> t
     return index, store, folder
 
 
+def has_bm25(folder: Path) -> bool:
+    """Whether an index folder has a BM25 index beside the vectors (`BM25_DIR`, written by build_index)."""
+    return (folder / BM25_DIR / BM25_META_FILE).is_file()
+
+
 def load_bm25(folder: Path, index: VectorIndex) -> Optional[BM25Retriever]:
     """The BM25 index saved beside a VectorIndex (`BM25_DIR`, written by build_index), or None when there is none.
 
     It must hold exactly the index's ids: hybrid search looks every candidate up in both.
     """
-    if not (folder / BM25_DIR / BM25_META_FILE).is_file():
+    if not has_bm25(folder):
         return None
     bm25 = BM25Retriever.load(folder / BM25_DIR)
     if set(bm25.ids) != set(index.ids):
@@ -219,16 +260,20 @@ def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Opt
     return run_id
 
 
-def check_release(release: Release, cache_dir: Optional[str] = None) -> dict[str, int]:
+def check_release(release: Release, cache_dir: Optional[str] = None, live_collection: Optional[str] = None) -> dict[str, int]:
     """Fetch and check a release before any replica is told to load it (the files land in the node cache).
 
     Catches what would otherwise fail inside every replica: a missing model or index
     artifact, an index whose ids lack documents, or an index built with a model of
     another width (its vectors could never match the queries).
     """
-    import json as _json
+    from lmplatform.serving.live import index_seq
 
     index, store, folder = load_index_and_store(release, cache_dir)
+    built_from, _ = index_seq(folder)
+    if live_collection and built_from not in (None, live_collection):
+        raise ReleaseError(f"the index at {release.index_uri} was built from the change log of collection {built_from}, "
+                           f"not the one in live.dir ({live_collection}): its changes cannot be replayed onto it")
     bm25 = load_bm25(folder, index)
     if bm25 is None and release.search is not None and release.search.mode == "hybrid":
         raise ReleaseError(f"{release.model_uri} is registered to search in hybrid mode, but the index at "
@@ -237,7 +282,7 @@ def check_release(release: Release, cache_dir: Optional[str] = None) -> dict[str
     config_file = model_dir / "config.json"
     if not config_file.is_file():
         raise ReleaseError(f"{release.model_uri} holds no Hugging Face model folder (config.json is missing)")
-    width = _json.loads(config_file.read_text()).get("hidden_size")
+    width = json.loads(config_file.read_text()).get("hidden_size")
     if width is not None and int(width) != index.dim:
         raise ReleaseError(f"the index at {release.index_uri} holds {index.dim}-d vectors but {release.model_uri} "
                            f"makes {width}-d ones: rebuild the index with this model (ray_jobs/build_index.py)")

@@ -40,6 +40,9 @@ class ServeLimits(Section):
     rerank_candidates: int = Field(20, ge=1, le=1000, description="Hits from the index that the re-ranker re-scores, "
                                    "unless the model version's search settings set rerank_depth.")
     max_exclude_ids: int = Field(100, ge=0, le=10_000, description="Most ids in one /v1/search exclude_ids.")
+    max_documents: int = Field(32, ge=1, description="Most documents in one POST /v1/documents (at most "
+                               "batching.max_batch_size: they are encoded in one batch).")
+    max_id_chars: int = Field(256, ge=1, le=10_000, description="Longest document id (and label), in characters.")
 
     def check_text(self, field: str, text: str) -> None:
         if not text.strip():
@@ -64,6 +67,33 @@ class ServeLimits(Section):
             raise RequestLimitError("k", f"must be between 1 and {self.max_k}, got {request.k}")
         if len(request.exclude_ids) > self.max_exclude_ids:
             raise RequestLimitError("exclude_ids", f"has {len(request.exclude_ids)} ids; the limit is {self.max_exclude_ids}", 413)
+
+    def check_id(self, field: str, doc_id: str) -> None:
+        if not doc_id.strip():
+            raise RequestLimitError(field, "must not be empty or whitespace only")
+        if len(doc_id) > self.max_id_chars:
+            raise RequestLimitError(field, f"has {len(doc_id)} characters; the limit is {self.max_id_chars}", 413)
+
+    def check_documents(self, request: "DocumentsRequest") -> None:
+        documents = request.documents
+        if not documents:
+            raise RequestLimitError("documents", "must hold at least one document")
+        if len(documents) > self.max_documents:
+            raise RequestLimitError("documents", f"has {len(documents)} documents; the limit is {self.max_documents} "
+                                    "per request", 413)
+        seen: dict[str, int] = {}
+        for i, doc in enumerate(documents):
+            self.check_id(f"documents[{i}].id", doc.id)
+            if doc.id in seen:
+                raise RequestLimitError(f"documents[{i}].id", f"repeats documents[{seen[doc.id]}].id {doc.id!r}: "
+                                        "one change per document and request")
+            seen[doc.id] = i
+            self.check_text(f"documents[{i}].text", doc.text)
+            if len(doc.title) > self.max_text_chars:
+                raise RequestLimitError(f"documents[{i}].title", f"has {len(doc.title)} characters; the limit is "
+                                        f"{self.max_text_chars}", 413)
+            if doc.label is not None:
+                self.check_id(f"documents[{i}].label", doc.label)
 
 
 @dataclass(frozen=True)
@@ -168,6 +198,37 @@ class EmbeddingsRequest(_Request):
     user: Optional[Text] = Field(None, description="Accepted and ignored.")
 
 
+class DocumentIn(_Request):
+    id: Text = Field(..., description="The document's id (at most limits.max_id_chars); an id already held is replaced.")
+    title: Text = Field("", description="Shown with hits; encoded with the text when live.fields names it.")
+    text: Text = Field(..., description="Non-empty, at most limits.max_text_chars.")
+    label: Optional[Text] = Field(None, description="A class label (KNN classification votes with it).")
+
+
+class DocumentsRequest(_Request):
+    documents: list[DocumentIn] = Field(..., description="1..limits.max_documents documents, each id once.")
+
+
+class DocumentsResponse(BaseModel):
+    upserted: int
+    seq: int = Field(..., description="The change log's sequence number of the last document: every search that "
+                     "starts after this answer sees the documents.")
+    model_version: str = Field(..., description="The release whose model encoded them.")
+
+
+class DocumentResponse(BaseModel):
+    id: str
+    title: str
+    text: str
+    label: Optional[str] = None
+    model_version: str
+
+
+class DeletedResponse(BaseModel):
+    id: str
+    seq: int
+
+
 class Hit(BaseModel):
     id: str
     score: float = Field(..., description="What the hits are ordered by: the cosine (dense), the fused score (hybrid), "
@@ -246,6 +307,8 @@ class ModelInfo(BaseModel):
     hybrid: bool = Field(False, description="Whether the index has a BM25 index beside it, so /v1/search answers mode 'hybrid'.")
     search: Optional[dict[str, Any]] = Field(None, description="The search settings registered with the model version "
                                              "(how /v1/search answers by default); null: dense, no re-ranker.")
+    live_seq: Optional[int] = Field(None, description="Live updates on: the change log sequence number the index "
+                                    "answering this request is at (null: a read-only index).")
 
 
 class ErrorResponse(BaseModel):

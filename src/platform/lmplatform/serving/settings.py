@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Literal, Optional
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.serving.schemas import ServeLimits
@@ -57,6 +57,33 @@ class EncoderSettings(Section):
         return self
 
 
+class LiveSettings(Section):
+    """Documents added and removed while serving (POST/GET/DELETE /v1/documents); see docs/serving.md#live-index."""
+
+    dir: Optional[str] = Field(None, min_length=1, description="Folder of the change log and its snapshots: a local "
+                               "folder on one machine, shared storage reachable from the writer's node on a cluster. "
+                               "One application per folder. Unset: the index is read-only and /v1/documents answers 404.")
+    fields: list[Literal["title", "text"]] = Field(["title", "text"], min_length=1, description="The document fields "
+                                                   "joined with '. ' that are encoded and BM25-indexed (ray_jobs/build_index.py "
+                                                   "--fields): the base index must have been built from the same ones.")
+    snapshot_every: int = Field(10_000, ge=1, description="Changes between snapshots (the log is compacted into the "
+                                "last change of each document, and a new log file starts).")
+    rebuild_actors: int = Field(1, ge=1, description="Ray Data encoder actors of a rebuild (the new champion's index).")
+    rebuild_cpus: float = Field(1.0, gt=0, description="CPUs per rebuild actor: leave them free beside the replicas.")
+    rebuild_batch_size: int = Field(64, ge=1, description="Texts per forward pass in a rebuild.")
+
+    @field_validator("fields")
+    @classmethod
+    def _distinct(cls, fields: list[str]) -> list[str]:
+        if len(set(fields)) != len(fields):
+            raise ValueError(f"names a field twice: {fields}")
+        return fields
+
+    @property
+    def enabled(self) -> bool:
+        return self.dir is not None
+
+
 class ServeSettings(Section):
     """Everything the application needs to start; see docs/serving.md."""
 
@@ -81,12 +108,16 @@ class ServeSettings(Section):
                                      "(default: ~/.cache/lmplatform/serve).")
     replica_cpus: Optional[float] = Field(None, gt=0, description="num_cpus of every replica unless the config's "
                                           "deployments section says otherwise.")
+    live: LiveSettings = Field(default_factory=LiveSettings)
 
     @model_validator(mode="after")
     def _one_request_fits_a_batch(self) -> "ServeSettings":
         if self.limits.max_texts > self.batching.max_batch_size:
             raise ValueError(f"limits.max_texts ({self.limits.max_texts}) must be <= batching.max_batch_size "
                              f"({self.batching.max_batch_size}): one request must fit in one batch")
+        if self.live.enabled and self.limits.max_documents > self.batching.max_batch_size:
+            raise ValueError(f"limits.max_documents ({self.limits.max_documents}) must be <= batching.max_batch_size "
+                             f"({self.batching.max_batch_size}): one request's documents are encoded in one batch")
         return self
 
 

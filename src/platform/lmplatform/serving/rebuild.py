@@ -1,0 +1,129 @@
+"""The index follows the champion: a version's index rebuilt from the served documents as the change log has them.
+
+When the alias moves, the new version's vectors differ from the served ones, so its index is built again:
+1. the documents as of the change log's committed seq S: the served index's document store (as of its own seq)
+   with every later upsert in and every deletion out, streamed into one JSONL corpus (`documents_as_of`);
+2. a Ray Data job encodes it with the new version (`retrieval.build.encode_corpus_to_shards`: actors holding
+   the model write parquet shards), then FAISS of the served index's kind, BM25 when the served index has it;
+3. the folder, with `live.json` {collection, seq: S}, is logged as an artifact of the version's MLflow run and
+   the version is tagged with it (`release.LIVE_INDEX_TAG` + collection), where `release_for` finds it.
+The hot reload then loads model and index together, and every replica applies the changes after S (made
+while the job ran) with the new model before the ingress moves to it (`LiveIndex`): none is dropped.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from lmplatform.serving.changelog import Change
+from lmplatform.serving.live import LIVE_FILE, index_seq
+from lmplatform.serving.release import (
+    LIVE_INDEX_TAG,
+    Release,
+    ReleaseError,
+    collection_for,
+    fetch,
+    has_bm25,
+    publish_index,
+)
+from lmplatform.serving.settings import ServeSettings
+from lmplatform.serving.store import DOCUMENTS_FILE
+
+
+@dataclass
+class RebuildResult:
+    version: str
+    seq: int  # the change log's seq the index holds every change up to
+    documents: int
+    encode_seconds: float
+    seconds: float
+    artifact: str
+
+    def summary(self) -> str:
+        return (f"index of version {self.version} rebuilt as of change {self.seq}: {self.documents} documents "
+                f"(encoded in {self.encode_seconds:.1f}s, {self.seconds:.1f}s in all), logged as {self.artifact}")
+
+
+def documents_as_of(store_file: Path, changes: list[Change], out: Path) -> int:
+    """Write the store's documents with `changes` applied (the last change of each changed document) into the folder
+    `out`: `documents.jsonl` (the new index's store: id, title, text, label) and `texts.jsonl` (id, title, text, all
+    strings: what Ray Data reads and encodes). The store is read line by line; returns the documents written."""
+    changed = {change.id for change in changes}
+    rows = (row for row in map(json.loads, store_file.open(encoding="utf-8")) if str(row.get("id")) not in changed)
+    upserts = ({"id": c.id, "title": c.title, "text": c.text, "label": c.label} for c in changes if c.op == "upsert")
+    written = 0
+    with (out / DOCUMENTS_FILE).open("w", encoding="utf-8") as store, (out / "texts.jsonl").open("w", encoding="utf-8") as texts:
+        for row in itertools.chain(rows, upserts):
+            doc = {"id": str(row["id"]), "title": str(row.get("title") or ""), "text": str(row.get("text") or "")}
+            texts.write(json.dumps(doc, ensure_ascii=False) + "\n")
+            label = row.get("label")
+            store.write(json.dumps(doc | ({"label": str(label)} if label is not None else {}), ensure_ascii=False) + "\n")
+            written += 1
+    return written
+
+
+def rebuild_index(settings: ServeSettings, served: Release, target: Release, writer: Any,
+                  progress: Optional[Callable[[str], None]] = None) -> RebuildResult:
+    """Build `target`'s index from the documents `served` holds now (see the module doc) and log it with the version.
+
+    writer: a handle to the app's ChangeLogWriter (the changes after the served index's seq come from it)."""
+    import ray
+    from mlflow.tracking import MlflowClient
+
+    from lmplatform.retrieval.build import build_bm25_index, build_index_from_shards, encode_corpus_to_shards
+    from lmplatform.retrieval.index import META_FILE, IndexParams
+
+    say = progress or (lambda _line: None)
+    if settings.index:
+        raise ReleaseError(f"index: the app serves the folder {settings.index} as it is; a rebuilt index is logged with "
+                           "the model version, which the app serves when `index` is not set")
+    if target.registered_name is None or target.run_id is None:
+        raise ReleaseError(f"model: {target.model_uri} is a folder, not a registered version: a rebuilt index is logged "
+                           "with a version's MLflow run (serve models:/<name>@<alias>)")
+    free = ray.available_resources().get("CPU", 0.0)
+    if free < settings.live.rebuild_cpus:
+        raise ReleaseError(f"live.rebuild_cpus: a rebuild actor needs {settings.live.rebuild_cpus} CPU and the cluster has "
+                           f"{free:.2f} free beside the application; lower it, or give the replicas fewer CPUs")
+    collection = collection_for(settings)
+    start = time.perf_counter()
+    folder = fetch(served.index_uri, served.tracking_uri, settings.cache_dir)
+    _, base_seq = index_seq(folder)
+    committed, changes = writer.changes_since.remote(base_seq).result()
+    work = Path(tempfile.mkdtemp(prefix=f"rebuild-{collection}-{committed}-", dir=_work_root(settings)))
+    try:
+        count = documents_as_of(Path(served.documents) if served.documents else folder / DOCUMENTS_FILE, changes, work)
+        say(f"rebuild: {count} documents as of change {committed} (the served index's {base_seq} and "
+            f"{len(changes)} changed documents), encoding them with {target.model_uri} on Ray Data")
+        model = fetch(target.model_uri, target.tracking_uri, settings.cache_dir)
+        live, index_dir, texts = settings.live, work / "index", str(work / "texts.jsonl")
+        encoded = encode_corpus_to_shards(texts, work / "shards", str(model), list(live.fields), "id", live.rebuild_actors,
+                                          live.rebuild_cpus, live.rebuild_batch_size, quantize=settings.encoder.quantize)
+        kind = json.loads((folder / META_FILE).read_text())["kind"]
+        index = build_index_from_shards(work / "shards", index_dir, IndexParams(kind=kind))
+        if has_bm25(folder):
+            build_bm25_index(texts, index_dir, list(live.fields), "id", index.ids)
+        shutil.copy(work / DOCUMENTS_FILE, index_dir / DOCUMENTS_FILE)
+        (index_dir / LIVE_FILE).write_text(json.dumps({"collection": collection, "seq": committed}))
+        artifact = f"live-index/{collection}/{committed}"
+        publish_index(index_dir, target.run_id, target.tracking_uri, artifact)
+        MlflowClient(target.tracking_uri).set_model_version_tag(
+            target.registered_name, str(target.version), f"{LIVE_INDEX_TAG}{collection}",
+            json.dumps({"artifact": artifact, "seq": committed}))
+        return RebuildResult(str(target.version), committed, len(index), encoded.seconds, time.perf_counter() - start,
+                             f"runs:/{target.run_id}/{artifact}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _work_root(settings: ServeSettings) -> str:
+    from lmplatform.serving.release import cache_root
+
+    root = cache_root(settings.cache_dir) / "rebuild"
+    root.mkdir(parents=True, exist_ok=True)
+    return str(root)
