@@ -104,10 +104,14 @@ def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
         assert {"system/ir_mrr_at_10", "system/dense_ir_mrr_at_10", "system/first_stage_ir_mrr_at_10"} <= set(metrics)
         assert metrics["system/bm25_weight"] in (0.0, 0.5) and metrics["system/rerank_depth"] == 5
     states = [PipelineState.load(tmp_path / "pipelines" / f"{result.study_name}.{t['trial_id']}") for t in result.trials]
-    # The two trials started together: one ran the pairs, mine and re-ranker stages, the other waited for it and
-    # reused them (the re-ranker trains on the mined pairs, which no parameter changes).
-    reused = [sorted(name for name, s in state.stages.items() if s.reused_from) for state in states]
-    assert sorted(reused) == [[], ["data", "mined", "rerank"]]
+    # The two trials ran together: each stage no parameter changes (pairs, mining, the re-ranker on the mined pairs)
+    # ran in the trial that got to it first, and the other waited for it and reused it.
+    reused = [name for state in states for name, s in state.stages.items() if s.reused_from]
+    assert sorted(reused) == ["data", "mined", "rerank"]
+    origin, reuser = sorted(states, key=lambda state: bool(state.stages["rerank"].reused_from))
+    # a reused training stage is its origin's model and metrics, under its own MLflow run pointing at the origin's
+    assert reuser.stages["rerank"].model_dir == origin.stages["rerank"].model_dir
+    assert reuser.stages["rerank"].metrics == origin.stages["rerank"].metrics and origin.stages["rerank"].metrics
     assert sum(t["metrics"]["stages_reused"] for t in result.trials) == 3
 
     client = MlflowClient(mlflow_uri)
@@ -121,6 +125,8 @@ def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
     ran = client.search_runs([experiment], filter_string="tags.`lmp.stage_kind` = 'mine'")
     assert len(ran) == 1  # mining ran once for the study
     assert len(client.search_runs([experiment], filter_string=f"tags.`{REUSED_TAG}` != ''")) == 3
+    reused_rerank = client.get_run(reuser.stages["rerank"].mlflow_run_id)
+    assert reused_rerank.data.tags["lmp.reused_mlflow_run"] == origin.stages["rerank"].mlflow_run_id
     assert not client.search_registered_models(filter_string="name = 'pipe-system'")  # trials register nothing
 
     # The winner: the best trial's system, its bi-encoder registered with the index, settings and re-ranker it was
