@@ -26,16 +26,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def portable(value: Any) -> Any:
-    """`value` with this machine's paths made relative to the repository (`../shared/...` for the data beside it),
-    so that a result file names no folder of the machine it was measured on."""
-    if isinstance(value, dict):
-        return {key: portable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [portable(item) for item in value]
-    if isinstance(value, str):
-        return value.replace(f"{REPOSITORY.parent}/shared/", "../shared/").replace(f"{REPOSITORY}/", "")
-    return value
+def portable(value: Any) -> Any:  # noqa: ANN401
+    """`value` with this machine's paths made relative to the repository (`../shared/...` for the data beside it)."""
+    from lmplatform.result_files import portable as relative_to
+
+    return relative_to(value, REPOSITORY)
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:

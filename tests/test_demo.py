@@ -16,7 +16,10 @@ def test_demo_result_file_holds_seconds_per_step_the_figures_and_the_machine(tmp
     summary.add("evaluate", "evaluate: retrieval MRR@5 (held-out test)", "pairs+EWC 0.750 · BM25 0.500",
                 time.perf_counter() - 1.0)
 
-    path = write_result_file(tmp_path / "results" / "demo.json", summary.result(total_seconds=3.0))
+    summary.metrics["champion_gate"] = {"reason": f"compared on {tmp_path}/runs/demo/test.jsonl and "
+                                                  f"{tmp_path.parent}/shared/data/sts.jsonl"}
+
+    path = write_result_file(tmp_path / "results" / "demo.json", summary.result(total_seconds=3.0), root=tmp_path)
 
     result = json.loads(path.read_text(encoding="utf-8"))
     assert result["total_seconds"] == 3.0
@@ -24,3 +27,5 @@ def test_demo_result_file_holds_seconds_per_step_the_figures_and_the_machine(tmp
     assert result["retrieval_test"]["pairs_ewc"]["mrr@5"] == 0.75
     assert [row["step"] for row in result["summary"]] == [row[0] for row in summary.rows]
     assert {"cpus", "date", "load_average", "python"} <= set(result["machine"])
+    # no folder of the machine it ran on: paths relative to the repository, the data as ../shared
+    assert result["champion_gate"]["reason"] == "compared on runs/demo/test.jsonl and ../shared/data/sts.jsonl"

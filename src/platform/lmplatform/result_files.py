@@ -23,9 +23,23 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_result_file(path: Path, payload: dict[str, Any]) -> Path:
-    """`payload` under a `machine` block as written at the end of the run, in `path` (folders created)."""
+def portable(value: Any, root: Path) -> Any:  # noqa: ANN401
+    """`value` with the paths under `root` made relative to it (`../shared/...` for the data beside it), so that a
+    result file names no folder of the machine it was measured on."""
+    if isinstance(value, dict):
+        return {key: portable(item, root) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(item, root) for item in value]
+    if isinstance(value, str):
+        return value.replace(f"{root.parent}/shared/", "../shared/").replace(f"{root}/", "")
+    return value
+
+
+def write_result_file(path: Path, payload: dict[str, Any], root: Path | None = None) -> Path:
+    """`payload` under a `machine` block as written at the end of the run, in `path` (folders created); paths under
+    `root` (the working folder: the repository, for `make`) written relative to it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    payload = portable({"machine": machine(), **payload}, (root or Path.cwd()).resolve())
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
