@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import sys
 import time
@@ -184,7 +185,8 @@ def main() -> None:
                                                        / local["dense"]["p50_ms"], 1.3, higher_is_better=False)
     write_result(args.name, {"config": vars(args), "index": built, "queries": len(queries), "in_process": local,
                              "serve": served, "checks": checks,
-                             "note": "measured on a shared 2-core machine under load from other sessions"})
+                             # whether the machine was idle: the load average (1, 5, 15 minutes) at the end
+                             "load_average": [round(load, 2) for load in os.getloadavg()]})
 
 
 if __name__ == "__main__":
