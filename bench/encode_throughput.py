@@ -130,7 +130,7 @@ class OpenOfficeRetrieval:
         """Per-query MRR@10 for each split."""
         import numpy as np
 
-        from lmplatform.evaluation.metrics.retrieval import retrieval_report
+        from lmplatform.metrics.retrieval import retrieval_report
 
         vectors = encode(self.corpus_texts)
         row = {doc_id: n for n, doc_id in enumerate(self.corpus_ids)}

@@ -45,8 +45,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
-    from lmplatform.evaluation.metrics.retrieval import retrieval_report
     from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
+    from lmplatform.metrics.retrieval import retrieval_report
     from lmplatform.models.encoder import Encoder
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.retrieval.index import VectorIndex

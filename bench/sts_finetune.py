@@ -67,7 +67,7 @@ class Scorer:
         return cosine_scores(Encoder.from_pretrained(model, max_seq_length=self.max_seq_length), self.pairs.sentence1, self.pairs.sentence2)
 
     def spearman(self, cosines: np.ndarray) -> float:
-        from lmplatform.evaluation.metrics.sts import spearman
+        from lmplatform.metrics.sts import spearman
 
         return float(spearman(cosines, self.pairs.scores))
 

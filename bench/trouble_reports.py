@@ -28,7 +28,7 @@ Reported per strategy as mean ± std over the seeds, with the packaged MiniLM (z
   R[stage][task] is MRR@10 of general paraphrase retrieval (STS-B dev and SICK dev paraphrase pairs, each
   sentence ranked against the pairs' other sentences) and of OpenOffice dev retrieval (dev duplicates against
   their reports and sampled corpus distractors), scored on the start model and after every stage; A, BWT,
-  FWT and REM as in lmplatform.evaluation.metrics.continual;
+  FWT and REM as in lmplatform.metrics.continual;
 - GLUE SST-2 accuracy and CoLA Matthews correlation (dev) of a logistic-regression probe on the frozen
   mean-pooled embeddings, for the base model and each final model;
 - wall-clock seconds of every stage.

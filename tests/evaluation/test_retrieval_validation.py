@@ -10,7 +10,6 @@ import pytest
 from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig
 from lmplatform.data.pairs import Pair
 from lmplatform.data.readers import DataError
-from lmplatform.evaluation.metrics.retrieval import ndcg_at_k
 from lmplatform.evaluation.retrieval_validation import (
     build_retrieval_set,
     choose_bm25_weight,
@@ -22,6 +21,7 @@ from lmplatform.evaluation.retrieval_validation import (
     score_rankings,
     summarize,
 )
+from lmplatform.metrics.retrieval import ndcg_at_k
 
 CFG = RetrievalValidationConfig(recall_ks=[1, 3], mrr_k=3, ndcg_k=3, map_k=5)
 

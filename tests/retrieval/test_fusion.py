@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmplatform.evaluation.metrics.retrieval import rank_by_score
+from lmplatform.metrics.retrieval import rank_by_score
 from lmplatform.retrieval.fusion import combine_rerank, convex_fusion, convex_scores, fuse, minmax, reciprocal_rank_fusion
 from lmplatform.retrieval.settings import FusionSettings
 

@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmplatform.evaluation.metrics.retrieval import rank_by_score
+from lmplatform.metrics.retrieval import rank_by_score
 from lmplatform.models.cross_encoder import CrossEncoder
 from lmplatform.models.encoder import Encoder
 from lmplatform.retrieval.fusion import convex_scores, reciprocal_rank_fusion

@@ -8,8 +8,8 @@ import pytest
 
 from lmplatform.data.sts_pairs import STSPairs
 from lmplatform.evaluation.config import StsDataset, StsTask
-from lmplatform.evaluation.metrics.sts import spearman
 from lmplatform.evaluation.tasks.sts import cosine_scores, read_sts_dataset, run_sts_task, score_sts
+from lmplatform.metrics.sts import spearman
 
 # Two identical pairs (cosine 1) with gold 5, two different pairs (cosine < 1) with gold 2, scale 1-5.
 # The identical pairs share one sentence so that their cosines tie exactly (1 +- float rounding otherwise).

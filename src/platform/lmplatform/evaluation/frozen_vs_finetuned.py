@@ -12,9 +12,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.evaluation.metrics.classification import TABLE_COLUMNS, classification_metrics
 from lmplatform.evaluation.plots import confusion_matrix_png
 from lmplatform.markdown import markdown_table
+from lmplatform.metrics.classification import TABLE_COLUMNS, classification_metrics
 
 
 def evaluate_classifier(classifier: Any, texts: Sequence[str], labels: Sequence[str], out_dir: Optional[Path] = None,

@@ -29,7 +29,7 @@ from lmplatform.data.fields import join_fields
 from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
-from lmplatform.evaluation.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, rank_by_score, recall_at_k
+from lmplatform.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, rank_by_score, recall_at_k
 from lmplatform.retrieval.fusion import fuse
 from lmplatform.retrieval.retrievers import BM25Retriever
 from lmplatform.retrieval.settings import FusionSettings

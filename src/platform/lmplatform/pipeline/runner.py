@@ -485,7 +485,7 @@ def task_matrix(cfg: PipelineConfig, state: PipelineState) -> Optional[list[list
 
 
 def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:  # noqa: ANN001
-    from lmplatform.evaluation.metrics.continual import continual_metrics
+    from lmplatform.metrics.continual import continual_metrics
 
     table = format_table(forgetting)
     print("[lmp] old-domain MLM loss before/after each stage:\n" + table, flush=True)

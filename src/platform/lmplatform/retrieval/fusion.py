@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lmplatform.evaluation.metrics.retrieval import rank_by_score
+from lmplatform.metrics.retrieval import rank_by_score
 from lmplatform.retrieval.settings import FusionSettings
 
 Hits = list[tuple[str, float]]

@@ -32,7 +32,7 @@ from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.evaluation.metrics.retrieval import rank_by_score
+from lmplatform.metrics.retrieval import rank_by_score
 from lmplatform.retrieval.faiss_import import exact_search, import_faiss
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.evaluation.metrics.retrieval import rank_by_score
+from lmplatform.metrics.retrieval import rank_by_score
 from lmplatform.retrieval.fusion import combine_rerank, fuse
 from lmplatform.retrieval.index import IndexParams, VectorIndex
 from lmplatform.retrieval.settings import FusionSettings

@@ -145,8 +145,8 @@ def load_ranker(model_dir: str | Path, objective: str) -> object:
 
 def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]:
     from lmplatform.data.sts_pairs import read_pairs_jsonl
-    from lmplatform.evaluation.metrics.sts import spearman
     from lmplatform.evaluation.tasks.sts import cosine_scores
+    from lmplatform.metrics.sts import spearman
 
     pairs = read_pairs_jsonl(spec.path, "sts", spec.scale, spec.score_field, spec.sentence1_field,
                              spec.sentence2_field, where=spec.where or None, limit=spec.limit)

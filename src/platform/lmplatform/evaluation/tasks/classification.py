@@ -22,10 +22,10 @@ import numpy as np
 from lmplatform.data.labelled_texts import merge_rare_labels, read_labelled_texts
 from lmplatform.data.readers import DataError
 from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask
-from lmplatform.evaluation.metrics.classification import TABLE_COLUMNS, classification_metrics
 from lmplatform.evaluation.plots import artifact_name, confusion_matrix_png
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.markdown import markdown_table
+from lmplatform.metrics.classification import TABLE_COLUMNS, classification_metrics
 
 logger = logging.getLogger(__name__)
 Split = tuple[list[str], list[str]]  # texts, labels

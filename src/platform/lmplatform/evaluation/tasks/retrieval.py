@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lmplatform.evaluation.config import RetrievalTask, RetrieverSpec
-from lmplatform.evaluation.metrics.retrieval import retrieval_report
 from lmplatform.evaluation.plots import plot_recall_curves
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
 from lmplatform.markdown import markdown_table
+from lmplatform.metrics.retrieval import retrieval_report
 from lmplatform.retrieval.index import IndexParams
 from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, Retriever, TwoStageRetriever
 from lmplatform.retrieval.settings import FusionSettings

@@ -2,7 +2,7 @@
 
 Spearman and Pearson of the raw cosines, EDRM of the cosines mapped linearly onto
 the gold scale and, when a labelled `fit_path` is given, EDRM of an isotonic map
-fitted on it (see `lmplatform.evaluation.metrics.sts`). One scatter PNG per dataset.
+fitted on it (see `lmplatform.metrics.sts`). One scatter PNG per dataset.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import numpy as np
 
 from lmplatform.data.sts_pairs import STSPairs, read_pairs_jsonl
 from lmplatform.evaluation.config import StsDataset, StsTask
-from lmplatform.evaluation.metrics.sts import CosineToScale, sts_metrics
 from lmplatform.evaluation.plots import plot_sts_scatter
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.markdown import markdown_table
+from lmplatform.metrics.sts import CosineToScale, sts_metrics
 
 logger = logging.getLogger(__name__)
 

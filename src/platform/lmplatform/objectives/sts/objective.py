@@ -18,6 +18,7 @@ from torch import nn
 from lmplatform.config.schema import RunConfig
 from lmplatform.data.fields import scored_pair
 from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled
+from lmplatform.metrics.sts import pearson, spearman
 from lmplatform.models.encoder import Encoder
 from lmplatform.train import distributed as D
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
@@ -66,8 +67,6 @@ class STSEvaluator:
     The caller sets eval and inference mode and places the batches (the training loop does)."""
 
     def __call__(self, model: Encoder, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
-        from lmplatform.evaluation.metrics.sts import pearson, spearman
-
         cos: list[float] = []
         gold: list[float] = []
         for batch in batches:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmplatform.evaluation.metrics.classification import classification_metrics
+from lmplatform.metrics.classification import classification_metrics
 
 
 def test_binary_metrics_by_hand() -> None:

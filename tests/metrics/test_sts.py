@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmplatform.evaluation.metrics.sts import CosineToScale, edrm, pearson, spearman, sts_metrics
+from lmplatform.metrics.sts import CosineToScale, edrm, pearson, spearman, sts_metrics
 
 
 @pytest.mark.parametrize(

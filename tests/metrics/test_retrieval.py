@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from lmplatform.evaluation.metrics.retrieval import (
+from lmplatform.metrics.retrieval import (
     average_precision,
     hit_at_k,
     mean_average_precision,

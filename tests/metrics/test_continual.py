@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lmplatform.evaluation.metrics.continual import (
+from lmplatform.metrics.continual import (
     average_accuracy,
     backward_transfer,
     bwt_plus,
