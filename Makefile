@@ -53,7 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/openoffice_retrieval.py
 
 docs: $(STAMP)
-	$(BIN)/python -m lmplatform.config.reference > docs/config-reference.md
+	$(BIN)/python -m lmplatform.objectives.config_reference > docs/config-reference.md
 
 clean:
 	rm -rf runs outputs mlruns .pytest_cache

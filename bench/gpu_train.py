@@ -111,7 +111,7 @@ def run_ours(objective: dict[str, Any], rows: list[dict[str, str]], model: str, 
              device: str, warmup: int, steps: int, work: Path) -> dict[str, Any]:
     import torch
 
-    from lmplatform.config import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
     from lmplatform.train.ingest import resume_batches
     from lmplatform.train.loop import FolderReporter
     from lmplatform.train.worker import build_trainer

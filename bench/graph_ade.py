@@ -55,7 +55,7 @@ def knn_table(summary: dict, folds: int) -> str:
 
 
 def train_fold(variant: str, fold: int, args: argparse.Namespace, workdir: Path, tracking_uri: Optional[str]) -> tuple[Path, float]:
-    from lmplatform.config import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
 
     overrides = [
         f"model.name_or_path={args.model}", f"data.train_paths={args.data}", f"objective.folds_file={args.folds_file}",

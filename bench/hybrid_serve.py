@@ -54,7 +54,7 @@ def build(model: str, documents: list[dict[str, str]], out: Path) -> dict[str, A
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
     from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
-    from lmplatform.serving.store import DOCUMENTS_FILE
+    from lmplatform.retrieval.store import DOCUMENTS_FILE
 
     if (out / "build.json").is_file():
         return json.loads((out / "build.json").read_text())

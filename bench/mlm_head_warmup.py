@@ -120,8 +120,8 @@ def main() -> None:
     import os
 
     os.chdir(REPO)  # the config's paths (../shared/data, data/demo) are relative to the repository root
-    from lmplatform.config import load_run_config
     from lmplatform.evaluation.old_domain_mlm import old_domain_mlm_loss
+    from lmplatform.objectives.run_config import load_run_config
 
     cfg = load_run_config(args.config, args.overrides)
     texts = domain_texts()

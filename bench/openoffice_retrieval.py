@@ -89,8 +89,8 @@ class TestSet:
     folder per query."""
 
     def __init__(self, files: dict[str, Path], max_distractors: Optional[int] = None, split: str = "test"):
-        from lmplatform.config.schema import RetrievalValidationConfig
         from lmplatform.evaluation.retrieval_validation import build_retrieval_set
+        from lmplatform.retrieval.settings import RetrievalValidationConfig
 
         self.cfg = RetrievalValidationConfig.model_validate(retrieval_config(files, split, max_distractors))
         self.rset = build_retrieval_set(self.cfg)
@@ -203,7 +203,7 @@ def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: 
                group_aware: bool = False) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.config.loader import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
     from lmplatform.train.run import run_training
 
     cfg = load_run_config(None, base=our_config(files, out, tracking_uri, max_steps, group_aware=group_aware))
@@ -221,9 +221,9 @@ def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: 
 def our_plan(files: dict[str, Path], out: Path, tracking_uri: str,
              max_steps: Optional[int]) -> tuple[list[dict[str, str]], list[list[int]]]:
     """The training pairs as our reader keeps them and the batches our driver plans for the group-aware run."""
-    from lmplatform.config.loader import load_run_config
     from lmplatform.data.pairs import read_pairs
     from lmplatform.objectives.biencoder.group_batches import plan_pairs
+    from lmplatform.objectives.run_config import load_run_config
 
     cfg = load_run_config(None, base=our_config(files, out, tracking_uri, max_steps, group_aware=True))
     pairs = read_pairs(cfg.data)

@@ -148,9 +148,9 @@ def dev_select(study: dict[str, Any]) -> Path:
 def choose_reranking(model: str, reranker: str, settings: Any, select: Path, corpus: Path,  # noqa: ANN401
                      max_distractors: Optional[int]) -> tuple[Any, list[dict[str, Any]]]:
     """The re-rank depth and weight for the champion's first stage, chosen on dev_select as the system stage chooses."""
-    from lmplatform.config.schema import RetrievalValidationConfig
     from lmplatform.evaluation.retrieval_validation import build_retrieval_set
     from lmplatform.evaluation.system import load_scorer
+    from lmplatform.retrieval.settings import RetrievalValidationConfig
 
     cfg = RetrievalValidationConfig.model_validate({
         "pairs": {"train_paths": [str(select)], "validation_fraction": 0.0}, "split": "all",

@@ -65,7 +65,7 @@ def build_base(model: str, documents: list[dict[str, str]], out: Path) -> dict[s
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
     from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
-    from lmplatform.serving.store import DOCUMENTS_FILE
+    from lmplatform.retrieval.store import DOCUMENTS_FILE
 
     if (out / "build.json").is_file() and json.loads((out / "build.json").read_text())["documents"] == len(documents):
         return json.loads((out / "build.json").read_text())

@@ -80,7 +80,7 @@ def build_index(model: str, docs_wanted: int, out: Path, batch_size: int, data: 
     """Index + document store of `docs_wanted` documents (distinct texts repeated with #r<n> ids)."""
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.serving.store import DOCUMENTS_FILE
+    from lmplatform.retrieval.store import DOCUMENTS_FILE
 
     if (out / "index.faiss").is_file() and (out / DOCUMENTS_FILE).is_file():
         return json.loads((out / "bench_build.json").read_text())

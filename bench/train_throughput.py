@@ -109,7 +109,7 @@ def projection_rounds(texts: list[str], steps: int, warmup: int, rounds: int) ->
 def ray_train(corpus: Path, workers: int, steps: int, warmup: int, workdir: Path) -> float:
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.config import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
     from lmplatform.train.run import run_training
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"

@@ -17,16 +17,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "platform" / "lmplatform
 LAYERS: list[list[str]] = [
     ["__init__", "runtime", "markdown", "result_files", "metrics"],  # utilities; metrics: pure functions of numbers
     ["ray_runtime"],  # starting or joining Ray
-    ["config"],  # shared pydantic settings
-    ["data"],  # readers, cleaning, batching of rows
-    ["models"],  # encoders, heads, export backends
-    ["retrieval"],  # indexes, retrievers, ranking
-    ["tracking"],  # MLflow runs, registry, exports
+    ["config"],  # the sections of a run config, YAML loading
+    ["data"],  # readers, cleaning, pairs, batching plans
+    ["models"],  # encoders, heads, export backends, finding a model folder
+    ["retrieval"],  # indexes, retrievers, fusion, the document store, retrieval settings
     ["train"],  # the Ray-free engine: loop, recipe, optimizer, state, feed, precision
-    ["graph"],  # Ray-free graph pieces: GCN, batches, negatives, kNN, metrics
-    ["objectives"],  # one folder per objective and its registry
+    ["graph"],  # Ray-free graph pieces: GCN, batches, negatives, kNN, graph metrics
+    ["objectives"],  # one folder per objective, the registry, RunConfig
+    ["tracking"],  # MLflow runs, the model registry, model cards
     ["evaluation"],  # evaluations of a trained encoder
-    ["jobs", "serving"],  # the Ray Train driver and worker; Ray Serve
+    ["jobs", "serving"],  # the Ray Train driver and worker, studies that train; Ray Serve
     ["pipeline"],  # multi-stage runs
     ["tune"],  # studies, the champion gate
     ["demo", "testing"],  # the end-to-end demo; helpers for tests

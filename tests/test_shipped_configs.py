@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from lmplatform.config.loader import load_run_config, parse_config, read_yaml
+from lmplatform.config.loader import parse_config, read_yaml
 from lmplatform.evaluation.config import (
     ClassificationDataset,
     EncoderSpec,
@@ -23,6 +23,7 @@ from lmplatform.evaluation.config import (
     load_evaluation_config,
 )
 from lmplatform.graph.evaluation import RelationEvalConfig
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.pipeline.config import load_pipeline_config
 from lmplatform.pipeline.preflight import (
     REGISTRY_PREFIXES,

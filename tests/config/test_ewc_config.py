@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from lmplatform.config import load_run_config
 from lmplatform.config.loader import ConfigError
-from lmplatform.config.schema import RunConfig
+from lmplatform.objectives.run_config import RunConfig, load_run_config
 
 BASE = ["data.train_paths=a.jsonl"]
 

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from lmplatform.config import ConfigError, load_run_config
+from lmplatform.config import ConfigError
+from lmplatform.objectives.run_config import load_run_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,6 +104,6 @@ def test_cli_reports_bad_config_without_traceback(tmp_path: Path) -> None:
 
 
 def test_config_reference_is_current() -> None:
-    from lmplatform.config.reference import render
+    from lmplatform.objectives.config_reference import render
 
     assert (REPO / "docs/config-reference.md").read_text().strip() == render().strip(), "run `make docs`"

@@ -43,7 +43,7 @@ def test_rayjob_has_the_structure_kuberay_requires(rayjob) -> None:  # noqa: ANN
 
 
 def test_rayjob_entrypoint_is_a_job_of_this_repository_with_a_valid_config(rayjob) -> None:  # noqa: ANN001
-    from lmplatform.config import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
 
     argv = shlex.split(rayjob["spec"]["entrypoint"])
     assert argv[0] == "python" and argv[1].startswith("ray_jobs/")

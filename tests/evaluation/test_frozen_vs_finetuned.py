@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from lmplatform.config import load_run_config
 from lmplatform.evaluation.frozen_vs_finetuned import frozen_vs_finetuned, settings_table
+from lmplatform.objectives.run_config import load_run_config
 
 VOCAB = {
     "storage": "disk backup queue memory".split(),

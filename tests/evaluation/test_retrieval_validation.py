@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig
+from lmplatform.config.schema import DataConfig
 from lmplatform.data.pairs import Pair
 from lmplatform.data.readers import DataError
 from lmplatform.evaluation.retrieval_validation import (
@@ -22,6 +22,7 @@ from lmplatform.evaluation.retrieval_validation import (
     summarize,
 )
 from lmplatform.metrics.retrieval import ndcg_at_k
+from lmplatform.retrieval.settings import DistractorConfig, RetrievalValidationConfig
 
 CFG = RetrievalValidationConfig(recall_ks=[1, 3], mrr_k=3, ndcg_k=3, map_k=5)
 
@@ -129,7 +130,8 @@ def test_build_from_files_with_a_distractor_sample(tmp_path: Path) -> None:
 
 
 def test_config_rules_name_the_field() -> None:
-    from lmplatform.config.loader import ConfigError, load_run_config
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.objectives.run_config import load_run_config
 
     base = {"data": {"train_paths": ["x.jsonl"]}, "retrieval_validation": {}}
     with pytest.raises(ConfigError, match="applies to objectives biencoder, biencoder_distill, cross_encoder, declutr, not 'mlm'"):
@@ -196,7 +198,8 @@ def test_choose_bm25_weight_picks_the_smallest_best_weight_on_the_set() -> None:
 
 
 def test_hybrid_metrics_are_reported_to_tune_as_corpus_metrics_and_refused_for_a_cross_encoder() -> None:
-    from lmplatform.config.loader import ConfigError, load_run_config
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.objectives.run_config import load_run_config
     from lmplatform.tune.metrics import is_corpus_metric, reported_metrics
 
     base = {"data": {"train_paths": ["x.jsonl"]}, "retrieval_validation": {"hybrid": {"bm25_weight": 0.2}}}

@@ -6,7 +6,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from lmplatform.config import load_run_config
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train.run import run_training
 from tests.graph.synthetic import write_synthetic_ade
 

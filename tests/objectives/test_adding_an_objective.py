@@ -13,9 +13,9 @@ from typing import Iterator
 import pytest
 import torch
 
-from lmplatform.config import ConfigError, load_run_config
-from lmplatform.config.schema import RunConfig
+from lmplatform.config import ConfigError
 from lmplatform.objectives import registry
+from lmplatform.objectives.run_config import RunConfig, load_run_config
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.recipe import Batch
 from lmplatform.train.state import FINAL_MODEL_DIR

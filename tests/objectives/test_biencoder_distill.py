@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmplatform.config import ConfigError, load_run_config
+from lmplatform.config import ConfigError
 from lmplatform.data.readers import DataError
 from lmplatform.objectives.biencoder_distill.objective import (
     TEACHER_SCORES,
@@ -21,6 +21,7 @@ from lmplatform.objectives.biencoder_distill.objective import (
     margin_mse,
     prepare_data,
 )
+from lmplatform.objectives.run_config import load_run_config
 from tests.conftest import TOKEN_WORDS
 
 # Dyadic values: sums and differences of these are exact in float32, so "exactly 0" is a fair test.

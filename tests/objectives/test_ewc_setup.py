@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
 from lmplatform.objectives.ewc import EWCPenalty, FisherDiagonal
 from lmplatform.objectives.ewc_setup import attach_ewc, compute_fisher_file
 from lmplatform.objectives.mlm.objective import build_recipe as build_mlm_recipe
+from lmplatform.objectives.run_config import load_run_config
 
 
 def test_fisher_file_from_a_corpus_then_penalty_on_the_recipe(tiny_bert: Path, corpus_file: Path, tmp_path: Path) -> None:

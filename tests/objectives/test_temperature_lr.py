@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
-from lmplatform.config.schema import OptimConfig, RunConfig
+from lmplatform.config.schema import OptimConfig
 from lmplatform.objectives.infonce import Temperature
+from lmplatform.objectives.run_config import RunConfig, load_run_config
 from lmplatform.train.ingest import resume_batches
 from lmplatform.train.loop import FolderReporter
 from lmplatform.train.optim import build_optimizer, build_scheduler

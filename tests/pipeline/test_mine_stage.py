@@ -19,11 +19,11 @@ DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
 def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.config.schema import DistractorConfig
     from lmplatform.evaluation.retrieval_validation import read_distractors
     from lmplatform.pipeline.config import load_pipeline_config
     from lmplatform.pipeline.runner import STAGE_TAG, run_pipeline
     from lmplatform.pipeline.state import FINISHED
+    from lmplatform.retrieval.settings import DistractorConfig
 
     spec = {
         "name": "mine-train",

@@ -33,7 +33,7 @@ def write_index(encoder_dir: Path, documents: list[dict[str, str]], out: Path, b
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
     from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
-    from lmplatform.serving.store import DOCUMENTS_FILE
+    from lmplatform.retrieval.store import DOCUMENTS_FILE
 
     encoder = Encoder.from_pretrained(encoder_dir)
     texts = [join_fields(d, list(fields)) for d in documents]

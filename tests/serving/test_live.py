@@ -14,9 +14,9 @@ from lmplatform.retrieval.incremental_bm25 import IncrementalBM25
 from lmplatform.retrieval.index import VectorIndex
 from lmplatform.retrieval.retrievers import hybrid_search
 from lmplatform.retrieval.settings import FusionSettings
+from lmplatform.retrieval.store import DocumentStore, StoredDocument
 from lmplatform.serving.changelog import Change, ChangeLog, vector_bytes
 from lmplatform.serving.live import LiveIndex, document_text
-from lmplatform.serving.store import DocumentStore, StoredDocument
 from tests.serving.servable import make_documents
 
 MODEL = "models:/enc/1"

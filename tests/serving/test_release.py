@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lmplatform.data.readers import DataError
+from lmplatform.retrieval.store import DOCUMENTS_FILE, DocumentStore, write_document_store
 from lmplatform.serving.release import (
     Release,
     ReleaseError,
@@ -17,7 +18,6 @@ from lmplatform.serving.release import (
     publish_index,
     resolve_release,
 )
-from lmplatform.serving.store import DOCUMENTS_FILE, DocumentStore, write_document_store
 
 
 def test_alias_is_pinned_and_the_index_comes_from_the_models_run(tiny_bert: Path, tmp_path: Path, mlflow_uri: str) -> None:

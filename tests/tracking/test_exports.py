@@ -63,7 +63,7 @@ def test_lmp_export_log_writes_into_the_versions_run(tiny_bert: Path, mlflow_uri
 def test_a_cross_encoder_run_cannot_ask_for_an_onnx_export() -> None:
     from pydantic import ValidationError
 
-    from lmplatform.config.schema import RunConfig
+    from lmplatform.objectives.run_config import RunConfig
 
     base = {"data": {"train_paths": ["x.jsonl"]}, "objective": {"name": "cross_encoder"}}
     assert RunConfig.model_validate({**base, "tracking": {"exports": ["sentence-transformers"]}})

@@ -12,7 +12,7 @@ from lmplatform.tracking.model_card import CARD_TAG, read_model_card
 def _training_run(mlflow_uri: str, tiny_bert: Path, corpus: Path) -> str:
     """A finished MLM run with what `run_training` logs: tags, the flattened config, data counts,
     validation before and after, and the model folder."""
-    from lmplatform.config.schema import RunConfig
+    from lmplatform.objectives.run_config import RunConfig
     from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 
     cfg = RunConfig.model_validate({"model": {"name_or_path": str(tiny_bert), "max_seq_length": 64},

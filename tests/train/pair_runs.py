@@ -9,8 +9,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from lmplatform.config import load_run_config
-from lmplatform.config.schema import RunConfig
+from lmplatform.objectives.run_config import RunConfig, load_run_config
 from lmplatform.train.ingest import resume_batches
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.recipe import Batch

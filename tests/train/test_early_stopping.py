@@ -9,9 +9,9 @@ from typing import Any, Iterator
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
 from lmplatform.config.loader import ConfigError
 from lmplatform.objectives.registry import objective_spec
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train.early_stopping import improves
 from lmplatform.train.ingest import resume_batches
 from lmplatform.train.loop import FolderReporter, Trainer

@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
 
-from lmplatform.config import load_run_config
 from lmplatform.config.schema import OptimConfig
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train.collate import TextCollator
 from lmplatform.train.feed import FedBatch, Feeder, Prefetcher
 from lmplatform.train.ingest import resume_batches

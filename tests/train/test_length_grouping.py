@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmplatform.config import ConfigError, load_run_config
+from lmplatform.config import ConfigError
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train.ingest import length_grouped, resume_batches
 
 BATCH, ROWS = 4, 50  # 13 batches, the last one short

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
 from lmplatform.objectives.registry import objective_spec
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train import loop
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.recipe import Batch

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
-from lmplatform.config.schema import RunConfig
+from lmplatform.objectives.run_config import RunConfig, load_run_config
 from lmplatform.tracking.mlflow_tracking import TrackedRun
 from lmplatform.train.ingest import resume_batches
 from lmplatform.train.loop import FolderReporter, Trainer

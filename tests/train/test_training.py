@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lmplatform.config import load_run_config
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train.run import run_training
 
 

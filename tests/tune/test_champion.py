@@ -63,7 +63,7 @@ def test_the_alias_moves_only_for_a_better_model_measured_the_same_way(tmp_path:
 
 
 def test_the_fingerprint_tracks_validation_settings_not_training_ones(tmp_path: Path, corpus_file: Path) -> None:
-    from lmplatform.config import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
 
     base = [f"data.train_paths={corpus_file}"]
     reference = evaluation_fingerprint(load_run_config(None, base), "data1", "val_mlm_loss")
@@ -83,7 +83,7 @@ def test_the_fingerprint_tracks_validation_settings_not_training_ones(tmp_path: 
     ("graph_cl", "objective.variant=cldr"),
 ])
 def test_the_fingerprint_covers_each_objectives_evaluation_settings(objective: str, changes_meaning: str) -> None:
-    from lmplatform.config.loader import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
 
     base = ["data.train_paths=[x.jsonl]", f"objective.name={objective}"]
     metric = "val_loss"
@@ -94,7 +94,7 @@ def test_the_fingerprint_covers_each_objectives_evaluation_settings(objective: s
 
 
 def test_a_corpus_level_fingerprint_follows_the_retrieval_set_not_the_batch() -> None:
-    from lmplatform.config.loader import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
 
     base = ["data.train_paths=[x.jsonl]", "objective.name=biencoder", "retrieval_validation.recall_ks=[1,10]"]
     metric = "val_ir_ndcg_at_10"

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmplatform.config.schema import DataConfig, RetrievalValidationConfig
+from lmplatform.config.schema import DataConfig
+from lmplatform.retrieval.settings import RetrievalValidationConfig
 from lmplatform.tune.gate import PairedComparison, ProbeResult, decide, paired_bootstrap
 from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
 
@@ -135,7 +136,8 @@ def test_refusal_paths_and_promotion_on_a_real_registry(tmp_path: Path, tiny_ber
 
 
 def test_a_confirmation_set_must_be_held_out_from_training_and_selection(gate_files: dict[str, Path], tmp_path: Path) -> None:
-    from lmplatform.config.loader import ConfigError, load_run_config
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.objectives.run_config import load_run_config
     from lmplatform.tune.gate import check_held_out
 
     other = tmp_path / "other.jsonl"

@@ -14,11 +14,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from lmplatform.config import load_run_config
 from lmplatform.data.group_batches import pair_conflict_keys
 from lmplatform.data.pairs import read_pairs
 from lmplatform.objectives.biencoder.group_batches import plan_epochs
 from lmplatform.objectives.registry import objective_spec
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train.ingest import ingest_config
 
 
@@ -36,7 +36,7 @@ def _write_groups(path: Path) -> Path:
 def _probe(config: dict[str, Any]) -> None:
     import ray.train
 
-    from lmplatform.config.schema import RunConfig
+    from lmplatform.objectives.run_config import RunConfig
     from lmplatform.train.worker import train_batch_source
 
     rank = ray.train.get_context().get_world_rank()

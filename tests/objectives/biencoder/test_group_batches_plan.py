@@ -6,10 +6,10 @@ import json
 import random
 from pathlib import Path
 
-from lmplatform.config import load_run_config
 from lmplatform.data.group_batches import pair_conflict_keys
 from lmplatform.data.pairs import read_pairs
 from lmplatform.objectives.biencoder.group_batches import pair_lengths, plan_epochs
+from lmplatform.objectives.run_config import load_run_config
 
 
 def _write_pairs(path: Path) -> Path:

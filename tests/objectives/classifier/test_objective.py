@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
 from lmplatform.data.readers import DataError
 from lmplatform.objectives.classifier.objective import (
     ClassificationEvaluator,
@@ -19,6 +18,7 @@ from lmplatform.objectives.classifier.objective import (
     read_classification_data,
     record_classes,
 )
+from lmplatform.objectives.run_config import load_run_config
 
 
 def _write(path: Path, rows: list) -> Path:  # noqa: ANN001

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from lmplatform.config.loader import load_run_config
+from lmplatform.objectives.run_config import load_run_config
 
 GROUPS = {
     "g1": ["printer jams on tray two", "paper jam in the tray", "tray two jams the paper"],

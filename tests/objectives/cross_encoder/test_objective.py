@@ -158,8 +158,8 @@ def test_listwise_training_ranks_the_positive_above_its_negatives(tiny_bert: Pat
 
 
 def test_head_lr_gives_the_head_its_own_rate_in_the_optimizer(tiny_bert: Path, tmp_path: Path) -> None:
-    from lmplatform.config.loader import load_run_config
     from lmplatform.objectives.cross_encoder.objective import build_recipe
+    from lmplatform.objectives.run_config import load_run_config
     from lmplatform.train.optim import build_optimizer
 
     base = {"model": {"name_or_path": str(tiny_bert), "max_seq_length": 24}, "data": {"train_paths": [str(tmp_path / "p.jsonl")]},

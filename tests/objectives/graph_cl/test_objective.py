@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
 from lmplatform.config.loader import ConfigError
 from lmplatform.objectives.graph_cl.objective import candidate_info_nce, freeze_lower_layers, supervised_contrastive
+from lmplatform.objectives.run_config import load_run_config
 from tests.graph.synthetic import write_synthetic_ade
 
 

@@ -9,10 +9,10 @@ from typing import Iterator
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
 from lmplatform.evaluation.old_domain_mlm import load_mlm_for_evaluation
 from lmplatform.models.masked_lm import MaskedLanguageModel, untrained_mlm_head
 from lmplatform.objectives.registry import objective_spec
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.recipe import Batch
 from lmplatform.train.state import FINAL_MODEL_DIR

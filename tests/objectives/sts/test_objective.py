@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmplatform.config import load_run_config
 from lmplatform.config.loader import ConfigError
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.objectives.sts.objective import STSEvaluator, build_recipe, cosent_loss, cosine_mse_loss, read_sts_data
 from lmplatform.train.loop import evaluation_mode
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from lmplatform.config import load_run_config
+from lmplatform.objectives.run_config import load_run_config
 from lmplatform.train.run import run_training
 
 WORDS = "printer database login timeout crash server disk memory network error vpn backup".split()

@@ -7,9 +7,9 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.data.corpus import corpus_datasets, scan_corpus
 from lmplatform.models.encoder import Encoder
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.collate import TextCollator
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 

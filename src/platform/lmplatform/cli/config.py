@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from lmplatform.cli.common import RunConfigSetOption, fail
-from lmplatform.config.loader import ConfigError, load_run_config
+from lmplatform.config.loader import ConfigError
+from lmplatform.objectives.run_config import load_run_config
 
 app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs.")
 
@@ -16,7 +17,7 @@ app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs."
 @app.command("schema")
 def config_schema() -> None:
     """Print the JSON schema of the run config."""
-    from lmplatform.config.schema import RunConfig
+    from lmplatform.objectives.run_config import RunConfig
 
     typer.echo(json.dumps(RunConfig.model_json_schema(), indent=2))
 

@@ -20,8 +20,8 @@ def data_report(
     overrides: Optional[List[str]] = RunConfigSetOption,
 ) -> None:
     """Scan a run's corpus: rows, bad rows with file and line, duplicates, split sizes."""
-    from lmplatform.config.loader import load_run_config
     from lmplatform.data.corpus import scan_corpus
+    from lmplatform.objectives.run_config import load_run_config
 
     try:
         cfg = load_run_config(config, overrides or [])
@@ -47,10 +47,10 @@ def span_report_command(
     from rich.console import Console
     from rich.table import Table
 
-    from lmplatform.config.loader import load_run_config
     from lmplatform.data.corpus import scan_corpus
     from lmplatform.models.encoder import load_tokenizer
     from lmplatform.objectives.declutr.spans import span_report
+    from lmplatform.objectives.run_config import load_run_config
 
     try:
         cfg = load_run_config(config, overrides or [])

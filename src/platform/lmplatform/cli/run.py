@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from lmplatform.cli.common import RunConfigSetOption, fail, user_errors
-from lmplatform.config.loader import load_run_config
+from lmplatform.objectives.run_config import load_run_config
 
 app = typer.Typer()
 

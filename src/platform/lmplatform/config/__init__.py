@@ -1,23 +1,6 @@
-"""Run configuration: pydantic models, YAML loading and `--set` overrides.
+"""Configs as data: the one base of every config model (`base`), the sections of a run config (`schema`) and
+YAML loading with `--set` overrides (`loader`). The run config itself, which holds one of the registered
+objectives' sections, is assembled above the objectives: `lmplatform.objectives.run_config`."""
+from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
 
-The names below are imported on first use, so that `lmplatform.config.base` (which every
-objective's config imports) loads without the run config schema, which is derived from
-the objectives' specs.
-"""
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["ConfigError", "RunConfig", "apply_overrides", "load_run_config", "parse_config"]
-
-
-def __getattr__(name: str) -> Any:  # noqa: ANN401 - one of __all__
-    if name == "RunConfig":
-        from lmplatform.config.schema import RunConfig
-
-        return RunConfig
-    if name in __all__:
-        from lmplatform.config import loader
-
-        return getattr(loader, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["ConfigError", "apply_overrides", "parse_config", "read_yaml"]

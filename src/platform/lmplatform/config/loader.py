@@ -1,4 +1,4 @@
-"""Load a run config from YAML, apply `--set section.field=value` overrides, validate.
+"""Read a config from YAML, apply `--set section.field=value` overrides, validate it against a pydantic model.
 
 Every failure is a `ConfigError` whose message names the field, the value it got
 and what is allowed, so a bad config stops before Ray starts any worker.
@@ -11,8 +11,6 @@ from typing import Any, Iterable, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
-
-from lmplatform.config.schema import RunConfig
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -63,10 +61,10 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
     return data
 
 
-def format_validation_error(exc: ValidationError, source: str) -> str:
+def format_validation_error(exc: ValidationError, source: str, data: object = None) -> str:
     lines = [f"invalid config ({source}): {exc.error_count()} problem(s)"]
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err["loc"] if not _is_union_tag(p)) or "<root>"
+        loc = ".".join(str(p) for p in _without_union_tags(err["loc"], data)) or "<root>"
         if err["type"] == "extra_forbidden":
             lines.append(f"  {loc}: unknown key (got {_short(err.get('input'))}); check the spelling or `lmp config schema`")
         elif err["type"] == "missing":
@@ -76,11 +74,25 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def _is_union_tag(part: object) -> bool:
-    # Discriminated unions add the tag ('mlm', 'declutr', ...) to the error location.
-    from lmplatform.objectives.registry import objective_names
+def _without_union_tags(loc: tuple[int | str, ...], data: object) -> list[int | str]:
+    """`loc` less the tags a discriminated union adds to it (objective.mlm.mask_prob -> objective.mask_prob).
 
-    return isinstance(part, str) and part in objective_names()
+    A tag is a part that names no key of the mapping it indexes, followed by more parts (the last part may be a
+    missing field). `data` is the input validated: the location is walked through it.
+    """
+    kept: list[int | str] = []
+    node = data
+    for depth, part in enumerate(loc):
+        if isinstance(node, dict) and isinstance(part, str) and part not in node and depth < len(loc) - 1:
+            continue  # the tag: the same node is indexed by the next part
+        kept.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return kept
 
 
 def _short(value: object, limit: int = 80) -> str:
@@ -88,16 +100,9 @@ def _short(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def parse_config(data: dict[str, Any], model: type[ModelT] = RunConfig, source: str = "config") -> ModelT:  # type: ignore[assignment]
+def parse_config(data: dict[str, Any], model: type[ModelT], source: str = "config") -> ModelT:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source)) from None
-
-
-def load_run_config(path: str | Path | None, overrides: Iterable[str] = (), base: dict[str, Any] | None = None) -> RunConfig:
-    """Read `path` (or start from `base`), apply overrides and validate."""
-    data = read_yaml(path) if path is not None else copy.deepcopy(base or {})
-    data = apply_overrides(data, overrides)
-    return parse_config(data, RunConfig, source=str(path) if path else "overrides")
+        raise ConfigError(format_validation_error(exc, source, data)) from None
 

@@ -1,18 +1,15 @@
-"""The run configuration, one pydantic model per YAML section.
+"""The sections of a run configuration, one pydantic model per YAML section.
 
-`lmp config schema` prints the JSON schema of `RunConfig`; docs/config-reference.md
-is generated from it (`make docs`).
+`RunConfig`, which puts them together with the objective's section (one of the registered objectives'
+configs), is assembled above the objectives, in `lmplatform.objectives.run_config`.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Literal, Optional
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmplatform.config.base import Section
-from lmplatform.objectives.mlm.config import MLMObjectiveConfig
-from lmplatform.objectives.registry import objective_specs
-from lmplatform.retrieval.settings import FusionSettings
 
 PACKAGED_MODEL = "default"
 
@@ -87,15 +84,6 @@ class DataConfig(Section):
     @classmethod
     def _one_path_is_a_list(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
-
-
-def objective_configs() -> tuple[type[Section], ...]:
-    """The config class of every registered objective, in registry order (the union's)."""
-    return tuple(spec.config for spec in objective_specs())
-
-
-# One of the registered objectives' configs, chosen by `name`; derived from the registry.
-ObjectiveConfig = Annotated[Union[objective_configs()], Field(discriminator="name")]
 
 
 class EarlyStoppingConfig(Section):
@@ -214,161 +202,3 @@ class EWCConfig(Section):
         if (self.fisher_path is None) == (self.fisher_from is None):
             raise ValueError("set exactly one of ewc.fisher_path (a saved Fisher) or ewc.fisher_from (data to compute it from)")
         return self
-
-
-RETRIEVAL_VALIDATED_OBJECTIVES = ("biencoder", "biencoder_distill", "cross_encoder", "declutr")
-
-
-class DistractorConfig(Section):
-    """Extra candidates for corpus-level validation: every text of these files (a sample of them when
-    `max_documents` is set) joins the pool each validation query is ranked against."""
-
-    paths: list[str] = Field(..., min_length=1, description="JSONL/CSV/Parquet/text files (or folders) of documents.")
-    fields: list[str] = Field(["text"], min_length=1, description="Fields joined with '. ' into one document text (jsonl/csv/parquet).")
-    max_documents: Optional[int] = Field(None, ge=1, description="A seeded random sample of this many documents.")
-    seed: int = Field(13, description="Seeds the sample.")
-
-    @field_validator("paths", mode="before")
-    @classmethod
-    def _one_path_is_a_list(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
-
-
-def hybrid_metric_name(name: str) -> str:
-    """ir_mrr_at_10 -> ir_hybrid_mrr_at_10: the metric of the BM25-fused ranking (`RetrievalValidationConfig.hybrid`)."""
-    return "ir_hybrid_" + name.removeprefix("ir_")
-
-
-class RetrievalValidationConfig(Section):
-    """Corpus-level retrieval validation (docs/tuning.md#selection-metrics): each validation query is ranked
-    against the whole candidate pool (validation documents plus distractors) and scored with Recall@k,
-    MRR@k, nDCG@k and MAP@k. Ties count against the query. Logged as `val_ir_*`."""
-
-    pairs: Optional[DataConfig] = Field(
-        None, description="Where the validation pairs come from; the run's own `data` when empty (pair objectives). "
-        "DeCLUTR needs it. Its split rule (validation_paths, or validation_fraction and seed) picks the queries.")
-    split: Literal["validation", "all"] = Field(
-        "validation", description="'validation': the validation side of `pairs`; 'all': every pair (a file kept apart for this).")
-    relevance: Literal["group", "pair"] = Field(
-        "group", description="'group': every other text of the query's duplicate group (linked through any pair, "
-        "train or validation) is relevant; 'pair': only the query's own documents.")
-    distractors: Optional[DistractorConfig] = Field(None, description="Documents added to the candidate pool.")
-    max_queries: Optional[int] = Field(None, ge=1, description="A stable hash sample of this many queries.")
-    recall_ks: list[int] = Field([1, 10, 20], min_length=1, description="Cut-offs of val_ir_recall_at_<k>.")
-    mrr_k: int = Field(10, ge=1, description="Cut-off of val_ir_mrr_at_<k>.")
-    ndcg_k: int = Field(10, ge=1, description="Cut-off of val_ir_ndcg_at_<k>.")
-    map_k: int = Field(100, ge=1, description="Cut-off of val_ir_map_at_<k> (average precision over the top k).")
-    batch_size: int = Field(64, ge=1, description="Texts (or cross-encoder pairs) per forward pass.")
-    first_stage: str = Field(
-        "bm25", description="cross_encoder only: the retriever whose top `candidates` are re-ranked: 'bm25', or a "
-        "bi-encoder ('default', a folder, models:/name@alias).")
-    candidates: int = Field(20, ge=1, description="cross_encoder only: depth N of the first stage that is re-ranked.")
-    hybrid: Optional[FusionSettings] = Field(
-        None, description="Bi-encoders only: also rank every query by BM25 fused with the model (retrieval.fusion) "
-        "and report those metrics as val_ir_hybrid_*, e.g. {bm25_weight: 0.2, fusion: convex}.")
-
-    @field_validator("recall_ks")
-    @classmethod
-    def _positive_ks(cls, value: list[int]) -> list[int]:
-        if any(k < 1 for k in value):
-            raise ValueError(f"every k must be >= 1, got {value}")
-        return sorted(set(value))
-
-    def depth(self) -> int:
-        """How many candidates a ranking must hold for every metric."""
-        return max(*self.recall_ks, self.mrr_k, self.ndcg_k, self.map_k)
-
-    def ranking_metric_names(self) -> tuple[str, ...]:
-        """The `ir_*` metrics of one ranking of every query (`score_rankings`)."""
-        return (*(f"ir_recall_at_{k}" for k in self.recall_ks), f"ir_mrr_at_{self.mrr_k}",
-                f"ir_ndcg_at_{self.ndcg_k}", f"ir_map_at_{self.map_k}")
-
-    def per_query_metric_names(self) -> tuple[str, ...]:
-        """The `ir_*` metrics scored query by query (the gate can compare models on any of them), with the
-        `ir_hybrid_*` twins of the fused ranking when `hybrid` is set."""
-        names = self.ranking_metric_names()
-        return (*names, *(hybrid_metric_name(n) for n in names)) if self.hybrid is not None else names
-
-    def metric_names(self) -> tuple[str, ...]:
-        """Every `ir_*` metric name (without the `val_` prefix) a validation reports: the per-query ones and the set's size."""
-        return (*self.per_query_metric_names(), "ir_queries", "ir_candidates")
-
-
-class RunConfig(Section):
-    """One training run."""
-
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig
-    objective: ObjectiveConfig = Field(default_factory=MLMObjectiveConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    scaling: ScalingConfig = Field(default_factory=ScalingConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    ewc: Optional[EWCConfig] = Field(None, description="Add an EWC penalty to the objective's loss.")
-    retrieval_validation: Optional[RetrievalValidationConfig] = Field(
-        None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: biencoder, biencoder_distill, cross_encoder, declutr.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _objective_defaults_to_mlm(cls, data: object) -> object:
-        if isinstance(data, dict) and isinstance(data.get("objective"), dict) and "name" not in data["objective"]:
-            data = {**data, "objective": {"name": "mlm", **data["objective"]}}
-        return data
-
-    @model_validator(mode="after")
-    def _retrieval_validation_fits(self) -> "RunConfig":
-        rv, name = self.retrieval_validation, self.objective.name
-        if rv is None:
-            return self
-        if name not in RETRIEVAL_VALIDATED_OBJECTIVES:
-            raise ValueError(f"retrieval_validation applies to objectives {', '.join(RETRIEVAL_VALIDATED_OBJECTIVES)}, "
-                             f"not {name!r}; remove the section")
-        if name == "declutr" and rv.pairs is None:
-            raise ValueError("retrieval_validation.pairs is required for declutr (its training data has no pairs): "
-                             "name a pair file, e.g. {train_paths: [data/demo/pairs.jsonl], validation_fraction: 0.2}")
-        # compared with the defaults, not `model_fields_set`: a config dumped and validated again (as workers
-        # receive it) has every field set
-        defaults = RetrievalValidationConfig.model_fields
-        if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
-            raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
-        if name == "cross_encoder" and rv.hybrid is not None:
-            raise ValueError("retrieval_validation.hybrid fuses BM25 with a bi-encoder; a cross_encoder re-ranks "
-                             "retrieval_validation.first_stage instead: remove hybrid")
-        return self
-
-    @model_validator(mode="after")
-    def _early_stopping_has_validations(self) -> "RunConfig":
-        if self.optim.early_stopping is not None and self.tracking.eval_every_n_steps is None:
-            raise ValueError("optim.early_stopping reads the validations during training: set tracking.eval_every_n_steps")
-        return self
-
-    @model_validator(mode="after")
-    def _distillation_has_hard_negatives(self) -> "RunConfig":
-        if self.objective.name == "biencoder_distill" and self.data.hard_negative_field is None:
-            raise ValueError("objective biencoder_distill needs data.hard_negative_field: the column of each pair's hard "
-                             "negatives the teacher scores (a mine stage writes it as `hard_negatives`)")
-        return self
-
-    @model_validator(mode="after")
-    def _precision_fits_device(self) -> "RunConfig":
-        if self.optim.precision == "fp16" and not self.scaling.use_gpu:
-            raise ValueError("optim.precision 'fp16' needs a GPU (scaling.use_gpu: true); "
-                             "on CPU use optim.precision 'bf16' or 'fp32'")
-        return self
-
-    @model_validator(mode="after")
-    def _exports_fit(self) -> "RunConfig":
-        graphs = [f for f in self.tracking.exports if f != "sentence-transformers"]
-        if self.objective.name == "cross_encoder" and graphs:
-            raise ValueError(f"tracking.exports {graphs}: a cross-encoder exports as sentence-transformers only "
-                             "(the ONNX graph ends in a sentence embedding)")
-        return self
-
-    def registered_model_name(self) -> str:
-        return self.tracking.registered_model or f"lmplatform-{self.objective.name}"
-
-
-def rebuild_objective_union() -> None:
-    """Make `RunConfig.objective` accept exactly the registered objectives again (after `registry.register`)."""
-    RunConfig.model_fields["objective"].annotation = Union[objective_configs()]  # the discriminator stays on the field
-    RunConfig.model_rebuild(force=True)

@@ -33,8 +33,8 @@ class _MetricsOnly:
 
 def _run_config(model: str, labels: list[str], counts: dict[int, int], head: ClassifierHeadConfig,
                 settings: FinetuneConfig, seed: int) -> Any:
-    from lmplatform.config import load_run_config
     from lmplatform.objectives.classifier.objective import record_classes
+    from lmplatform.objectives.run_config import load_run_config
 
     cfg = load_run_config(None, [
         f"model.name_or_path={model}", f"model.max_seq_length={settings.max_seq_length}",

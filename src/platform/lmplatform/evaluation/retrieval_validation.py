@@ -23,16 +23,17 @@ from typing import Any, Callable, Collection, Hashable, Optional, Sequence, Type
 
 import numpy as np
 
-from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig, hybrid_metric_name
+from lmplatform.config.schema import DataConfig
 from lmplatform.data.cleaning import clean_text
 from lmplatform.data.fields import join_fields
 from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
 from lmplatform.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, rank_by_score, recall_at_k
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.retrieval.fusion import fuse
 from lmplatform.retrieval.retrievers import BM25Retriever
-from lmplatform.retrieval.settings import FusionSettings
+from lmplatform.retrieval.settings import DistractorConfig, FusionSettings, RetrievalValidationConfig, hybrid_metric_name
 
 T = TypeVar("T", bound=Hashable)
 

@@ -16,7 +16,6 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.config.schema import RetrievalValidationConfig
 from lmplatform.evaluation.retrieval_validation import (
     RetrievalSet,
     hybrid_hits,
@@ -25,7 +24,7 @@ from lmplatform.evaluation.retrieval_validation import (
     summarize,
 )
 from lmplatform.retrieval.fusion import combine_rerank
-from lmplatform.retrieval.settings import SearchSettings
+from lmplatform.retrieval.settings import RetrievalValidationConfig, SearchSettings
 
 Hits = list[tuple[int, float]]
 

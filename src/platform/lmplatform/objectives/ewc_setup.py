@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from lmplatform.config.schema import DataConfig, EWCConfig, RunConfig
+from lmplatform.config.schema import DataConfig, EWCConfig
 from lmplatform.data.sampling import sample_texts
 from lmplatform.objectives.ewc import (
     FISHER_FILE,
@@ -24,6 +24,7 @@ from lmplatform.objectives.ewc import (
     MLMFisherLoss,
     canonical_parameter_names,
 )
+from lmplatform.objectives.run_config import RunConfig
 
 
 def untrained_head_error(anchor: str, head: list[str], field: str) -> str:

@@ -1,11 +1,13 @@
 """Every objective by name: adding one is its folder and one line in `BUILTIN` below.
 
 What else knows the objectives is derived from these specs: the config union of
-`RunConfig.objective` (config/schema.py), the metric names a study may target and the
+`RunConfig.objective` (objectives/run_config.py), the metric names a study may target and the
 settings that define them (tune/metrics.py). Torch-free: each spec imports its
 implementation on first use.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from lmplatform.objectives import biencoder, biencoder_distill, classifier, cross_encoder, declutr, graph_cl, mlm, sts
 from lmplatform.objectives.spec import ObjectiveSpec
@@ -24,6 +26,7 @@ BUILTIN: tuple[ObjectiveSpec, ...] = (
 )
 
 _OBJECTIVES: dict[str, ObjectiveSpec] = {spec.name: spec for spec in BUILTIN}
+_ON_CHANGE: list[Callable[[], None]] = []
 
 
 def objective_specs() -> tuple[ObjectiveSpec, ...]:
@@ -49,7 +52,7 @@ def register(spec: ObjectiveSpec) -> None:
     if spec.name in _OBJECTIVES:
         raise ValueError(f"objective {spec.name!r} is registered already")
     _OBJECTIVES[spec.name] = spec
-    _rebuild_config_union()
+    _changed()
 
 
 def unregister(name: str) -> None:
@@ -57,10 +60,14 @@ def unregister(name: str) -> None:
     if any(spec.name == name for spec in BUILTIN):
         raise ValueError(f"objective {name!r} is built in")
     del _OBJECTIVES[name]
-    _rebuild_config_union()
+    _changed()
 
 
-def _rebuild_config_union() -> None:
-    from lmplatform.config.schema import rebuild_objective_union
+def on_change(callback: Callable[[], None]) -> None:
+    """Call `callback` after every `register` and `unregister` (run_config.py rebuilds `RunConfig`'s union)."""
+    _ON_CHANGE.append(callback)
 
-    rebuild_objective_union()
+
+def _changed() -> None:
+    for callback in _ON_CHANGE:
+        callback()

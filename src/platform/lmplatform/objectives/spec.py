@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from lmplatform.config.base import Section
 
 if TYPE_CHECKING:
-    from lmplatform.config.schema import RunConfig
+    from lmplatform.objectives.run_config import RunConfig
     from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
 

@@ -13,8 +13,9 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
-from lmplatform.config.schema import DataConfig, DistractorConfig, RetrievalValidationConfig, RunConfig
-from lmplatform.retrieval.settings import SearchSettings
+from lmplatform.config.schema import DataConfig
+from lmplatform.objectives.run_config import RunConfig
+from lmplatform.retrieval.settings import DistractorConfig, RetrievalValidationConfig, SearchSettings
 
 STAGE_PREFIX = "stage:"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"

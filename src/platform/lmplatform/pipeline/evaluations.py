@@ -36,9 +36,9 @@ def old_domain_mlm_loss_evaluation(model_dir: str, cfg: "StageEvaluationConfig",
 def retrieval_evaluation(model_dir: str, cfg: "StageEvaluationConfig", head_from: Optional[str]) -> StageEvaluationResult:
     """The model as a bi-encoder: each query of `data`'s pairs ranked against the pool (retrieval_validation's
     rules: group relevance, ties against the query, distractors); the score for R is MRR@mrr_k."""
-    from lmplatform.config.schema import RetrievalValidationConfig
     from lmplatform.evaluation.retrieval_validation import build_retrieval_set, evaluate_model, summarize
     from lmplatform.models.encoder import Encoder
+    from lmplatform.retrieval.settings import RetrievalValidationConfig
 
     settings = cfg.retrieval or RetrievalValidationConfig()
     rset = build_retrieval_set(settings, cfg.data)

@@ -18,8 +18,10 @@ from typing import Iterator, Mapping, Optional, Sequence
 from pydantic import BaseModel
 
 from lmplatform.config.loader import ConfigError
-from lmplatform.config.schema import DataConfig, DistractorConfig, RunConfig
+from lmplatform.config.schema import DataConfig
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, StageEvaluationConfig, build_stage_config
+from lmplatform.retrieval.settings import DistractorConfig
 
 REGISTRY_PREFIXES = ("models:/", "runs:/")
 NOT_YET = "that stage has not run by the time this is needed"

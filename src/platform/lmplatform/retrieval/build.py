@@ -25,6 +25,7 @@ import numpy as np
 
 from lmplatform.retrieval.index import IndexParams, VectorIndex
 from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
+from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
 
 logger = logging.getLogger(__name__)
 
@@ -211,8 +212,6 @@ def build_index_folder(corpus: str | Sequence[str], out: str | Path, model: str 
                        max_seq_length: Optional[int] = None) -> IndexFolder:
     """The served index of a corpus in `out/index`: FAISS over the encoded texts (shards in `out/shards`), BM25 over
     the same texts (unless `bm25` is False) and the document store (id, title, text, label) hits are shown from."""
-    from lmplatform.serving.store import DOCUMENTS_FILE, write_document_store
-
     out = Path(out)
     stats = encode_corpus_to_shards(corpus, out / "shards", model=model, text_fields=text_fields, id_field=id_field,
                                     actors=actors, cpus_per_actor=cpus_per_actor, batch_size=batch_size, quantize=quantize,

@@ -4,15 +4,17 @@ Torch-free, so configs, the registry and the serving ingress can validate them w
 `FusionSettings` is what fusing BM25 with dense retrieval needs (offline evaluation, corpus-level
 validation, the served `/v1/search`); `SearchSettings` adds the mode and the re-ranker, and is what a
 model version carries in the MLflow registry (`tracking.registry.register_search_settings`).
-The formulas are in `retrieval.fusion`.
+The formulas are in `retrieval.fusion`. `RetrievalValidationConfig` is a run's corpus-level retrieval
+validation (the `retrieval_validation` section; `evaluation.retrieval_validation` runs it).
 """
 from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Optional
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from lmplatform.config.base import Section
+from lmplatform.config.schema import DataConfig
 
 Mode = Literal["dense", "hybrid"]
 Fusion = Literal["convex", "rrf"]
@@ -60,3 +62,78 @@ def parse_search_settings(data: Mapping[str, Any], where: str = "search settings
             field = ".".join(str(p) for p in error["loc"]) or "(settings)"
             problems.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
         raise SearchSettingsError(f"invalid {where}: " + "; ".join(problems)) from None
+
+
+class DistractorConfig(Section):
+    """Extra candidates for corpus-level validation: every text of these files (a sample of them when
+    `max_documents` is set) joins the pool each validation query is ranked against."""
+
+    paths: list[str] = Field(..., min_length=1, description="JSONL/CSV/Parquet/text files (or folders) of documents.")
+    fields: list[str] = Field(["text"], min_length=1, description="Fields joined with '. ' into one document text (jsonl/csv/parquet).")
+    max_documents: Optional[int] = Field(None, ge=1, description="A seeded random sample of this many documents.")
+    seed: int = Field(13, description="Seeds the sample.")
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _one_path_is_a_list(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+
+def hybrid_metric_name(name: str) -> str:
+    """ir_mrr_at_10 -> ir_hybrid_mrr_at_10: the metric of the BM25-fused ranking (`RetrievalValidationConfig.hybrid`)."""
+    return "ir_hybrid_" + name.removeprefix("ir_")
+
+
+class RetrievalValidationConfig(Section):
+    """Corpus-level retrieval validation (docs/tuning.md#selection-metrics): each validation query is ranked
+    against the whole candidate pool (validation documents plus distractors) and scored with Recall@k,
+    MRR@k, nDCG@k and MAP@k. Ties count against the query. Logged as `val_ir_*`."""
+
+    pairs: Optional[DataConfig] = Field(
+        None, description="Where the validation pairs come from; the run's own `data` when empty (pair objectives). "
+        "DeCLUTR needs it. Its split rule (validation_paths, or validation_fraction and seed) picks the queries.")
+    split: Literal["validation", "all"] = Field(
+        "validation", description="'validation': the validation side of `pairs`; 'all': every pair (a file kept apart for this).")
+    relevance: Literal["group", "pair"] = Field(
+        "group", description="'group': every other text of the query's duplicate group (linked through any pair, "
+        "train or validation) is relevant; 'pair': only the query's own documents.")
+    distractors: Optional[DistractorConfig] = Field(None, description="Documents added to the candidate pool.")
+    max_queries: Optional[int] = Field(None, ge=1, description="A stable hash sample of this many queries.")
+    recall_ks: list[int] = Field([1, 10, 20], min_length=1, description="Cut-offs of val_ir_recall_at_<k>.")
+    mrr_k: int = Field(10, ge=1, description="Cut-off of val_ir_mrr_at_<k>.")
+    ndcg_k: int = Field(10, ge=1, description="Cut-off of val_ir_ndcg_at_<k>.")
+    map_k: int = Field(100, ge=1, description="Cut-off of val_ir_map_at_<k> (average precision over the top k).")
+    batch_size: int = Field(64, ge=1, description="Texts (or cross-encoder pairs) per forward pass.")
+    first_stage: str = Field(
+        "bm25", description="cross_encoder only: the retriever whose top `candidates` are re-ranked: 'bm25', or a "
+        "bi-encoder ('default', a folder, models:/name@alias).")
+    candidates: int = Field(20, ge=1, description="cross_encoder only: depth N of the first stage that is re-ranked.")
+    hybrid: Optional[FusionSettings] = Field(
+        None, description="Bi-encoders only: also rank every query by BM25 fused with the model (retrieval.fusion) "
+        "and report those metrics as val_ir_hybrid_*, e.g. {bm25_weight: 0.2, fusion: convex}.")
+
+    @field_validator("recall_ks")
+    @classmethod
+    def _positive_ks(cls, value: list[int]) -> list[int]:
+        if any(k < 1 for k in value):
+            raise ValueError(f"every k must be >= 1, got {value}")
+        return sorted(set(value))
+
+    def depth(self) -> int:
+        """How many candidates a ranking must hold for every metric."""
+        return max(*self.recall_ks, self.mrr_k, self.ndcg_k, self.map_k)
+
+    def ranking_metric_names(self) -> tuple[str, ...]:
+        """The `ir_*` metrics of one ranking of every query (`score_rankings`)."""
+        return (*(f"ir_recall_at_{k}" for k in self.recall_ks), f"ir_mrr_at_{self.mrr_k}",
+                f"ir_ndcg_at_{self.ndcg_k}", f"ir_map_at_{self.map_k}")
+
+    def per_query_metric_names(self) -> tuple[str, ...]:
+        """The `ir_*` metrics scored query by query (the gate can compare models on any of them), with the
+        `ir_hybrid_*` twins of the fused ranking when `hybrid` is set."""
+        names = self.ranking_metric_names()
+        return (*names, *(hybrid_metric_name(n) for n in names)) if self.hybrid is not None else names
+
+    def metric_names(self) -> tuple[str, ...]:
+        """Every `ir_*` metric name (without the `val_` prefix) a validation reports: the per-query ones and the set's size."""
+        return (*self.per_query_metric_names(), "ir_queries", "ir_candidates")

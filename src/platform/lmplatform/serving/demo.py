@@ -39,7 +39,7 @@ def build_demo_index(model: str, corpus: str | Path, out: Path, text_fields: Seq
     from lmplatform.data.readers import Record, read_rows
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.serving.store import DOCUMENTS_FILE, write_document_store
+    from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
 
     rows = [r.fields for r in read_rows(str(corpus), "jsonl") if isinstance(r, Record) and r.fields.get("id") is not None]
     texts = [join_fields(r, list(text_fields)) for r in rows]

@@ -27,8 +27,8 @@ import numpy as np
 from lmplatform.data.fields import join_fields
 from lmplatform.retrieval.incremental_bm25 import IncrementalBM25
 from lmplatform.retrieval.index import VectorIndex
+from lmplatform.retrieval.store import DocumentStore, StoredDocument
 from lmplatform.serving.changelog import Change
-from lmplatform.serving.store import DocumentStore, StoredDocument
 
 RECENT = 8
 LIVE_FILE = "live.json"  # in an index folder built from the change log: {"collection", "seq"}

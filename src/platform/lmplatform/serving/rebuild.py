@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from lmplatform.retrieval.store import DOCUMENTS_FILE
 from lmplatform.serving.changelog import Change
 from lmplatform.serving.live import LIVE_FILE, index_seq
 from lmplatform.serving.release import (
@@ -33,7 +34,6 @@ from lmplatform.serving.release import (
     publish_index,
 )
 from lmplatform.serving.settings import ServeSettings
-from lmplatform.serving.store import DOCUMENTS_FILE
 
 
 @dataclass

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from lmplatform.retrieval.index import INDEX_FILE, META_FILE, VectorIndex
 from lmplatform.retrieval.retrievers import BM25_DIR, BM25_META_FILE, BM25Retriever
 from lmplatform.retrieval.settings import SearchSettings, SearchSettingsError
-from lmplatform.serving.store import DOCUMENTS_FILE, DocumentStore
+from lmplatform.retrieval.store import DOCUMENTS_FILE, DocumentStore
 
 if TYPE_CHECKING:
     from lmplatform.serving.settings import ServeSettings
@@ -214,7 +214,7 @@ def load_index_and_store(release: Release, cache_dir: Optional[str] = None) -> t
     documents = Path(release.documents) if release.documents else folder / DOCUMENTS_FILE
     if not documents.is_file():
         raise ReleaseError(f"no document store for the index at {release.index_uri}: {documents} is missing "
-                           "(write it with lmplatform.serving.store.write_document_store, or pass documents=)")
+                           "(write it with lmplatform.retrieval.store.write_document_store, or pass documents=)")
     store = DocumentStore.load(documents)
     store.check_covers(index.ids, release.index_uri)
     return index, store, folder

@@ -26,7 +26,7 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional, 
 
 import torch
 
-from lmplatform.config.schema import RunConfig
+from lmplatform.config.schema import CheckpointConfig, DataConfig, ModelConfig, OptimConfig, TrackingConfig
 from lmplatform.models.gradient_checkpointing import enable_gradient_checkpointing
 from lmplatform.train import distributed as D
 from lmplatform.train.early_stopping import plateaued
@@ -180,10 +180,21 @@ class FolderReporter:
             self.checkpoints.append(target)
 
 
+class EngineConfig(Protocol):
+    """The sections of a run config the loop reads (`objectives.run_config.RunConfig` has them): the loop
+    knows no objective, the recipe carries it."""
+
+    model: ModelConfig
+    data: DataConfig
+    optim: OptimConfig
+    checkpoint: CheckpointConfig
+    tracking: TrackingConfig
+
+
 class Trainer:
     """One worker's view of a run."""
 
-    def __init__(self, cfg: RunConfig, recipe: TrainingRecipe, total_steps: int, device: torch.device, rank: int,
+    def __init__(self, cfg: EngineConfig, recipe: TrainingRecipe, total_steps: int, device: torch.device, rank: int,
                  tracker: Any = None, corpus_validator: Optional[Callable[[torch.nn.Module], dict[str, float]]] = None,
                  reporter: Optional[Reporter] = None):
         self.cfg = cfg

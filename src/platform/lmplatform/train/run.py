@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from lmplatform.config.schema import RunConfig
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.runtime import project_root, worker_env_vars
 
 logger = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.objectives.ewc_setup import attach_ewc
 from lmplatform.objectives.registry import objective_spec
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.ingest import NumpyBatch, length_grouped, planned_epoch, rank_dataset_name, resume_batches, shard_epoch
 from lmplatform.train.loop import Reporter, Trainer
 from lmplatform.train.recipe import Batch, TrainingRecipe

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from lmplatform.config.schema import RunConfig
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.tune.metrics import evaluation_config_keys
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ import numpy as np
 from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
 
 if TYPE_CHECKING:
-    from lmplatform.config.schema import RetrievalValidationConfig, RunConfig
-    from lmplatform.retrieval.settings import SearchSettings
+    from lmplatform.objectives.run_config import RunConfig
+    from lmplatform.retrieval.settings import RetrievalValidationConfig, SearchSettings
 
 GATE_TAG = "lmp.gate"
 
@@ -158,10 +158,10 @@ def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]
 
 
 def _paraphrase_probe(specs: Sequence[ScoredPairsSpec], min_share: float, encoders: Sequence[object]) -> list[float]:
-    from lmplatform.config.schema import RetrievalValidationConfig
     from lmplatform.data.pairs import Pair
     from lmplatform.data.sts_pairs import read_pairs_jsonl
     from lmplatform.evaluation.retrieval_validation import evaluate_model, retrieval_set_from_pairs
+    from lmplatform.retrieval.settings import RetrievalValidationConfig
 
     paraphrases: list[Pair] = []
     others: list[str] = []

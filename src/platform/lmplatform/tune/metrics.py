@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.objectives.registry import objective_spec
+from lmplatform.objectives.run_config import RunConfig
 
 LOOP_METRICS = ("loss", "step", "epoch", "tokens")
 CORPUS_METRIC_PREFIX = "val_ir_"

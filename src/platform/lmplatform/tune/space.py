@@ -16,8 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lmplatform.config.base import Section
-from lmplatform.config.loader import ConfigError, apply_overrides, load_run_config
-from lmplatform.config.schema import RetrievalValidationConfig, RunConfig
+from lmplatform.config.loader import ConfigError, apply_overrides
+from lmplatform.objectives.run_config import RunConfig, load_run_config
+from lmplatform.retrieval.settings import RetrievalValidationConfig
 from lmplatform.runtime import project_root
 from lmplatform.tune.metrics import is_corpus_metric, reported_metrics
 

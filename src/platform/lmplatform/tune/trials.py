@@ -154,9 +154,9 @@ def rerank_depth(candidates: int, retrieval: dict[str, Any], reranker: str) -> d
     validation with split: all; never the test split), distractors, and the first stage ('bm25' or a
     bi-encoder).
     """
-    from lmplatform.config.schema import RetrievalValidationConfig
     from lmplatform.evaluation.retrieval_validation import attach_first_stage, build_retrieval_set, evaluate_model, summarize
     from lmplatform.models.cross_encoder import CrossEncoder
+    from lmplatform.retrieval.settings import RetrievalValidationConfig
 
     cfg = RetrievalValidationConfig.model_validate({**retrieval, "candidates": int(candidates)})
     if cfg.pairs is None:

@@ -54,7 +54,7 @@ def train_trial(config: dict[str, Any], *, base_config: str, overrides: list[str
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from lmplatform.config.loader import load_run_config
+    from lmplatform.objectives.run_config import load_run_config
     from lmplatform.train.run import run_training
     from lmplatform.tune.space import param_overrides
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.group_batches import BatchOrder, Keys, conflict_free_batches, pair_conflict_keys
 from lmplatform.data.pairs import Pair, PairSet, pair_datasets
 from lmplatform.data.readers import DataError
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.ingest import planned_datasets, planned_rank_rows
 from lmplatform.train.optim import total_optimizer_steps
 from lmplatform.train.recipe import PreparedData

@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.data.pairs import PairSet, pair_datasets, read_pairs
 from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.gradcache import Inputs, cached_info_nce
@@ -28,6 +27,7 @@ from lmplatform.objectives.infonce import (
     temperature_from_config,
     temperature_learning_rates,
 )
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.collate import pad_multiple
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.pairs import Pair, pair_datasets, read_pairs
 from lmplatform.data.readers import DataError
@@ -39,6 +38,7 @@ from lmplatform.objectives.biencoder.objective import (
     prepared_pairs,
 )
 from lmplatform.objectives.infonce import Temperature, info_nce
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 TEACHER_SCORES = "teacher_scores"

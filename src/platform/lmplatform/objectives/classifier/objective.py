@@ -19,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.data.fields import labelled_text
 from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled
 from lmplatform.data.readers import DataError
 from lmplatform.models.classifier import ClassifierModel, MLPHead, count_parameters
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
 

@@ -19,7 +19,6 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from lmplatform.config.loader import ConfigError
-from lmplatform.config.schema import RunConfig
 from lmplatform.data.corpus import TRAIN, VALIDATION, corpus_datasets, scan_corpus
 from lmplatform.data.readers import DataError
 from lmplatform.models.encoder import Encoder, load_tokenizer
@@ -36,6 +35,7 @@ from lmplatform.objectives.infonce import (
 )
 from lmplatform.objectives.masking import DynamicMasker
 from lmplatform.objectives.mlm.objective import MLMEvaluator, mlm_metrics
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.collate import pad_multiple
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 

@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.graph.batch import GraphCollator, gather_nodes
 from lmplatform.graph.data import AdeReport, Sentence, read_ade, read_folds, split_fold
 from lmplatform.graph.gcn import GCNLayer, edge_adjacency, normalized_adjacency, pair_adjacency
@@ -32,6 +31,7 @@ from lmplatform.models.encoder import Encoder
 from lmplatform.models.pooling import pool
 from lmplatform.models.quiet import quiet_transformers
 from lmplatform.models.resolve import resolve_model_path
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
 Variant = Literal["clgs", "cldr", "clner"]

@@ -15,12 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.data.corpus import corpus_datasets, scan_corpus
 from lmplatform.models.encoder import load_tokenizer
 from lmplatform.models.masked_lm import MaskedLanguageModel
 from lmplatform.models.resolve import resolve_model_path
 from lmplatform.objectives.masking import IGNORE_INDEX, DynamicMasker
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.collate import TextCollator
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 

@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmplatform.config.schema import RunConfig
 from lmplatform.data.fields import scored_pair
 from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled
 from lmplatform.metrics.sts import pearson, spearman
 from lmplatform.models.encoder import Encoder
+from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train import distributed as D
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 

@@ -6,8 +6,8 @@ import typing
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from lmplatform.config.schema import RunConfig, objective_configs
 from lmplatform.markdown import markdown_table
+from lmplatform.objectives.run_config import RunConfig, objective_configs
 
 
 def _type_name(annotation: object) -> str:

@@ -1,0 +1,131 @@
+"""`RunConfig`: one training run, the sections of `lmplatform.config.schema` and the objective's own section.
+
+The objective's section is one of the registered objectives' configs, chosen by `name`: the union is
+derived from the registry (`objectives/registry.py`) and rebuilt when an objective is registered, so
+`config/` knows no objective. `lmp config schema` prints the JSON schema of `RunConfig`;
+docs/config-reference.md is generated from it (`make docs`, `objectives/config_reference.py`).
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any, Iterable, Optional, Union
+
+from pydantic import Field, model_validator
+
+from lmplatform.config.base import Section
+from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
+from lmplatform.config.schema import (
+    CheckpointConfig,
+    DataConfig,
+    EWCConfig,
+    ModelConfig,
+    OptimConfig,
+    ScalingConfig,
+    TrackingConfig,
+)
+from lmplatform.objectives import registry
+from lmplatform.objectives.mlm.config import MLMObjectiveConfig
+from lmplatform.retrieval.settings import RetrievalValidationConfig
+
+
+def objective_configs() -> tuple[type[Section], ...]:
+    """The config class of every registered objective, in registry order (the union's)."""
+    return tuple(spec.config for spec in registry.objective_specs())
+
+
+# One of the registered objectives' configs, chosen by `name`; derived from the registry.
+ObjectiveConfig = Annotated[Union[objective_configs()], Field(discriminator="name")]
+
+
+RETRIEVAL_VALIDATED_OBJECTIVES = ("biencoder", "biencoder_distill", "cross_encoder", "declutr")
+
+
+class RunConfig(Section):
+    """One training run."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig
+    objective: ObjectiveConfig = Field(default_factory=MLMObjectiveConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    scaling: ScalingConfig = Field(default_factory=ScalingConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    ewc: Optional[EWCConfig] = Field(None, description="Add an EWC penalty to the objective's loss.")
+    retrieval_validation: Optional[RetrievalValidationConfig] = Field(
+        None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: biencoder, biencoder_distill, cross_encoder, declutr.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _objective_defaults_to_mlm(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("objective"), dict) and "name" not in data["objective"]:
+            data = {**data, "objective": {"name": "mlm", **data["objective"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _retrieval_validation_fits(self) -> "RunConfig":
+        rv, name = self.retrieval_validation, self.objective.name
+        if rv is None:
+            return self
+        if name not in RETRIEVAL_VALIDATED_OBJECTIVES:
+            raise ValueError(f"retrieval_validation applies to objectives {', '.join(RETRIEVAL_VALIDATED_OBJECTIVES)}, "
+                             f"not {name!r}; remove the section")
+        if name == "declutr" and rv.pairs is None:
+            raise ValueError("retrieval_validation.pairs is required for declutr (its training data has no pairs): "
+                             "name a pair file, e.g. {train_paths: [data/demo/pairs.jsonl], validation_fraction: 0.2}")
+        # compared with the defaults, not `model_fields_set`: a config dumped and validated again (as workers
+        # receive it) has every field set
+        defaults = RetrievalValidationConfig.model_fields
+        if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
+            raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
+        if name == "cross_encoder" and rv.hybrid is not None:
+            raise ValueError("retrieval_validation.hybrid fuses BM25 with a bi-encoder; a cross_encoder re-ranks "
+                             "retrieval_validation.first_stage instead: remove hybrid")
+        return self
+
+    @model_validator(mode="after")
+    def _early_stopping_has_validations(self) -> "RunConfig":
+        if self.optim.early_stopping is not None and self.tracking.eval_every_n_steps is None:
+            raise ValueError("optim.early_stopping reads the validations during training: set tracking.eval_every_n_steps")
+        return self
+
+    @model_validator(mode="after")
+    def _distillation_has_hard_negatives(self) -> "RunConfig":
+        if self.objective.name == "biencoder_distill" and self.data.hard_negative_field is None:
+            raise ValueError("objective biencoder_distill needs data.hard_negative_field: the column of each pair's hard "
+                             "negatives the teacher scores (a mine stage writes it as `hard_negatives`)")
+        return self
+
+    @model_validator(mode="after")
+    def _precision_fits_device(self) -> "RunConfig":
+        if self.optim.precision == "fp16" and not self.scaling.use_gpu:
+            raise ValueError("optim.precision 'fp16' needs a GPU (scaling.use_gpu: true); "
+                             "on CPU use optim.precision 'bf16' or 'fp32'")
+        return self
+
+    @model_validator(mode="after")
+    def _exports_fit(self) -> "RunConfig":
+        graphs = [f for f in self.tracking.exports if f != "sentence-transformers"]
+        if self.objective.name == "cross_encoder" and graphs:
+            raise ValueError(f"tracking.exports {graphs}: a cross-encoder exports as sentence-transformers only "
+                             "(the ONNX graph ends in a sentence embedding)")
+        return self
+
+    def registered_model_name(self) -> str:
+        return self.tracking.registered_model or f"lmplatform-{self.objective.name}"
+
+
+def rebuild_objective_union() -> None:
+    """Make `RunConfig.objective` accept exactly the registered objectives again (after `registry.register`)."""
+    RunConfig.model_fields["objective"].annotation = Union[objective_configs()]  # the discriminator stays on the field
+    RunConfig.model_rebuild(force=True)
+
+
+registry.on_change(rebuild_objective_union)
+
+
+def load_run_config(path: str | Path | None, overrides: Iterable[str] = (), base: dict[str, Any] | None = None) -> RunConfig:
+    """Read `path` (or start from `base`), apply overrides and validate."""
+    data = read_yaml(path) if path is not None else copy.deepcopy(base or {})
+    data = apply_overrides(data, overrides)
+    return parse_config(data, RunConfig, source=str(path) if path else "overrides")
