@@ -262,7 +262,7 @@ def write_study(files: dict[str, Path], out: Path, tracking_uri: str, trials: in
 
 def run_study_part(files: dict[str, Path], out: Path, tracking_uri: str, trials: int, max_steps: Optional[int],
                    test: TestSet, zero_shot: dict[str, Any], max_distractors: Optional[int], data: Path) -> dict[str, Any]:
-    from lmplatform.tracking.registry import download_model
+    from lmplatform.models.resolve import download_model
     from lmplatform.tune.tuner import run_study
 
     start = time.perf_counter()

@@ -101,7 +101,8 @@ def run_or_find_study(args: argparse.Namespace, tracking_uri: str) -> dict[str, 
 
 def champion_system(study: dict[str, Any], tracking_uri: str) -> tuple[str, Any]:
     """(the winner's bi-encoder folder, its registered settings with the re-ranker as a local folder)."""
-    from lmplatform.tracking.registry import download_model, read_search_settings
+    from lmplatform.models.resolve import download_model
+    from lmplatform.tracking.registry import read_search_settings
 
     name, version = study["registered_model"], study["version"]
     model = str(download_model(f"models:/{name}/{version}", tracking_uri))
@@ -139,7 +140,7 @@ def train_reranker(files: dict[str, Path], out: Path, tracking_uri: str, champio
 def dev_select(study: dict[str, Any]) -> Path:
     """The dev_select pairs of the study's best trial: where its system's settings were chosen."""
     from lmplatform.pipeline.state import PipelineState
-    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.runtime import resolve_storage_path
 
     folder = Path(resolve_storage_path("runs/pipelines")) / f"{study['name']}.{study['best_trial']}"
     return Path(PipelineState.load(folder).stages["data"].outputs["dev_select"])

@@ -2,8 +2,7 @@
 
 import torch
 
-from lmplatform.models.masked_lm import FULL_PROJECTION_BYTES, MaskedLanguageModel
-from lmplatform.objectives.masking import IGNORE_INDEX
+from lmplatform.models.masked_lm import FULL_PROJECTION_BYTES, IGNORE_INDEX, MaskedLanguageModel
 from lmplatform.train.collate import TextCollator
 
 

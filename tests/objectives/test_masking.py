@@ -2,8 +2,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from lmplatform.models.masked_lm import IGNORE_INDEX
 from lmplatform.models.resolve import packaged_model_path
-from lmplatform.objectives.masking import IGNORE_INDEX, DynamicMasker
+from lmplatform.objectives.masking import DynamicMasker
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+from lmplatform.runtime import resolve_tracking_uri
 
 
 def test_a_relative_sqlite_uri_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

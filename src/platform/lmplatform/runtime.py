@@ -1,11 +1,14 @@
-"""Process-wide defaults for running offline and on loopback.
+"""Process-wide defaults for running offline and on loopback, and the places a run is anchored to.
 
-These are set with `setdefault`, so a user's own environment always wins.
+The variables are set with `setdefault`, so a user's own environment always wins. Relative places (the MLflow
+store, Ray Train storage) are made absolute under `project_root()` here, because Ray workers run in their own
+working directories.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 # Variables every process of a run needs (driver, Train workers, Serve replicas).
 # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps Ray's internal ports on 127.0.0.1 when
@@ -41,3 +44,26 @@ def worker_env_vars() -> dict[str, str]:
 def project_root() -> Path:
     """The folder runs are anchored to: `LMP_HOME` if set, else the working directory."""
     return Path(os.environ.get("LMP_HOME", os.getcwd())).resolve()
+
+
+def default_tracking_uri() -> str:
+    root = project_root() / "mlruns"
+    root.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
+def resolve_tracking_uri(configured: Optional[str] = None) -> str:
+    """The tracking URI every process of a run uses; a relative sqlite path is made absolute here,
+    because Ray workers run in their own working directories and would open another database."""
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = f"sqlite:///{Path(uri[len('sqlite:///'):]).resolve()}"
+    return uri
+
+
+def resolve_storage_path(storage_path: str) -> str:
+    """Ray Train storage (`checkpoint.storage_path`): a URI as is, a relative folder under `project_root()`."""
+    if "://" in storage_path:
+        return storage_path
+    path = Path(storage_path).expanduser()
+    return str(path if path.is_absolute() else (project_root() / path).resolve())

@@ -46,7 +46,7 @@ def export(
             if run_id is None:
                 fail(f"--log needs a models:/ or runs:/ model (its run receives the export); {model} is neither")
         if model.startswith(("models:/", "runs:/")) and tracking_uri:
-            from lmplatform.tracking.registry import download_model
+            from lmplatform.models.resolve import download_model
 
             model = str(download_model(model, tracking_uri))
         result = export_model(model, fmt, out, calibration=texts)  # type: ignore[arg-type]
@@ -73,8 +73,8 @@ def export(
     if run_id is not None:
         from mlflow.tracking import MlflowClient
 
+        from lmplatform.runtime import resolve_tracking_uri
         from lmplatform.tracking.exports import log_export
-        from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
 
         uri = log_export(MlflowClient(resolve_tracking_uri(tracking_uri)), run_id, result)
         typer.echo(f"[lmp] logged to MLflow run {run_id}: {uri}")

@@ -47,7 +47,7 @@ def evaluate(
     from lmplatform.cli.common import fail, user_errors
     from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
     from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
 
     try:
         cfg = parse_config(apply_overrides(read_yaml(config), overrides or []), RelationEvalConfig, source=str(config))

@@ -45,7 +45,7 @@ def list_models(
     from rich.table import Table
 
     from lmplatform.cli.common import fail
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
@@ -108,7 +108,7 @@ def why(
     from mlflow.exceptions import MlflowException
 
     from lmplatform.cli.common import fail
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
@@ -132,7 +132,7 @@ def card(
     from mlflow.tracking import MlflowClient
 
     from lmplatform.cli.common import fail
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
     from lmplatform.tracking.model_card import read_model_card, write_model_card
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -162,7 +162,7 @@ def promote(
     from mlflow.tracking import MlflowClient
 
     from lmplatform.cli.common import fail
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
     from lmplatform.tune.champion import DECISION_TAG, REASON_TAG
 
     uri = resolve_tracking_uri(tracking_uri)

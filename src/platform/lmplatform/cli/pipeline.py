@@ -81,7 +81,7 @@ def pipeline_status(
     """Print a pipeline run's state file (which stages finished, their models, errors)."""
     from lmplatform.cli.common import fail
     from lmplatform.pipeline.state import PipelineState
-    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.runtime import resolve_storage_path
 
     path = PipelineState.path(Path(resolve_storage_path(storage_path)) / run_name)
     if not path.is_file():

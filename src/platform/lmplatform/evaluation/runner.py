@@ -79,7 +79,8 @@ def check_data_files(cfg: EvaluationConfig) -> None:
 
 
 def run_evaluation(cfg: EvaluationConfig) -> EvaluationResult:
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
 
     output_dir = Path(cfg.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -21,9 +21,10 @@ from transformers import AutoModelForMaskedLM, PreTrainedModel, PreTrainedTokeni
 
 from lmplatform.models.encoder import write_encoder_config
 from lmplatform.models.quiet import quiet_transformers
-from lmplatform.objectives.masking import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100  # a label the loss skips: the token is not predicted (Hugging Face's convention)
 
 FULL_PROJECTION_BYTES = 2 * 1024**3  # the largest fp32 logits `projection="auto"` projects in full
 # The prediction head of each architecture family, called on hidden states.

@@ -6,7 +6,7 @@ from typing import Optional
 import torch
 from transformers import PreTrainedTokenizerBase
 
-IGNORE_INDEX = -100
+from lmplatform.models.masked_lm import IGNORE_INDEX
 
 
 class DynamicMasker:

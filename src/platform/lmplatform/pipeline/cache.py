@@ -73,8 +73,8 @@ def _model_fingerprint(reference: str) -> str:
     if reference.startswith("models:/"):  # an alias moves: pin it to the artifacts of the version it names now
         from mlflow.tracking import MlflowClient
 
-        from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
-        from lmplatform.tracking.registry import model_version_source
+        from lmplatform.models.resolve import model_version_source
+        from lmplatform.runtime import resolve_tracking_uri
 
         return model_version_source(MlflowClient(resolve_tracking_uri(None)), reference)
     if reference.startswith("runs:/"):

@@ -95,8 +95,8 @@ def _registry_problem(reference: str) -> Optional[str]:
     """
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
-    from lmplatform.tracking.registry import model_version_source
+    from lmplatform.models.resolve import model_version_source
+    from lmplatform.runtime import resolve_tracking_uri
 
     uri = resolve_tracking_uri(None)
     try:

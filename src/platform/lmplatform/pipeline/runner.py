@@ -74,8 +74,8 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name:
     restore); `parent_run_id` nests the pipeline's MLflow run (a study's run), `tags` and `params` (a trial's
     values) are logged on it; `reporter` receives the stages' reports as they happen."""
     from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, resolve_tracking_uri
-    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
+    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 
     root = Path(resolve_storage_path(cfg.storage_path))
     if run_name and not resume and PipelineState.path(root / run_name).is_file():
@@ -147,7 +147,7 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name:
 
 def _cache_folder(cfg: PipelineConfig, folder: Path) -> Path:
     """Where reused stages (and reused encodings) are kept: `reuse.path`, or `stage-cache` beside the pipeline runs."""
-    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.runtime import resolve_storage_path
 
     return Path(resolve_storage_path(cfg.reuse.path)) if cfg.reuse.path else folder.parent / "stage-cache"
 

@@ -59,9 +59,9 @@ def serve_and_query(model: str, corpus: str | Path, queries: Sequence[str] = DEM
 
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.runtime import resolve_tracking_uri
     from lmplatform.serving import control
     from lmplatform.serving.release import fetch, resolve_release
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
 
     work = Path(work_dir or tempfile.mkdtemp(prefix="lmp-serve-demo-"))
     if model.startswith("models:/"):

@@ -85,7 +85,7 @@ def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optio
     live_collection: the change log the app follows; a registered version's index rebuilt from it (`rebuild`,
     tagged `LIVE_INDEX_TAG` + collection) is then preferred to the run's `index_artifact`."""
     from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
 
     index_path = Path(index).expanduser().resolve() if index else None
     if index_path is not None and not (index_path / INDEX_FILE).is_file():
@@ -157,7 +157,7 @@ def _pin_registry_version(model_uri: str, tracking_uri: str) -> tuple[str, Optio
 
 def alias_version(model_uri: str, tracking_uri: Optional[str]) -> Optional[str]:
     """The version an alias points at now (None for a path or a pinned version)."""
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
 
     if not model_uri.startswith("models:/") or "@" not in model_uri:
         return None
@@ -183,7 +183,7 @@ def fetch(uri: str, tracking_uri: Optional[str], cache_dir: Optional[str] = None
     staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=target.parent))
     try:
         if uri.startswith("models:/"):
-            from lmplatform.tracking.registry import download_model
+            from lmplatform.models.resolve import download_model
 
             local = download_model(uri, tracking_uri, dst=staging / "download")
         else:
@@ -247,7 +247,7 @@ def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Opt
     """
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
 
     index_dir = Path(index_dir)
     if not (index_dir / INDEX_FILE).is_file():

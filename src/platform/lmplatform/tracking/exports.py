@@ -44,7 +44,7 @@ def source_run(uri: str, tracking_uri: Optional[str] = None) -> Optional[str]:
     """The MLflow run behind models:/name@alias, models:/name/version or runs:/id/path; None for a folder."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
 
     if uri.startswith("runs:/"):
         return uri[len("runs:/"):].split("/", 1)[0]

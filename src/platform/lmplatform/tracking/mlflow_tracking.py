@@ -6,31 +6,13 @@ Any URI works through config or MLFLOW_TRACKING_URI.
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from lmplatform.runtime import project_root
-
 logger = logging.getLogger(__name__)
 _PARAM_VALUE_LIMIT = 6000
-
-
-def default_tracking_uri() -> str:
-    root = project_root() / "mlruns"
-    root.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{root / 'mlflow.db'}"
-
-
-def resolve_tracking_uri(configured: Optional[str] = None) -> str:
-    """The tracking URI every process of a run uses; a relative sqlite path is made absolute here,
-    because Ray workers run in their own working directories and would open another database."""
-    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        uri = f"sqlite:///{Path(uri[len('sqlite:///'):]).resolve()}"
-    return uri
 
 
 def _artifact_root(tracking_uri: str) -> Optional[str]:

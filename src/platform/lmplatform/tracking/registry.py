@@ -1,13 +1,12 @@
-"""The MLflow model registry: register a model folder, resolve aliases, download; a version's search settings."""
+"""The MLflow model registry: register a model folder; a version's search settings. (Downloading a registered
+model is `models.resolve.download_model`: loading any model goes through it.)"""
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from lmplatform.retrieval.settings import SearchSettings, SearchSettingsError, parse_search_settings
-from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+from lmplatform.runtime import resolve_tracking_uri
 
 SEARCH_SETTINGS_TAG = "lmp.search_settings"  # model-version tag: the version's SearchSettings as JSON
 
@@ -32,43 +31,6 @@ def register_model_version(
 
     try_write_model_card(tracking_uri, name, str(version.version))  # every version has a card from the start
     return str(version.version)
-
-
-def download_model(uri: str, tracking_uri: Optional[str] = None, dst: Optional[str | Path] = None) -> Path:
-    """Fetch `models:/name@alias`, `models:/name/version` or `runs:/id/path` into a local folder."""
-    import mlflow.artifacts
-    from mlflow.tracking import MlflowClient
-
-    from lmplatform.models.resolve import ModelNotFoundError
-
-    tracking_uri = resolve_tracking_uri(tracking_uri)
-    client = MlflowClient(tracking_uri)
-    source = uri
-    try:
-        if uri.startswith("models:/"):
-            source = model_version_source(client, uri)
-        target = Path(dst or tempfile.mkdtemp(prefix="lmp-model-"))
-        local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(target), tracking_uri=tracking_uri)
-    except Exception as exc:
-        raise ModelNotFoundError(f"cannot load {uri} from MLflow at {tracking_uri}: {exc}") from exc
-    path = Path(local)
-    if not (path / "config.json").is_file():
-        raise ModelNotFoundError(f"{uri} resolved to {source}, which holds no Hugging Face model folder")
-    return path
-
-
-def model_version_source(client: Any, uri: str) -> str:
-    """The artifact URI behind models:/name@alias or models:/name/version."""
-    spec = uri[len("models:/"):]
-    if "@" in spec:
-        name, alias = spec.split("@", 1)
-        version = client.get_model_version_by_alias(name, alias)
-    else:
-        name, _, number = spec.partition("/")
-        if not number:
-            raise ValueError(f"{uri}: expected models:/<name>@<alias> or models:/<name>/<version>")
-        version = client.get_model_version(name, number)
-    return version.source
 
 
 def register_search_settings(tracking_uri: Optional[str], name: str, version: str | int,

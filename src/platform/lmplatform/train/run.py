@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.runtime import project_root, worker_env_vars
+from lmplatform.runtime import project_root, resolve_storage_path, worker_env_vars
 
 logger = logging.getLogger(__name__)
 RUN_TAG = "lmp.train_run"
@@ -27,13 +27,6 @@ class TrainingResult:
     model_version: Optional[str]
     metrics: dict[str, float] = field(default_factory=dict)
     checkpoint_path: Optional[str] = None
-
-
-def resolve_storage_path(storage_path: str) -> str:
-    if "://" in storage_path:
-        return storage_path
-    path = Path(storage_path).expanduser()
-    return str(path if path.is_absolute() else (project_root() / path).resolve())
 
 
 def with_absolute_paths(cfg: RunConfig) -> RunConfig:
@@ -82,7 +75,8 @@ def run_training(
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.objectives.registry import objective_spec
     from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit, resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
+    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
     from lmplatform.tracking.registry import register_model_version
     from lmplatform.train.ingest import ingest_config
     from lmplatform.train.optim import total_optimizer_steps

@@ -159,8 +159,7 @@ def register_and_maybe_promote(
 
 def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str, alias: str, current: Any,
            gate: GateInputs) -> ChampionDecision:
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.tracking.registry import download_model
+    from lmplatform.models.resolve import download_model, resolve_model_path
     from lmplatform.tune.gate import decide, run_gate
 
     previous = str(current.version) if current is not None else None
@@ -192,8 +191,9 @@ def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str,
 def _searches(gate: GateInputs, tracking_uri: str, name: str, previous: Optional[str]) -> tuple[Any, Any]:
     """(candidate, comparator) search settings with local re-ranker folders: the champion's registered system, or
     for a first champion the base model searched dense."""
+    from lmplatform.models.resolve import download_model
     from lmplatform.retrieval.settings import SearchSettings
-    from lmplatform.tracking.registry import download_model, read_search_settings
+    from lmplatform.tracking.registry import read_search_settings
 
     comparator = (read_search_settings(tracking_uri, name, previous) if previous else None) or SearchSettings(mode="dense")
     if comparator.reranker is not None:

@@ -109,6 +109,6 @@ def concurrent_trials(pipeline: Any, cluster_cpus: float) -> int:  # noqa: ANN40
 
 def trial_state_folder(loaded: Any, study: str, trial_id: str) -> Path:  # noqa: ANN401 - a LoadedSpace
     """Where the pipeline of a study's trial keeps its state."""
-    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.runtime import resolve_storage_path
 
     return Path(resolve_storage_path(loaded.base_pipeline.storage_path)) / trial_pipeline_name(study, trial_id)

@@ -83,7 +83,7 @@ def trial_run(storage_path: str, study: str, trial_id: str) -> tuple[str, Option
     The name is fixed per trial, so a trial that a restored study (`--resume`) runs again picks
     up its training run at the last checkpoint instead of starting over.
     """
-    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.runtime import resolve_storage_path
 
     name = f"{study}.{trial_id}"
     storage = resolve_storage_path(storage_path)
@@ -199,8 +199,7 @@ def _trainable(loaded: LoadedSpace, parent_run_id: str, study: str, tracking_uri
 
 def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
     """The space's overrides plus absolute paths: trial processes run in their own working directories."""
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
-    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
 
     cfg = loaded.base
     assert cfg is not None
@@ -245,7 +244,7 @@ def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
 
 # -- running a study -------------------------------------------------------------
 def _tracking(loaded: LoadedSpace, tracking_uri: Optional[str], experiment: Optional[str]) -> tuple[str, str]:
-    from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
+    from lmplatform.runtime import resolve_tracking_uri
 
     if loaded.base is not None:
         return (resolve_tracking_uri(tracking_uri or loaded.base.tracking.tracking_uri),

@@ -210,8 +210,8 @@ def teacher_fingerprint(reference: str) -> str:
     if reference.startswith("models:/"):
         from mlflow.tracking import MlflowClient
 
-        from lmplatform.tracking.mlflow_tracking import resolve_tracking_uri
-        from lmplatform.tracking.registry import model_version_source
+        from lmplatform.models.resolve import model_version_source
+        from lmplatform.runtime import resolve_tracking_uri
 
         return "mlflow:" + model_version_source(MlflowClient(resolve_tracking_uri(None)), reference)
     if reference.startswith("runs:/"):
@@ -248,8 +248,7 @@ def score_pairs_with_teacher(reference: str, queries: list[str], documents: list
 
 
 def cache_folder(cfg: RunConfig) -> Path:
-    from lmplatform.runtime import project_root
-    from lmplatform.train.run import resolve_storage_path
+    from lmplatform.runtime import project_root, resolve_storage_path
 
     if cfg.objective.teacher_cache_dir:
         return Path(cfg.objective.teacher_cache_dir).expanduser().resolve()

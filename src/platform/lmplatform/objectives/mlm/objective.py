@@ -17,9 +17,9 @@ from torch import nn
 
 from lmplatform.data.corpus import corpus_datasets, scan_corpus
 from lmplatform.models.encoder import load_tokenizer
-from lmplatform.models.masked_lm import MaskedLanguageModel
+from lmplatform.models.masked_lm import IGNORE_INDEX, MaskedLanguageModel
 from lmplatform.models.resolve import resolve_model_path
-from lmplatform.objectives.masking import IGNORE_INDEX, DynamicMasker
+from lmplatform.objectives.masking import DynamicMasker
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.collate import TextCollator
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
