@@ -12,7 +12,7 @@ def model_versions(tracking_uri: str, name: Optional[str] = None) -> list[dict[s
     """Every version (of `name`, or of every registered model), newest first, with aliases and metric tags."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tune.champion import FINGERPRINT_TAG, METRIC_TAG, VALUE_TAG
+    from lmplatform.tracking.version_tags import FINGERPRINT_TAG, METRIC_TAG, VALUE_TAG
 
     client = MlflowClient(tracking_uri)
     names = [name] if name else sorted(m.name for m in client.search_registered_models())
@@ -75,7 +75,7 @@ def champion_explanation(tracking_uri: str, name: str, version: Optional[str] = 
     """Why `version` (default: the newest) of `name` does or does not hold `alias`, from the gate's tags."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tune.champion import DECISION_TAG, REASON_TAG
+    from lmplatform.tracking.version_tags import DECISION_TAG, REASON_TAG
     from lmplatform.tune.gate import GATE_TAG
 
     client = MlflowClient(tracking_uri)
@@ -163,7 +163,7 @@ def promote(
 
     from lmplatform.cli.common import fail
     from lmplatform.runtime import resolve_tracking_uri
-    from lmplatform.tune.champion import DECISION_TAG, REASON_TAG
+    from lmplatform.tracking.version_tags import DECISION_TAG, REASON_TAG
 
     uri = resolve_tracking_uri(tracking_uri)
     client = MlflowClient(uri)

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lmplatform.markdown import markdown_table
+from lmplatform.objectives.registry import objective_spec
+from lmplatform.tracking.version_tags import DECISION_TAG, GATE_PREFIX, METRIC_TAG, REASON_TAG, VALUE_TAG
 
 logger = logging.getLogger(__name__)
 CARD_FILE = "MODEL_CARD.md"
 CARD_TAG = "lmp.model_card"
-GATE_PREFIX = "lmp.gate."
 # Config sections that are hyper-parameters (the rest: data, paths and tracking, shown elsewhere or not at all).
 HYPERPARAMETER_PREFIXES = ("model.pooling", "model.max_seq_length", "objective.", "optim.", "scaling.num_workers",
                            "ewc.lambda", "ewc.samples", "ewc.loss")
@@ -52,8 +53,6 @@ def card_artifact(name: str, version: str) -> str:
 def _objective_line(objective: str) -> str:
     """The objective package's own one-line description (its docstring names the loss)."""
     try:
-        from lmplatform.objectives.registry import objective_spec
-
         package = importlib.import_module(objective_spec(objective).config.__module__.rsplit(".", 1)[0])
         return (package.__doc__ or "").strip().splitlines()[0]
     except (KeyError, ImportError, IndexError):
@@ -87,8 +86,6 @@ def _evaluation_rows(metrics: dict[str, float]) -> list[list[str]]:
 
 
 def _gate_section(tags: dict[str, str]) -> list[str]:
-    from lmplatform.tune.champion import DECISION_TAG, REASON_TAG
-
     if DECISION_TAG not in tags:
         return ["No champion gate decision recorded: this version was registered by a training run, not chosen "
                 "by a study (`lmp models why` shows a decision once there is one)."]
@@ -107,8 +104,6 @@ def _gate_section(tags: dict[str, str]) -> list[str]:
 def model_card(tracking_uri: str, name: str, version: str) -> str:
     """The card of `name` version `version`, as markdown."""
     from mlflow.tracking import MlflowClient
-
-    from lmplatform.tune.champion import METRIC_TAG, VALUE_TAG
 
     client = MlflowClient(tracking_uri)
     mv = client.get_model_version(name, version)

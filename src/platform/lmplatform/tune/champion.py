@@ -28,20 +28,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.tracking.version_tags import DECISION_TAG, FINGERPRINT_TAG, METRIC_TAG, MODE_TAG, REASON_TAG, VALUE_TAG
 from lmplatform.tune.metrics import evaluation_config_keys
 
 if TYPE_CHECKING:
     from lmplatform.retrieval.settings import SearchSettings
     from lmplatform.tune.gate import GateVerdict
     from lmplatform.tune.space import ChampionSpec
-
-METRIC_TAG = "lmp.metric"
-VALUE_TAG = "lmp.metric_value"
-MODE_TAG = "lmp.metric_mode"
-FINGERPRINT_TAG = "lmp.eval_fingerprint"
-DECISION_TAG = "lmp.gate.decision"
-REASON_TAG = "lmp.gate.reason"
-
 
 @dataclass
 class ChampionDecision:
