@@ -112,9 +112,9 @@ def run_ours(objective: dict[str, Any], rows: list[dict[str, str]], model: str, 
     import torch
 
     from lmplatform.objectives.run_config import load_run_config
+    from lmplatform.objectives.trainer import build_trainer
     from lmplatform.train.ingest import resume_batches
     from lmplatform.train.loop import FolderReporter
-    from lmplatform.train.worker import build_trainer
 
     cfg = load_run_config(None, base={
         "model": {"name_or_path": model, "max_seq_length": MAX_LENGTH},

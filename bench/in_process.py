@@ -74,11 +74,11 @@ def train_in_process(cfg: Any, device: str, work: Path) -> InProcessRun:
     optim.max_steps is honoured; otherwise the steps are those Ray Train would run for optim.epochs."""
     import torch
 
+    from lmplatform.objectives.trainer import build_trainer
     from lmplatform.train.ingest import resume_batches
     from lmplatform.train.loop import FolderReporter
     from lmplatform.train.optim import total_optimizer_steps
     from lmplatform.train.state import FINAL_MODEL_DIR
-    from lmplatform.train.worker import build_trainer
 
     rows = split_rows(cfg)
     batch_size = cfg.optim.batch_size

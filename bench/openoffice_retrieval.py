@@ -203,8 +203,8 @@ def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: 
                group_aware: bool = False) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
+    from lmplatform.jobs.train_run import run_training
     from lmplatform.objectives.run_config import load_run_config
-    from lmplatform.train.run import run_training
 
     cfg = load_run_config(None, base=our_config(files, out, tracking_uri, max_steps, group_aware=group_aware))
     start = time.perf_counter()

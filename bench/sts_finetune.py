@@ -73,8 +73,8 @@ class Scorer:
 
 
 def train_ours(config: dict[str, Any], train: Path, dev: Path, out: Path, seed: int, max_steps: Optional[int]) -> dict[str, Any]:
+    from lmplatform.jobs.train_run import run_training
     from lmplatform.objectives.run_config import load_run_config
-    from lmplatform.train.run import run_training
 
     spec = {**config, "data": {**config["data"], "train_paths": [str(train)], "validation_paths": [str(dev)]},
             "optim": {**config["optim"], "seed": seed, "max_steps": max_steps},

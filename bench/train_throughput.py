@@ -109,8 +109,8 @@ def projection_rounds(texts: list[str], steps: int, warmup: int, rounds: int) ->
 def ray_train(corpus: Path, workers: int, steps: int, warmup: int, workdir: Path) -> float:
     from mlflow.tracking import MlflowClient
 
+    from lmplatform.jobs.train_run import run_training
     from lmplatform.objectives.run_config import load_run_config
-    from lmplatform.train.run import run_training
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     cfg = load_run_config(None, [

@@ -22,7 +22,7 @@ from lmplatform.evaluation.config import (
     StsDataset,
     load_evaluation_config,
 )
-from lmplatform.graph.evaluation import RelationEvalConfig
+from lmplatform.evaluation.relations import RelationEvalConfig
 from lmplatform.objectives.run_config import load_run_config
 from lmplatform.pipeline.config import load_pipeline_config
 from lmplatform.pipeline.preflight import (

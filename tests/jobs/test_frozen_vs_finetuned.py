@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from lmplatform.evaluation.frozen_vs_finetuned import frozen_vs_finetuned, settings_table
+from lmplatform.jobs.frozen_vs_finetuned import frozen_vs_finetuned, settings_table
 from lmplatform.objectives.run_config import load_run_config
 
 VOCAB = {

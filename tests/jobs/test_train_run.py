@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from lmplatform.jobs.train_run import run_training
 from lmplatform.objectives.run_config import load_run_config
-from lmplatform.train.run import run_training
 
 
 def _config(tiny_bert: Path, corpus: Path, mlflow_uri: str, storage: Path, *extra: str):  # noqa: ANN202

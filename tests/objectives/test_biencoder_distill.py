@@ -161,7 +161,7 @@ def test_collator_objective_and_evaluator_on_a_tiny_bert(tiny_bert: Path) -> Non
 
 
 def test_short_training_run_and_cached_teacher_scores(ray_session, tiny_bert, mlflow_uri, tmp_path, capsys) -> None:  # noqa: ANN001
-    from lmplatform.train.run import run_training
+    from lmplatform.jobs.train_run import run_training
 
     teacher = _tiny_cross_encoder(tiny_bert, tmp_path / "teacher")
     pairs = _write_pairs(tmp_path / "pairs.jsonl", n=48, short_every=8)  # 6 pairs have 1 hard negative, not 2

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from lmplatform.jobs.train_run import run_training
 from lmplatform.objectives.run_config import load_run_config
-from lmplatform.train.run import run_training
 from tests.conftest import TOKEN_WORDS, write_corpus
 
 

@@ -50,8 +50,8 @@ def test_a_fisher_through_an_untrained_mlm_head_is_refused_before_anything_start
     import ray
 
     from lmplatform.config.loader import ConfigError
+    from lmplatform.jobs.train_run import run_training
     from lmplatform.objectives.ewc_setup import check_fisher_anchor
-    from lmplatform.train.run import run_training
 
     headless = _headless_bert(tmp_path)
     base = [f"model.name_or_path={tiny_bert}", "model.max_seq_length=32", f"data.train_paths={corpus_file}",

@@ -18,11 +18,11 @@ import torch
 from lmplatform.config.schema import OptimConfig
 from lmplatform.objectives.infonce import Temperature
 from lmplatform.objectives.run_config import RunConfig, load_run_config
+from lmplatform.objectives.trainer import build_trainer
 from lmplatform.train.ingest import resume_batches
 from lmplatform.train.loop import FolderReporter
 from lmplatform.train.optim import build_optimizer, build_scheduler
 from lmplatform.train.recipe import Batch
-from lmplatform.train.worker import build_trainer
 from tests.conftest import TOKEN_WORDS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from lmplatform.config import ConfigError
-from lmplatform.pipeline.config import StageEvaluationConfig
-from lmplatform.pipeline.evaluations import retrieval_evaluation
+from lmplatform.pipeline.evaluations import StageEvaluationConfig, retrieval_evaluation
 from tests.conftest import write_corpus
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 
 from lmplatform.objectives.run_config import RunConfig, load_run_config
+from lmplatform.objectives.trainer import build_trainer
 from lmplatform.train.ingest import resume_batches
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.recipe import Batch
-from lmplatform.train.worker import build_trainer
 from tests.conftest import TOKEN_WORDS
 
 BATCH_SIZE = 4

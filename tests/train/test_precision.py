@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from lmplatform.config import ConfigError
+from lmplatform.objectives.trainer import build_trainer
 from lmplatform.train.loop import FolderReporter
-from lmplatform.train.worker import build_trainer
 from tests.train.pair_runs import fit_pairs, pair_config, pair_trainer
 
 

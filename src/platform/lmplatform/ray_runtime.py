@@ -41,7 +41,7 @@ class RayDataConsoleFilter(logging.Filter):
 def quiet_train_reports() -> None:
     """In a Ray Train worker: its 'Reporting training result N: TrainingReport(...)' INFO line (hundreds of
     characters, each report) stays in the log file. Ray logs it under the module's file path, not under
-    `ray.train`, so RunConfig's logging_config (WARNING, see train/run.py) does not reach it."""
+    `ray.train`, so RunConfig's logging_config (WARNING, see jobs/train_run.py) does not reach it."""
     from ray.train.v2._internal.execution import context
 
     logging.getLogger(context.__file__).setLevel(logging.WARNING)

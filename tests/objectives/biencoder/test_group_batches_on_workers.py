@@ -36,8 +36,8 @@ def _write_groups(path: Path) -> Path:
 def _probe(config: dict[str, Any]) -> None:
     import ray.train
 
+    from lmplatform.jobs.train_worker import train_batch_source
     from lmplatform.objectives.run_config import RunConfig
-    from lmplatform.train.worker import train_batch_source
 
     rank = ray.train.get_context().get_world_rank()
     cfg = RunConfig.model_validate(config["cfg"])

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmplatform.evaluation.frozen_vs_finetuned import evaluate_classifier
+from lmplatform.jobs.frozen_vs_finetuned import evaluate_classifier
 from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.classifier.frozen_head import train_frozen_head
 

@@ -117,7 +117,7 @@ def test_cldr_training_makes_knn_relation_extraction_beat_the_untrained_encoder(
     Z = 8 negatives make the pair vectors carry the partner, which the KNN can read. k is fixed at 1 because
     choosing it on 8 validation sentences is noisier than the effect.
     """
-    from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
+    from lmplatform.evaluation.relations import RelationEvalConfig, run_cross_validation
     from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
 
     torch.set_num_threads(1)
@@ -147,7 +147,7 @@ def test_cldr_training_makes_knn_relation_extraction_beat_the_untrained_encoder(
 
 
 def test_gold_entities_evaluates_relations_over_the_gold_entities_only(tiny_bert: Path, tmp_path: Path) -> None:
-    from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
+    from lmplatform.evaluation.relations import RelationEvalConfig, run_cross_validation
 
     torch.set_num_threads(1)
     data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=40)
@@ -195,7 +195,7 @@ def test_anchors_without_a_valid_negative_are_not_counted_as_identified(variant:
 
 
 def test_graph_identification_accuracy_reports_unscored_sentences_instead_of_counting_them(tiny_bert: Path, tmp_path: Path) -> None:
-    from lmplatform.graph.evaluation import RelationEvalConfig, graph_identification_accuracy
+    from lmplatform.evaluation.relations import RelationEvalConfig, graph_identification_accuracy
     from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
 
     data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=24)

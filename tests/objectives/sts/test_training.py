@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from lmplatform.jobs.train_run import run_training
 from lmplatform.objectives.run_config import load_run_config
-from lmplatform.train.run import run_training
 
 WORDS = "printer database login timeout crash server disk memory network error vpn backup".split()
 

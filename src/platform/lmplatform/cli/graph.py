@@ -46,7 +46,7 @@ def evaluate(
     """KNN NER / RE / RE- macro-F1 (k chosen per fold), linear probes and CLGS accuracy; one Ray task per fold."""
     from lmplatform.cli.common import fail, user_errors
     from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
-    from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
+    from lmplatform.evaluation.relations import RelationEvalConfig, run_cross_validation
     from lmplatform.runtime import resolve_tracking_uri
 
     try:

@@ -21,8 +21,8 @@ def train(
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
 ) -> None:
     """Train with one objective as a Ray Train job, tracked in MLflow."""
+    from lmplatform.jobs.train_run import run_training
     from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.train.run import run_training
 
     try:
         cfg = load_run_config(config, overrides or [])

@@ -68,8 +68,8 @@ def finetune_classifier(model: str, train_texts: Sequence[str], train_labels: Se
     {"steps", "seconds", "val_accuracy" (on dev, when there is one; reported, never used to choose)}."""
     import time
 
+    from lmplatform.objectives.trainer import build_trainer
     from lmplatform.train.ingest import resume_batches
-    from lmplatform.train.worker import build_trainer
 
     started = time.perf_counter()
     seed = settings.seed if seed is None else seed

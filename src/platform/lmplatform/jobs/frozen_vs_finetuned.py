@@ -47,9 +47,9 @@ def frozen_vs_finetuned(cfg: Any, test_texts: Sequence[str], test_labels: Sequen
     returns {"rows": [...], "markdown": str, "runs": {setting: TrainingResult}} and writes
     `classification_table.{json,md}` under `out_dir`.
     """
+    from lmplatform.jobs.train_run import run_training
     from lmplatform.models.classifier import TextClassifier
     from lmplatform.tracking.mlflow_tracking import TrackedRun
-    from lmplatform.train.run import run_training
 
     if cfg.objective.name != "classifier":
         raise ValueError(f"frozen_vs_finetuned needs objective.name=classifier, got {cfg.objective.name!r}")

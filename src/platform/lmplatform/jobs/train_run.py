@@ -9,8 +9,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from lmplatform.evaluation.retrieval_validation import prepare_retrieval_set
+from lmplatform.jobs.train_worker import train_loop_per_worker
+from lmplatform.models.resolve import resolve_model_path
+from lmplatform.objectives.ewc_setup import check_fisher_anchor, prepare_ewc
+from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.runtime import project_root, resolve_storage_path, worker_env_vars
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.runtime import project_root, resolve_storage_path, resolve_tracking_uri, worker_env_vars
+from lmplatform.tracking.exports import export_and_log
+from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
+from lmplatform.tracking.registry import register_model_version
+from lmplatform.train.ingest import ingest_config
+from lmplatform.train.optim import total_optimizer_steps
+from lmplatform.train.state import FINAL_MODEL_DIR
 
 logger = logging.getLogger(__name__)
 RUN_TAG = "lmp.train_run"
@@ -71,24 +83,10 @@ def run_training(
     from ray.train import RunConfig as RayRunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from lmplatform.evaluation.retrieval_validation import prepare_retrieval_set
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.objectives.registry import objective_spec
-    from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.runtime import resolve_tracking_uri
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
-    from lmplatform.tracking.registry import register_model_version
-    from lmplatform.train.ingest import ingest_config
-    from lmplatform.train.optim import total_optimizer_steps
-    from lmplatform.train.state import FINAL_MODEL_DIR
-    from lmplatform.train.worker import train_loop_per_worker
-
     spec = objective_spec(cfg.objective.name)
     RunConfig.model_validate(cfg.model_dump(mode="json"))  # what every worker will validate, checked here first
     resolve_model_path(cfg.model.name_or_path)  # a missing model fails here, not in a worker
     if cfg.ewc is not None:
-        from lmplatform.objectives.ewc_setup import check_fisher_anchor
-
         check_fisher_anchor(cfg)  # a Fisher through a random MLM head is refused before Ray or MLflow start
     cfg = with_absolute_paths(cfg)  # workers run in their own working directories
     storage = resolve_storage_path(cfg.checkpoint.storage_path)
@@ -129,8 +127,6 @@ def run_training(
         tracker.log_metrics(data.metrics, step=0)
         tracker.log_dict(data.report, "data_report.json")
     if cfg.ewc is not None:
-        from lmplatform.objectives.ewc_setup import prepare_ewc
-
         cfg = prepare_ewc(cfg, tracker, _local_model_dir(storage, run_name).parent)
     print(f"[lmp] run {run_name}: {total_steps} steps on {cfg.scaling.num_workers} worker(s); "
           f"MLflow run {tracker.run_id} at {tracking_uri}", flush=True)
@@ -188,8 +184,6 @@ def run_training(
         shutil.copytree(exported, model_dir)
     artifact_uri = tracker.log_artifacts(model_dir, "model")
     if cfg.tracking.exports:
-        from lmplatform.tracking.exports import export_and_log
-
         logged = export_and_log(tracking_uri, tracker.run_id, model_dir, cfg.tracking.exports)
         print(f"[lmp] exports logged beside model/: {', '.join(u.rsplit('/', 1)[-1] for u in logged.values())}", flush=True)
     metrics = {k: float(v) for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}

@@ -2,19 +2,16 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from lmplatform.objectives.ewc_setup import attach_ewc
-from lmplatform.objectives.registry import objective_spec
+from lmplatform.evaluation.retrieval_validation import CorpusRetrievalValidator
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.objectives.trainer import build_trainer
 from lmplatform.train.ingest import NumpyBatch, length_grouped, planned_epoch, rank_dataset_name, resume_batches, shard_epoch
-from lmplatform.train.loop import Reporter, Trainer
 from lmplatform.train.recipe import Batch, TrainingRecipe
-from lmplatform.train.state import seed_everything
 
 
 def worker_threads(cfg: RunConfig) -> int:
@@ -27,44 +24,16 @@ def corpus_validator(cfg: RunConfig, recipe: TrainingRecipe, retrieval_set: Any)
         return None
     import ray
 
-    from lmplatform.evaluation.retrieval_validation import CorpusRetrievalValidator
-
     if recipe.retrieval_view is None:
         raise ValueError(f"objective {cfg.objective.name!r} cannot rank texts; remove retrieval_validation")
     return CorpusRetrievalValidator(ray.get(retrieval_set), cfg.retrieval_validation, recipe.retrieval_view)
-
-
-def build_trainer(
-    cfg: RunConfig,
-    total_steps: int,
-    device: torch.device,
-    rank: int,
-    tracker: Any = None,
-    tracking_uri: Optional[str] = None,
-    retrieval_set: Any = None,
-    reporter: Optional[Reporter] = None,
-) -> Trainer:
-    """What a worker process builds before training: seeded recipe, EWC penalty, trainer.
-
-    Start it with `trainer.begin(checkpoint folder or None)`. The tests of exact resume build a
-    resumed trainer here too, as a restarted worker would.
-    """
-    seed_everything(cfg.optim.seed)  # identical initialisation of new heads on every rank
-    recipe = objective_spec(cfg.objective.name).build_recipe(cfg)
-    ewc_report = attach_ewc(cfg, recipe, tracking_uri)  # before any restore: θ* is the start model
-    if ewc_report is not None and rank == 0:
-        print(f"[lmp] {ewc_report.summary()}", file=sys.__stdout__, flush=True)  # once: see Trainer._print
-        if tracker is not None:
-            tracker.log_metrics(ewc_report.metrics(), step=0)
-    return Trainer(cfg, recipe, total_steps, device, rank, tracker,
-                   corpus_validator=corpus_validator(cfg, recipe, retrieval_set), reporter=reporter)
 
 
 def train_batch_source(cfg: RunConfig, rank: int, planned: bool,
                        collate: Callable[[NumpyBatch], Batch]) -> Callable[[int, int], Iterator[Batch]]:
     """This rank's `train_batches(epoch, skip)`, from its dataset shard (inside a Ray Train worker).
 
-    The shards come in a fixed order (run.py passes ingest_config()), so skipping the checkpoint's
+    The shards come in a fixed order (train_run.py passes ingest_config()), so skipping the checkpoint's
     count of batches resumes at the same batch (`data.length_grouping` regroups that fixed order, so it
     stays fixed). Planned batches (`PreparedData.planned_batches`) come
     whole, in plan order, from the rank's own dataset.
@@ -100,8 +69,10 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     # Ray sets OMP_NUM_THREADS to the CPUs reserved; torch needs to be told as well.
     torch.set_num_threads(worker_threads(cfg))
     tracker = TrackedRun(loop_config["tracking_uri"], loop_config["mlflow_run_id"]) if rank == 0 else None
+    retrieval_set = loop_config.get("retrieval_set")
     trainer = build_trainer(cfg, loop_config["total_steps"], ray.train.torch.get_device(), rank, tracker,
-                            loop_config["tracking_uri"], loop_config.get("retrieval_set"))
+                            loop_config["tracking_uri"],
+                            corpus_validator=lambda recipe: corpus_validator(cfg, recipe, retrieval_set))
     recipe = trainer.recipe
 
     checkpoint = ray.train.get_checkpoint()

@@ -15,6 +15,7 @@ from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
 from lmplatform.config.schema import DataConfig
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.pipeline.evaluations import StageEvaluationConfig
 from lmplatform.retrieval.settings import DistractorConfig, RetrievalValidationConfig, SearchSettings
 
 STAGE_PREFIX = "stage:"
@@ -24,44 +25,6 @@ _NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 class PipelineTrackingConfig(Section):
     tracking_uri: Optional[str] = Field(None, description="MLflow tracking URI for the parent run and every stage.")
     experiment: str = Field("lmplatform-pipelines", min_length=1)
-
-
-class StageEvaluationConfig(Section):
-    """An evaluation run after a stage (and on the stage's starting model, for 'before')."""
-
-    name: str = Field(..., description="Which evaluation; see lmplatform.pipeline.evaluations.EVALUATIONS.")
-    label: Optional[str] = Field(None, description="Name in the forgetting table; default: the evaluation name.")
-    data: DataConfig = Field(..., description="The texts to evaluate on (e.g. the previous stage's data).")
-    split: Literal["train", "validation"] = Field(
-        "validation", description="Which split of `data` (same hash split as training): validation is held out."
-    )
-    max_texts: int = Field(200, ge=1, description="A seeded sample of at most this many texts.")
-    batch_size: int = Field(16, ge=1)
-    max_seq_length: int = Field(128, ge=8)
-    mask_seed: int = Field(1234, description="Fixes the masks, so before/after values are comparable.")
-    mlm_head_from: Optional[str] = Field(
-        None, description="For models exported without an MLM head: borrow it from this model "
-        "(stage:<name>, a path or models:/...). Default: the stage's starting model.",
-    )
-    task: Optional[str] = Field(None, description="Column of the task-score matrix R this evaluation fills.")
-    retrieval: Optional[RetrievalValidationConfig] = Field(
-        None, description="Evaluation 'retrieval': the queries, candidate pool and cut-offs, by the rules of a run's "
-        "retrieval_validation; its pairs default to `data`, and `retrieval.split` (not `split`) picks the queries. "
-        "The score for R is MRR@mrr_k.")
-
-    @model_validator(mode="after")
-    def _known(self) -> "StageEvaluationConfig":
-        from lmplatform.pipeline.evaluations import EVALUATIONS
-
-        if self.name not in EVALUATIONS:
-            raise ValueError(f"unknown evaluation {self.name!r}; available: {', '.join(sorted(EVALUATIONS))}")
-        if self.retrieval is not None and self.name != "retrieval":
-            raise ValueError(f"evaluation {self.key!r}: `retrieval` settings apply to evaluation 'retrieval' only")
-        return self
-
-    @property
-    def key(self) -> str:
-        return self.label or self.name
 
 
 class StageEWCConfig(Section):

@@ -20,7 +20,8 @@ from pydantic import BaseModel
 from lmplatform.config.loader import ConfigError
 from lmplatform.config.schema import DataConfig
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, StageEvaluationConfig, build_stage_config
+from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, build_stage_config
+from lmplatform.pipeline.evaluations import StageEvaluationConfig
 from lmplatform.retrieval.settings import DistractorConfig
 
 REGISTRY_PREFIXES = ("models:/", "runs:/")

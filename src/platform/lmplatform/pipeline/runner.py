@@ -18,14 +18,8 @@ from typing import Any, Optional, Protocol
 
 from lmplatform.markdown import markdown_table
 from lmplatform.pipeline.cache import CachedStage, StageCache, stage_key
-from lmplatform.pipeline.config import (
-    STAGE_PREFIX,
-    PipelineConfig,
-    StageConfig,
-    StageEvaluationConfig,
-    build_stage_config,
-    resolve_references,
-)
+from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, build_stage_config, resolve_references
+from lmplatform.pipeline.evaluations import StageEvaluationConfig
 from lmplatform.pipeline.preflight import preflight_pipeline
 from lmplatform.pipeline.state import FAILED, FINISHED, RUNNING, PipelineState, StageState
 
@@ -262,7 +256,7 @@ def _resolve_model(reference: str, state: PipelineState) -> str:
 
 def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent: Any,
                callbacks: Optional[list[Any]] = None) -> None:
-    from lmplatform.train.run import new_run_name, run_training
+    from lmplatform.jobs.train_run import new_run_name, run_training
 
     record = state.stage(stage.name)
     init = _resolve_model(stage.init_from, state)
@@ -427,7 +421,7 @@ def _find_stage_train_run(state: PipelineState, stage: str, experiment: str) -> 
     """The Ray Train run name of the stage's latest attempt, from its MLflow child run's tags."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.train.run import RUN_TAG
+    from lmplatform.jobs.train_run import RUN_TAG
 
     client = MlflowClient(state.tracking_uri)
     exp = client.get_experiment_by_name(experiment)

@@ -18,6 +18,12 @@ from typing import Any
 
 from ray.tune.integration.ray_train import TuneReportCallback
 
+from lmplatform.pipeline.config import build_stage_config, load_pipeline_config
+from lmplatform.pipeline.runner import run_pipeline
+from lmplatform.runtime import resolve_storage_path
+from lmplatform.tune.results import RUN_ID_KEY, STUDY_TAG, TRIAL_TAG
+from lmplatform.tune.space import param_overrides
+
 
 def stage_metrics(stage: str, metrics: dict[str, Any]) -> dict[str, float]:
     """A stage's numeric metrics as the study sees them: `<stage>/<metric>`."""
@@ -58,11 +64,6 @@ def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: lis
     """One pipeline trial; its last report carries every stage's metrics and its MLflow run id."""
     from ray import tune
 
-    from lmplatform.pipeline.config import load_pipeline_config
-    from lmplatform.pipeline.runner import run_pipeline
-    from lmplatform.tune.space import param_overrides
-    from lmplatform.tune.tuner import RUN_ID_KEY, STUDY_TAG, TRIAL_TAG
-
     # Tune runs each trial in its own folder; the pipeline's relative paths mean what they mean for the job.
     if os.environ.get("TUNE_ORIG_WORKING_DIR"):
         os.chdir(os.environ["TUNE_ORIG_WORKING_DIR"])
@@ -87,7 +88,6 @@ def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: lis
 def stage_cpus(pipeline: Any) -> float:  # noqa: ANN401 - a PipelineConfig
     """CPUs the largest stage of a pipeline reserves at once (training workers, mining actors, a system stage's
     task or index encoder): what one trial needs to make progress."""
-    from lmplatform.pipeline.config import build_stage_config
 
     needs = [0.0]
     for stage in pipeline.stages:
@@ -109,6 +109,5 @@ def concurrent_trials(pipeline: Any, cluster_cpus: float) -> int:  # noqa: ANN40
 
 def trial_state_folder(loaded: Any, study: str, trial_id: str) -> Path:  # noqa: ANN401 - a LoadedSpace
     """Where the pipeline of a study's trial keeps its state."""
-    from lmplatform.runtime import resolve_storage_path
 
     return Path(resolve_storage_path(loaded.base_pipeline.storage_path)) / trial_pipeline_name(study, trial_id)

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from lmplatform.tune.results import StudyResult
 from lmplatform.tune.space import LoadedSpace, Parameter, SearchSpace
-
-if TYPE_CHECKING:
-    from lmplatform.tune.tuner import StudyResult
 
 
 def _distribution(param: Parameter) -> Any:
@@ -85,7 +83,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def print_summary(result: "StudyResult", space: SearchSpace) -> None:
+def print_summary(result: StudyResult, space: SearchSpace) -> None:
     from rich.console import Console
     from rich.table import Table
 

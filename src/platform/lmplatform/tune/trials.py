@@ -105,7 +105,7 @@ def knn_classification(k: int, data: str, weights: str = "uniform", model: str =
 def _cached_word_vectors(model: str, data: str, fold: int, sentences: list, max_seq_length: int,
                          cache_dir: Optional[str]) -> list[np.ndarray]:
     """Per-word vectors of a fold's training sentences, encoded once per (model, data, fold, length)."""
-    from lmplatform.graph.evaluation import load_backbone
+    from lmplatform.evaluation.relations import load_backbone
     from lmplatform.graph.knn import encode_words
     from lmplatform.models.resolve import resolve_model_path
 

@@ -16,32 +16,25 @@ import json
 import os
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from lmplatform.tune.champion import ChampionDecision
-from lmplatform.tune.space import LoadedSpace, import_callable, load_space, resolve_project_path
+from lmplatform.tune.champion import ChampionDecision, GateInputs, evaluation_fingerprint, register_and_maybe_promote
+from lmplatform.tune.gate import check_held_out, check_system_held_out
+from lmplatform.tune.report import print_summary, save_plots
+from lmplatform.tune.results import RUN_ID_KEY, STUDY_TAG, TRIAL_TAG, StudyResult
+from lmplatform.tune.space import (
+    ChampionSpec,
+    LoadedSpace,
+    define_by_run,
+    gate_metric,
+    import_callable,
+    load_space,
+    param_overrides,
+    resolve_project_path,
+)
 
 STUDY_FILE = "lmp_study.json"
-STUDY_TAG = "lmp.tune_study"
-TRIAL_TAG = "lmp.tune_trial"
-RUN_ID_KEY = "mlflow_run_id"
-
-
-@dataclass
-class StudyResult:
-    study_name: str
-    experiment_path: Path
-    parent_run_id: str
-    tracking_uri: str
-    best_trial_id: Optional[str]
-    best_params: dict[str, Any]
-    best_metrics: dict[str, Any]
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    champion: Optional[ChampionDecision] = None
-    plots: list[Path] = field(default_factory=list)
-    plot_notes: list[str] = field(default_factory=list)
 
 
 # -- trainables ----------------------------------------------------------------
@@ -54,9 +47,8 @@ def train_trial(config: dict[str, Any], *, base_config: str, overrides: list[str
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    from lmplatform.jobs.train_run import run_training
     from lmplatform.objectives.run_config import load_run_config
-    from lmplatform.train.run import run_training
-    from lmplatform.tune.space import param_overrides
 
     trial_id = tune.get_context().get_trial_id()
     cfg = load_run_config(base_config, [*overrides, *param_overrides(config), "tracking.register_model=false"])
@@ -136,7 +128,6 @@ def _search_and_schedule(loaded: LoadedSpace, max_concurrent: int) -> tuple[Any,
     from ray.tune.search import ConcurrencyLimiter
 
     from lmplatform.tune.search import FinalMetricOptunaSearch
-    from lmplatform.tune.space import define_by_run
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # not a line per study it creates
     space = loaded.space
@@ -273,7 +264,6 @@ def run_study(
     loaded = load_space(space_path, list(overrides))  # every check happens before Ray starts
     space = loaded.space
     if loaded.base is not None and space.champion.register_best:
-        from lmplatform.tune.gate import check_held_out
 
         check_held_out(space.champion, loaded.base)
     storage = Path(resolve_project_path(storage_path or space.storage_path))
@@ -427,7 +417,6 @@ def summarize_study(
     loaded: LoadedSpace, grid: Any, study_name: str, experiment_path: Path, parent_run_id: str, tracking_uri: str
 ) -> StudyResult:
     from lmplatform.tracking.mlflow_tracking import TrackedRun
-    from lmplatform.tune.report import print_summary, save_plots
 
     space = loaded.space
     parent = TrackedRun(tracking_uri, parent_run_id)
@@ -470,9 +459,6 @@ def summarize_study(
 def _champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, study_name: str) -> ChampionDecision:
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tune.champion import GateInputs, evaluation_fingerprint, register_and_maybe_promote
-    from lmplatform.tune.space import gate_metric
-
     space = loaded.space
     run = MlflowClient(tracking_uri).get_run(best["mlflow_run_id"])
     cfg = loaded.trial_config(best["params"])
@@ -503,10 +489,7 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
     from lmplatform.pipeline.state import PipelineState
     from lmplatform.pipeline.system import publish_system
     from lmplatform.retrieval.settings import SearchSettings
-    from lmplatform.tune.champion import GateInputs, register_and_maybe_promote
-    from lmplatform.tune.gate import check_held_out, check_system_held_out
     from lmplatform.tune.pipeline_trial import trial_state_folder
-    from lmplatform.tune.space import ChampionSpec, gate_metric
 
     space, pipeline = loaded.space, loaded.trial_pipeline(best["params"])
     folder = trial_state_folder(loaded, study_name, best["trial_id"])

@@ -6,7 +6,7 @@ the cached vectors and the epoch with the best dev accuracy is kept
 (`lmplatform.objectives.classifier.frozen_head.train_frozen_head`, the fast
 path of the `classifier` objective with `freeze_encoder=true`). The fine-tuned rows run the same
 objective with the encoder trainable (`lmplatform.evaluation.finetune`); the Ray Train version of the
-comparison is `lmplatform.evaluation.frozen_vs_finetuned`.
+comparison is `lmplatform.jobs.frozen_vs_finetuned`.
 Test examples whose label never occurs in train cannot be predicted; they are
 left out and counted (`test_unknown_label`).
 """

@@ -14,6 +14,7 @@ from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.group_batches import BatchOrder, Keys, conflict_free_batches, pair_conflict_keys
 from lmplatform.data.pairs import Pair, PairSet, pair_datasets
 from lmplatform.data.readers import DataError
+from lmplatform.objectives.pair_data import prepared_pairs
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.ingest import planned_datasets, planned_rank_rows
 from lmplatform.train.optim import total_optimizer_steps
@@ -60,8 +61,6 @@ def plan_pairs(pairs: PairSet, cfg: RunConfig) -> tuple[list[Keys], list[BatchOr
 
 def group_aware_data(pairs: PairSet, cfg: RunConfig) -> PreparedData:
     """The pair data with its training rows as per-rank planned batches (`PreparedData.planned_batches`)."""
-    from lmplatform.objectives.biencoder.objective import prepared_pairs
-
     keys, orders = plan_pairs(pairs, cfg)
     world = cfg.scaling.num_workers
     rows = pairs.rows(TRAIN)

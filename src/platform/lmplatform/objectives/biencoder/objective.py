@@ -17,8 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from lmplatform.data.pairs import PairSet, pair_datasets, read_pairs
+from lmplatform.data.pairs import pair_datasets, read_pairs
 from lmplatform.models.encoder import Encoder
+from lmplatform.objectives.biencoder.group_batches import group_aware_data
 from lmplatform.objectives.gradcache import Inputs, cached_info_nce
 from lmplatform.objectives.infonce import (
     InfoNCEOutput,
@@ -27,6 +28,7 @@ from lmplatform.objectives.infonce import (
     temperature_from_config,
     temperature_learning_rates,
 )
+from lmplatform.objectives.pair_data import prepared_pairs
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.collate import pad_multiple
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
@@ -178,26 +180,9 @@ class InBatchRetrievalEvaluator:
         return {name: (value, n) for name, value in sums.items()}
 
 
-def prepared_pairs(pairs: PairSet, datasets: dict, examples: int, extra_metrics: dict[str, float] | None = None,
-                   extra_summary: str = "") -> PreparedData:
-    """What the driver hands the trainer for a pair objective (the cross-encoder's too)."""
-    report = pairs.report
-    return PreparedData(
-        datasets=datasets,
-        train_examples=examples,
-        metrics=report.metrics() | {"data/train_pairs": float(len(pairs.train)), "data/validation_pairs": float(len(pairs.validation))}
-        | (extra_metrics or {}),
-        summary=report.summary().replace("documents", "pairs", 1) + extra_summary,
-        fingerprint=report.fingerprint,
-        report=report.__dict__ | {"bad_total": report.bad_total},
-    )
-
-
 def prepare_data(cfg: RunConfig) -> PreparedData:
     pairs = read_pairs(cfg.data)
     if cfg.objective.group_aware_batches:
-        from lmplatform.objectives.biencoder.group_batches import group_aware_data
-
         return group_aware_data(pairs, cfg)
     return prepared_pairs(pairs, pair_datasets(pairs), len(pairs.train))
 

@@ -30,14 +30,9 @@ from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.pairs import Pair, pair_datasets, read_pairs
 from lmplatform.data.readers import DataError
 from lmplatform.models.encoder import Encoder
-from lmplatform.objectives.biencoder.objective import (
-    InBatchRetrievalEvaluator,
-    QueryDocumentCollator,
-    embed,
-    pair_encoder_recipe,
-    prepared_pairs,
-)
+from lmplatform.objectives.biencoder.objective import InBatchRetrievalEvaluator, QueryDocumentCollator, embed, pair_encoder_recipe
 from lmplatform.objectives.infonce import Temperature, info_nce
+from lmplatform.objectives.pair_data import prepared_pairs
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 

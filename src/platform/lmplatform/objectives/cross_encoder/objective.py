@@ -20,7 +20,7 @@ from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.groups import group_texts
 from lmplatform.data.pairs import Pair, pair_datasets, read_pairs
 from lmplatform.models.cross_encoder import CrossEncoder
-from lmplatform.objectives.biencoder.objective import prepared_pairs
+from lmplatform.objectives.pair_data import prepared_pairs
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 

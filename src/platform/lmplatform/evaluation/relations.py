@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import Field
 
 from lmplatform.config.base import Section
+from lmplatform.graph.batch import GraphCollator
 from lmplatform.graph.data import Sentence, bio_tags, read_ade, read_folds, split_fold
 from lmplatform.graph.knn import (
     KNNExtractor,
@@ -31,6 +32,12 @@ from lmplatform.graph.knn import (
     score_extraction,
     split_validation,
 )
+from lmplatform.models.encoder import Encoder
+from lmplatform.models.quiet import quiet_transformers
+from lmplatform.models.resolve import resolve_model_path
+from lmplatform.objectives.graph_cl.objective import GraphContrastiveObjective, GraphHead
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 
 
 class RelationEvalConfig(Section):
@@ -76,9 +83,6 @@ def _fold_path(template: Optional[str], fold: int) -> Optional[str]:
 
 def load_backbone(name_or_path: str, device: str = "cpu") -> tuple[Any, Any]:
     from transformers import AutoModel, AutoTokenizer
-
-    from lmplatform.models.quiet import quiet_transformers
-    from lmplatform.models.resolve import resolve_model_path
 
     path = resolve_model_path(name_or_path)
     with quiet_transformers():  # an MLM checkpoint loads into AutoModel
@@ -152,11 +156,6 @@ def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str, sent
     graph than to every valid hard negative, over the sentences that have one; sentences without any valid
     negative are not scored (an empty comparison is no identification) and are counted. None without a CLGS head."""
     import torch
-
-    from lmplatform.graph.batch import GraphCollator
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.objectives.graph_cl.objective import GraphContrastiveObjective, GraphHead
 
     folder = resolve_model_path(clgs_model)
     head = GraphHead.load(folder)
@@ -310,8 +309,6 @@ def run_cross_validation(cfg: RelationEvalConfig, output_dir: Optional[Path] = N
     if parallel:
         import ray
 
-        from lmplatform.ray_runtime import ensure_ray
-
         ensure_ray()
         task = ray.remote(num_cpus=cfg.cpus_per_fold)(evaluate_fold)
         refs = [task.remote(payload, fold, index == 0) for index, fold in enumerate(folds)]
@@ -356,8 +353,6 @@ def _gather_with_progress(refs: list) -> list[dict[str, Any]]:
 def _log_to_mlflow(cfg: RelationEvalConfig, summary: dict[str, Any], plots: dict[str, bytes], tracking_uri: str,
                    experiment: str, run_name: Optional[str]) -> str:
     import tempfile
-
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 
     run = TrackedRun.start(tracking_uri, experiment, run_name or f"relation-eval-{time.strftime('%Y%m%d-%H%M%S')}",
                            tags={"lmp.task": "relation-extraction"})

@@ -6,8 +6,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from lmplatform.jobs.train_run import run_training
 from lmplatform.objectives.run_config import load_run_config
-from lmplatform.train.run import run_training
 from tests.graph.synthetic import write_synthetic_ade
 
 
@@ -66,8 +66,8 @@ def test_ray_train_run_then_fold_parallel_evaluation(ray_session, tiny_bert, mlf
 
 def _validation_ner_curve(data, folds, fold: int, model, k_candidates: tuple[int, ...]) -> dict[int, float]:  # noqa: ANN001
     """NER macro F1 of each k on the fold's validation split, from the same components, outside Ray."""
+    from lmplatform.evaluation.relations import RelationEvalConfig, load_backbone
     from lmplatform.graph.data import read_ade, read_folds, split_fold
-    from lmplatform.graph.evaluation import RelationEvalConfig, load_backbone
     from lmplatform.graph.knn import KNNExtractor, encode_words, score_extraction, split_validation
 
     cfg = RelationEvalConfig(data_path=str(data), folds_file=str(folds), max_seq_length=32, k_candidates=list(k_candidates))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmplatform.graph.evaluation import RelationEvalConfig, run_cross_validation
+from lmplatform.evaluation.relations import RelationEvalConfig, run_cross_validation
 from tests.graph.synthetic import write_synthetic_ade
 
 
