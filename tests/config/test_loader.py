@@ -40,6 +40,32 @@ def test_out_of_range_number() -> None:
     assert "objective.mask_probability" in message and "1.5" in message and "less than 1" in message
 
 
+def test_a_discriminated_union_s_tag_leaves_the_location_and_a_key_of_that_name_stays() -> None:
+    from typing import Annotated, Literal, Union
+
+    from pydantic import Field
+
+    from lmplatform.config import parse_config
+    from lmplatform.config.base import Section
+
+    class Words(Section):
+        kind: Literal["words"]
+        count: int
+
+    class Chars(Section):
+        kind: Literal["chars"]
+        limit: int
+
+    class Report(Section):
+        parts: list[Annotated[Union[Words, Chars], Field(discriminator="kind")]]
+        mlm: dict[str, int]  # a key named like an objective is a key, not a tag
+
+    with pytest.raises(ConfigError) as info:
+        parse_config({"parts": [{"kind": "words", "count": 1}, {"kind": "chars", "limit": "x"}], "mlm": {"mlm": "y"}},
+                     Report)
+    assert "parts.1.limit: got 'x'" in str(info.value) and "mlm.mlm: got 'y'" in str(info.value), str(info.value)
+
+
 def test_unknown_keys_are_rejected() -> None:
     message = _error(["optim.lrr=0.1"])
     assert "optim.lrr" in message and "unknown key" in message
