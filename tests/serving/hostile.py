@@ -1,4 +1,8 @@
-"""Hypothesis strategies for hostile request bodies, as raw bytes, for the POST routes (and document ids for paths).
+"""Hypothesis strategies for hostile request bodies, as raw bytes, for the routes that take one (and document ids for paths).
+
+The routes fuzzed are those `lmplatform.serving.routes` declares with a request model (`fuzzed`); the bodies are
+shaped by that model, so a route taking a model no route took before needs its strategies here (`_shaped`,
+`well_formed`), which tests/serving/test_routes.py checks without Ray.
 
 `st.text()` never draws a surrogate, and `httpx.post(json=...)` could not send one (it
 encodes UTF-8), so bodies are written here with `json.dumps`, which escapes a lone
@@ -15,13 +19,16 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from lmplatform.serving.routes import ROUTES, Route
+from lmplatform.serving.schemas import DocumentsRequest, EmbeddingsRequest, SearchRequest, SimilarityRequest, TextsRequest
 from tests.serving.servable import WORDS
 
-ROUTES = ("/v1/search", "/v1/classify", "/v1/embed", "/v1/similarity", "/v1/embeddings")
-DOCUMENTS = "/v1/documents"  # a live service's only (tests/serving/test_live_service.py)
-FIELDS = {"/v1/search": ("query", "k", "rerank", "mode", "bm25_weight"), "/v1/classify": ("texts",), "/v1/embed": ("texts",),
-          "/v1/similarity": ("a", "b"), "/v1/embeddings": ("input", "model", "encoding_format", "dimensions", "user"),
-          DOCUMENTS: ("documents",)}
+
+def fuzzed(live: bool) -> tuple[Route, ...]:
+    """The routes taking a JSON body that a service answers without live updates (False: test_service.py), or only
+    with them on (True: test_live_service.py)."""
+    return tuple(route for route in ROUTES if route.request is not None and route.live == live)
+
 
 _word = st.sampled_from(sorted({w for words in WORDS.values() for w in words})).map(lambda w: w + " ")
 _surrogate = st.characters(categories=["Cs"])
@@ -72,46 +79,55 @@ def _texts() -> st.SearchStrategy[Any]:
                      st.lists(st.one_of(text, json_value), max_size=6), json_value)
 
 
-def _shaped(route: str) -> st.SearchStrategy[dict[str, Any]]:
-    """Bodies with the route's own keys (often right, sometimes wrong types), now and then an unknown key."""
+def _no_strategies(route: Route) -> LookupError:
+    return LookupError(f"no hostile bodies for {route.request.__name__ if route.request else 'a route without a body'} "
+                       f"({route.method} {route.path}): add its strategies to tests/serving/hostile.py")
+
+
+def _shaped(route: Route) -> st.SearchStrategy[dict[str, Any]]:
+    """Bodies with the request model's keys (often right, sometimes wrong types), now and then an unknown key."""
     extra = {"extra": json_value, "\ud800": json_value}  # an unknown key, and one no UTF-8 can hold
-    if route == "/v1/search":
+    if route.request is SearchRequest:
         required = {"query": st.one_of(text, text, json_value)}
         optional = {"k": st.one_of(st.integers(1, 20), number, json_value), "rerank": st.one_of(st.booleans(), json_value),
                     "mode": st.one_of(_mode, text, json_value), "bm25_weight": st.one_of(_weight, number, json_value)}
-    elif route == "/v1/similarity":
+    elif route.request is SimilarityRequest:
         required = {"a": st.one_of(text, text, json_value), "b": st.one_of(text, text, json_value)}
         optional = {}
-    elif route == DOCUMENTS:
+    elif route.request is DocumentsRequest:
         required = {"documents": st.one_of(_documents(st.one_of(text, json_value), st.one_of(text, json_value)), json_value,
                                            st.lists(json_value, max_size=3))}
         optional = {}
-    elif route == "/v1/embeddings":
+    elif route.request is EmbeddingsRequest:
         required = {"input": st.one_of(text, _texts()), "model": st.one_of(text, text, json_value)}
         optional = {"encoding_format": st.one_of(_encoding_format, json_value), "dimensions": st.one_of(number, json_value),
                     "user": st.one_of(text, json_value)}
-    else:
+    elif route.request is TextsRequest:
         required, optional = {"texts": _texts()}, {}
+    else:
+        raise _no_strategies(route)
     shaped = st.fixed_dictionaries(required, optional=optional)
     return st.one_of(shaped, shaped, st.fixed_dictionaries(required, optional={**optional, **extra}))
 
 
-def _well_formed(route: str) -> st.SearchStrategy[dict[str, Any]]:
-    """The route's own keys with values of the right type: mostly valid, or refused for the text alone."""
+def well_formed(route: Route) -> st.SearchStrategy[dict[str, Any]]:
+    """The request model's keys with values of the right type: mostly valid, or refused for the text alone."""
     field_text = st.one_of(readable, readable, readable, text)
-    if route == "/v1/search":
+    if route.request is SearchRequest:
         return st.fixed_dictionaries({"query": field_text}, optional={"k": st.integers(1, 20), "rerank": st.booleans(),
                                                                       "mode": _mode, "bm25_weight": _weight})
-    if route == "/v1/similarity":
+    if route.request is SimilarityRequest:
         return st.fixed_dictionaries({"a": field_text, "b": field_text})
-    if route == DOCUMENTS:
+    if route.request is DocumentsRequest:
         return st.fixed_dictionaries({"documents": _documents(field_text, st.one_of(st.none(), _word, document_id))})
-    if route == "/v1/embeddings":  # the OpenAI SDK's shape: a text or a list, a model name, often base64
+    if route.request is EmbeddingsRequest:  # the OpenAI SDK's shape: a text or a list, a model name, often base64
         one_or_many = st.one_of(field_text, st.lists(readable, min_size=1, max_size=4), st.lists(field_text, min_size=1, max_size=4))
         return st.fixed_dictionaries({"input": one_or_many, "model": st.one_of(st.just("text-embedding-3-small"), field_text)},
                                      optional={"encoding_format": _encoding_format})
-    texts = st.one_of(st.lists(readable, min_size=1, max_size=4), st.lists(field_text, min_size=1, max_size=4))
-    return st.fixed_dictionaries({"texts": texts})
+    if route.request is TextsRequest:
+        texts = st.one_of(st.lists(readable, min_size=1, max_size=4), st.lists(field_text, min_size=1, max_size=4))
+        return st.fixed_dictionaries({"texts": texts})
+    raise _no_strategies(route)
 
 
 def _dumps(body: Any) -> bytes:
@@ -139,9 +155,9 @@ content_type = st.sampled_from([
 ])
 
 
-def bodies(route: str) -> st.SearchStrategy[bytes]:
-    """Raw request bodies for `route`: mostly JSON of the route's shape, then any JSON, then raw bytes."""
-    return st.one_of(_well_formed(route).map(_dumps), _well_formed(route).map(_dumps), _shaped(route).map(_dumps),
+def bodies(route: Route) -> st.SearchStrategy[bytes]:
+    """Raw request bodies for `route`: mostly JSON of its request model's shape, then any JSON, then raw bytes."""
+    return st.one_of(well_formed(route).map(_dumps), well_formed(route).map(_dumps), _shaped(route).map(_dumps),
                      json_value.map(_dumps), _raw)
 
 

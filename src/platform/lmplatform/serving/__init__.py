@@ -2,6 +2,7 @@
 
 Modules, one job each:
 - `schemas`     request/response models and the configurable request limits
+- `routes`      the public routes, declared once: the ingress, the metrics' labels and the fuzz derive from it
 - `settings`    the application's settings (the builder's `args`), validated before anything starts
 - `store`       the document store (ids, titles, texts, labels) that sits next to an index
 - `release`     what a "release" is (a pinned model version + its index) and how a replica fetches it
@@ -10,7 +11,7 @@ Modules, one job each:
 - `replicas`    ask every replica of a deployment, by its id, what it holds (the reload's check)
 - `http_guard`  ASGI guard: body size counted as it arrives, bearer token, JSON whatever the Content-Type
 - `http_errors` the `{error, field, details}` error body, rendered for any string
-- `ingress`     the FastAPI ingress: routes and JSON errors
+- `ingress`     the FastAPI ingress: the routes' handlers and JSON errors
 - `app`         the application builder used by `serve run`, `serve deploy` and `lmp serve run`
 - `control`     deploy, reload (hot, via user_config) and status of a running application
 - `launch`      Serve config file + overrides -> validated plan -> running app (`lmp serve run`)

@@ -21,12 +21,12 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lmplatform.serving.http_errors import error_response
+from lmplatform.serving.routes import API_PREFIX
 from lmplatform.serving.settings import token_sha256
 
 # Per-replica settings, set by the ingress replica at start (`configure_guard`); the guard
 # runs before any route, so before the ingress object (and its limits) is reachable.
 _GUARD: dict[str, Any] = {"token_sha256": None, "max_body_bytes": 1_000_000}
-_JSON_ROUTES = "/v1/"
 
 
 def configure_guard(token_hash: Optional[str], max_body_bytes: int) -> None:
@@ -39,7 +39,7 @@ def _too_large(limit: int) -> Response:
 
 def _auth_refusal(path: str, headers: Headers) -> Optional[Response]:
     expected = _GUARD["token_sha256"]
-    if not expected or not path.startswith(_JSON_ROUTES):
+    if not expected or not path.startswith(API_PREFIX):
         return None
     scheme, _, token = headers.get("authorization", "").partition(" ")
     challenge = {"WWW-Authenticate": "Bearer"}
@@ -112,6 +112,6 @@ class RequestGuard:
         if body is None:
             await _too_large(limit)(scope, receive, send)
             return
-        if body and scope["path"].startswith(_JSON_ROUTES):
+        if body and scope["path"].startswith(API_PREFIX):
             scope = _as_json(scope)
         await self.app(scope, _replay(body, receive), send)

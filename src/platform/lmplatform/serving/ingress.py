@@ -1,4 +1,4 @@
-"""The FastAPI ingress: versioned routes, bearer-token check, and JSON errors for every bad request.
+"""The FastAPI ingress: the handlers of the routes `routes.ROUTES` declares, and JSON errors for every bad request.
 
 Error contract: every 4xx body is `{"error": message, "field": name, "details": [...]}`.
 Parsing errors (non-JSON, wrong types, unknown or missing fields, text that is not valid
@@ -11,14 +11,16 @@ retried member by member (`batch_isolation`), so only the request that caused it
 # from a pickled copy of the app, where string annotations cannot be resolved.
 import asyncio
 import base64
+import inspect
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from ray import serve
 from starlette.exceptions import HTTPException
 
@@ -28,6 +30,7 @@ from lmplatform.serving.http_guard import RequestGuard
 from lmplatform.serving.metrics import RequestMetrics
 from lmplatform.serving.release import Release
 from lmplatform.serving.responses import model_json, vectors_json
+from lmplatform.serving.routes import PAGES, route_named
 from lmplatform.serving.schemas import (
     ClassifyResponse,
     DeletedResponse,
@@ -37,7 +40,7 @@ from lmplatform.serving.schemas import (
     EmbeddingsRequest,
     EmbeddingsResponse,
     EmbedResponse,
-    ErrorResponse,
+    HealthResponse,
     Hit,
     ModelInfo,
     RequestLimitError,
@@ -53,9 +56,10 @@ from lmplatform.serving.schemas import (
 )
 
 logger = logging.getLogger("ray.serve")
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 422, 503)}
+Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 api = FastAPI(
+    **PAGES,
     title="lmplatform serving",
     version="1",
     description="Search, classify, embed and compare texts with the champion encoder. Errors are JSON: "
@@ -159,6 +163,20 @@ async def _refused(request: Request, exc: _Refused) -> JSONResponse:
     return error_response(exc.status, str(exc), exc.field, headers=headers)
 
 
+def declared_route(handler: Handler) -> Handler:
+    """Register `handler` as the route of its name in `routes.ROUTES` (path, method, models, tag, errors).
+
+    Refused here, when the module is imported, if it takes a body other than the declared request model."""
+    route = route_named(handler.__name__)
+    bodies = [p.annotation for p in inspect.signature(handler, eval_str=True).parameters.values()
+              if isinstance(p.annotation, type) and issubclass(p.annotation, BaseModel)]
+    if bodies != ([route.request] if route.request else []):
+        raise TypeError(f"{handler.__qualname__} takes a body of {[b.__name__ for b in bodies]}; routes.py declares "
+                        f"{route.method} {route.path} with {route.request.__name__ if route.request else 'no body'}")
+    return api.api_route(route.path, methods=[route.method], response_model=route.response, responses=route.errors,
+                         tags=[route.tag])(handler)
+
+
 # Everything the routes below use must be defined above them: serve.ingress pickles
 # the app (with the route functions and the globals they name) when the class is defined.
 @serve.deployment(ray_actor_options={"num_cpus": 0.25}, max_ongoing_requests=256)
@@ -210,11 +228,11 @@ class ServeIngress:
                 _raise_refusal(exc)
                 raise
 
-    @api.get("/healthz", tags=["service"])
-    async def healthz(self) -> dict[str, str]:
-        return {"status": "ok" if self.active is not None else "starting"}
+    @declared_route
+    async def healthz(self) -> HealthResponse:
+        return HealthResponse(status="ok" if self.active is not None else "starting")
 
-    @api.get("/v1/model", response_model=ModelInfo, responses=ERRORS, tags=["service"])
+    @declared_route
     async def model(self) -> ModelInfo:
         release = self._release()
         info = await self._call(self.retriever.info.remote(release.id))
@@ -231,7 +249,7 @@ class ServeIngress:
             live_seq=info["live_seq"],
         )
 
-    @api.post("/v1/search", response_model=SearchResponse, responses=ERRORS, tags=["retrieval"])
+    @declared_route
     async def search(self, body: SearchRequest) -> SearchResponse:
         from lmplatform.serving.metrics import record_search
 
@@ -267,7 +285,7 @@ class ServeIngress:
                                 "settings to add and remove documents while serving)")
         return self.writer
 
-    @api.post("/v1/documents", response_model=DocumentsResponse, responses=ERRORS, tags=["documents"])
+    @declared_route
     async def upsert_documents(self, body: DocumentsRequest) -> DocumentsResponse:
         """Add or replace documents: encoded by the served model, durable in the change log before this answer, and
         found by every search that starts after it, on every replica."""
@@ -295,12 +313,12 @@ class ServeIngress:
             raise _Refused(404, f"no document with id {doc_id!r}", "id")
         return release, found
 
-    @api.get("/v1/documents/{doc_id:path}", response_model=DocumentResponse, responses=ERRORS, tags=["documents"])
+    @declared_route
     async def get_document(self, doc_id: str = Path(..., description="The document's id.")) -> DocumentResponse:
         release, found = await self._document(encodable_path(doc_id))
         return DocumentResponse(**found, model_version=release.id)
 
-    @api.delete("/v1/documents/{doc_id:path}", response_model=DeletedResponse, responses=ERRORS, tags=["documents"])
+    @declared_route
     async def delete_document(self, doc_id: str = Path(..., description="The document's id.")) -> DeletedResponse:
         """Remove a document: durable before this answer; no search that starts after it returns the document, and
         no replay brings it back."""
@@ -312,21 +330,21 @@ class ServeIngress:
         record_documents("delete", 1)
         return DeletedResponse(id=found["id"], seq=seq)
 
-    @api.post("/v1/classify", response_model=ClassifyResponse, responses=ERRORS, tags=["classification"])
+    @declared_route
     async def classify(self, body: TextsRequest) -> ClassifyResponse:
         self.limits.check_texts("texts", body.texts)
         release = self._release()
         result = await self._call(self.classifier.classify.remote(release.id, body.texts))
         return ClassifyResponse(predictions=result["predictions"], method=result["method"], model_version=release.id)
 
-    @api.post("/v1/embed", response_model=EmbedResponse, responses=ERRORS, tags=["embedding"])
+    @declared_route
     async def embed(self, body: TextsRequest) -> EmbedResponse:
         self.limits.check_texts("texts", body.texts)
         release = self._release()
         vectors = await self._call(self.retriever.embed.remote(release.id, body.texts))
         return vectors_json({"vectors": vectors, "dim": int(vectors.shape[1]), "model_version": release.id})
 
-    @api.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERRORS, tags=["embedding"])
+    @declared_route
     async def embeddings(self, body: EmbeddingsRequest) -> EmbeddingsResponse:
         """OpenAI-compatible embeddings: the limits, batching and errors of /v1/embed, OpenAI's shapes."""
         self.limits.check_texts("input", body.input)
@@ -347,7 +365,7 @@ class ServeIngress:
                                                         for i, e in enumerate(encoded)],
                              "model": release.id, "usage": {"prompt_tokens": sum(tokens), "total_tokens": sum(tokens)}})
 
-    @api.post("/v1/similarity", response_model=SimilarityResponse, responses=ERRORS, tags=["embedding"])
+    @declared_route
     async def similarity(self, body: SimilarityRequest) -> SimilarityResponse:
         self.limits.check_text("a", body.a)
         self.limits.check_text("b", body.b)

@@ -16,8 +16,9 @@ tags added by Serve (docs/serving.md#metrics has the scrape config):
 | `lmp_live_committed_seq` | gauge | | the change log's last durable sequence number (the writer) |
 | `lmp_live_applied_seq` | gauge | release | the sequence number a retriever replica's index of the release is at |
 
-`route` is one of `ROUTES` or `other`: a path a client made up must not become a new time series (a document's
-own path, /v1/documents/<id>, is `DOCUMENT_ROUTE`).
+`route` is the path of the route that answers, as declared in `routes.ROUTES` (or one of FastAPI's `PAGES`), its
+parameters named, not filled (`/v1/documents/{doc_id}` for every document's own path): `ROUTE_LABELS`. Any other
+path is `other`: a path a client made up must not become a new time series.
 The model's version is `model_version`: Ray labels every metric with its own `Version`, and a
 `version` tag beside it is not exported. Ray turns each histogram observation into its bucket's
 midpoint, so a histogram's `_sum` is approximate; its buckets and `_count` are exact.
@@ -34,12 +35,15 @@ import threading
 import time
 from typing import Any, Optional
 
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-DOCUMENT_ROUTE = "/v1/documents/{doc_id}"  # GET and DELETE of one document: the id is not part of the series
-ROUTES = frozenset({"/v1/search", "/v1/classify", "/v1/embed", "/v1/embeddings", "/v1/similarity", "/v1/model",
-                    "/v1/documents", DOCUMENT_ROUTE, "/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect",
-                    "/redoc"})
+from lmplatform.serving.routes import PAGES, ROUTES
+
+# (how Starlette matches the path, its label): a path with parameters is labelled by its template.
+_MATCHERS = [compile_path(path)[:2] for path in dict.fromkeys([*PAGES.values(), *(route.path for route in ROUTES)])]
+ROUTE_LABELS = frozenset(label for _, label in _MATCHERS)
+_TEMPLATES = [(regex, label) for regex, label in _MATCHERS if "{" in label]
 LATENCY_BOUNDARIES_MS = [1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000]
 BATCH_BOUNDARIES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 REFRESH_S = 5.0
@@ -132,9 +136,9 @@ def route_label(scope: Scope) -> str:
     root = scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root):] or "/"
-    if path in ROUTES:
+    if path in ROUTE_LABELS:
         return path
-    return DOCUMENT_ROUTE if path.startswith("/v1/documents/") else "other"
+    return next((label for regex, label in _TEMPLATES if regex.match(path)), "other")
 
 
 def record_request(route: str, method: str, status: int | str, milliseconds: float) -> None:

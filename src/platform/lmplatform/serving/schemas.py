@@ -288,6 +288,10 @@ class SimilarityResponse(BaseModel):
     model_version: str
 
 
+class HealthResponse(BaseModel):
+    status: Literal["ok", "starting"] = Field(..., description="'starting' until the ingress has a release to serve.")
+
+
 class ModelInfo(BaseModel):
     registered_name: Optional[str]
     version: Optional[str]
