@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -152,16 +153,34 @@ def corpus_file(tmp_path: Path) -> Path:
     return write_corpus(tmp_path / "corpus.jsonl")
 
 
-@pytest.fixture
-def mlflow_uri(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow sqlite store with its schema made. Making one runs MLflow's migrations (a second or more),
+    so each test's store starts as a copy of this one: `new_mlflow_store`."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def new_mlflow_store(template: Path, folder: Path) -> str:
+    """A fresh, empty MLflow store at `folder`/mlflow.db (a copy of `template`); its tracking URI."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
 
 
 @pytest.fixture
-def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def mlflow_uri(tmp_path: Path, mlflow_template: Path) -> str:
+    return new_mlflow_store(mlflow_template, tmp_path / "mlruns")
+
+
+@pytest.fixture
+def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_template: Path) -> Path:
     """Run from a fresh project folder so runs/ and mlruns/ land in tmp."""
     monkeypatch.setenv("LMP_HOME", str(tmp_path))
-    (tmp_path / "mlruns").mkdir(exist_ok=True)
+    new_mlflow_store(mlflow_template, tmp_path / "mlruns")  # the project's default store
     return tmp_path
 
 

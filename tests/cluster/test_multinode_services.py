@@ -1,9 +1,10 @@
-"""Tune, Ray Data and Serve on a real three-node cluster: work lands on several nodes and still adds up.
+"""Ray Data and Serve on a real three-node cluster: work lands on several nodes and still adds up (Tune's trials on
+several nodes: test_multinode_study.py).
 
 Every node of the `local_cluster` has exactly one CPU, so work that asks for one CPU per
-trial, encoder actor or replica cannot share a node: when it runs at the same time it must
+encoder actor or replica cannot share a node: when it runs at the same time it must
 spread, and the tests check from the State API that it did. The drivers are the production
-entry points (`ray_jobs/tune.py`, `ray_jobs/build_index.py`, `ray_jobs/serve.py --detach`)
+entry points (`ray_jobs/build_index.py`, `ray_jobs/serve.py --detach`)
 run as subprocesses that join the cluster, as `ray job submit` would run them.
 """
 from __future__ import annotations
@@ -21,10 +22,9 @@ import yaml
 
 from lmplatform.serving.launch import DEFAULT_CONFIG
 from lmplatform.testing.local_cluster import LocalCluster, free_port
-from tests.cluster.conftest import ROOT, WORKER_NODES, last_json, run_driver
+from tests.cluster.conftest import ROOT, last_json, run_driver
 from tests.conftest import write_corpus
 
-TUNE_TRIAL = "ImplicitFunc"  # Ray Tune's actor class for a function trainable
 # Ray Data names a map_batches pool's actor class after its operator: MapWorker(MapBatches(EncodeBatch)...)
 ENCODER_ACTOR = "MapWorker(MapBatches(EncodeBatch)"
 APP = "lmp-multinode"
@@ -50,42 +50,6 @@ def _node_names(cluster: LocalCluster, actors: list[dict]) -> list[str]:
 
 def _failed(done: subprocess.CompletedProcess) -> str:
     return f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-4000:]}"
-
-
-def test_tune_trials_run_concurrently_on_different_nodes(local_cluster, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
-    from mlflow.tracking import MlflowClient
-
-    before = _actor_ids(local_cluster, TUNE_TRIAL)
-    # Three one-CPU trials at once on three one-CPU nodes; each lasts ~2 s, so they overlap.
-    done = run_driver(local_cluster, [
-        "ray_jobs/tune.py", "--space", "tune_spaces/quadratic_smoke.yaml",
-        "--set", "num_samples=3", "--set", "max_concurrent=3", "--set", "resources.cpu=1",
-        "--set", "function_args.steps=2", "--set", "function_args.sleep_s=1.0",
-        "--set", f"storage_path={tmp_path / 'tune'}",
-    ], cwd=ROOT, MLFLOW_TRACKING_URI=mlflow_uri, LMP_HOME=str(tmp_path))
-    assert done.returncode == 0, _failed(done)
-
-    trials = _new_actors(local_cluster, TUNE_TRIAL, before)
-    assert len(trials) == 3, trials
-    nodes = _node_names(local_cluster, trials)
-    assert len(set(nodes)) >= 2, f"every trial ran on {nodes[0]}"
-    assert set(nodes) <= {"head", *WORKER_NODES}
-
-    # The study is complete in MLflow: one parent run, one finished child per trial, each
-    # with the objective it reported on its last step.
-    client = MlflowClient(mlflow_uri)
-    (experiment,) = [e for e in client.search_experiments() if e.name == "lmplatform-tune"]
-    runs = client.search_runs([experiment.experiment_id])
-    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert parent.info.status == "FINISHED"
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(children) == 3 and {c.info.status for c in children} == {"FINISHED"}
-    for child in children:
-        x, y = float(child.data.params["x"]), float(child.data.params["y"])
-        assert child.data.metrics["final_score"] == pytest.approx((x - 1) ** 2 + (y + 2) ** 2)
-        assert [m.step for m in client.get_metric_history(child.info.run_id, "score")] == [1, 2]
-    best = min(c.data.metrics["final_score"] for c in children)
-    assert parent.data.metrics["best_final_score"] == pytest.approx(best)
 
 
 @dataclass

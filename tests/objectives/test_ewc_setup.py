@@ -45,7 +45,7 @@ def _headless_bert(folder: Path) -> Path:
 
 
 def test_a_fisher_through_an_untrained_mlm_head_is_refused_before_anything_starts(
-    tiny_bert: Path, corpus_file: Path, mlflow_uri: str, tmp_path: Path
+    tiny_bert: Path, corpus_file: Path, mlflow_uri: str, mlflow_template: Path, tmp_path: Path
 ) -> None:
     import ray
 
@@ -64,7 +64,8 @@ def test_a_fisher_through_an_untrained_mlm_head_is_refused_before_anything_start
     with pytest.raises(ConfigError, match=r"ewc.anchor_model \(unset, so model.name_or_path\) = 'default' has no trained MLM head"):
         run_training(load_run_config(None, base + ["model.name_or_path=default"]))
     assert not ray.is_initialized()  # refused before Ray, the Fisher task or any worker
-    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "runs").exists()  # and before MLflow
+    assert not (tmp_path / "runs").exists()
+    assert (tmp_path / "mlruns" / "mlflow.db").read_bytes() == mlflow_template.read_bytes()  # and before MLflow
     with pytest.raises(ValueError, match="has no trained MLM head"):  # library use refuses it too
         compute_fisher_file(str(headless), load_run_config(None, base).data, str(tmp_path / "f.safetensors"), samples=2)
     # a Fisher given as a file was computed elsewhere: not this check's business

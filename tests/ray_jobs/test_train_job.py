@@ -30,6 +30,7 @@ from typing import Iterator
 import pytest
 
 from lmplatform.testing.local_cluster import free_port
+from tests.conftest import new_mlflow_store
 
 REPO = Path(__file__).resolve().parents[2]
 README_ADDRESS = "--address http://127.0.0.1:8265"
@@ -184,10 +185,10 @@ def _library_location(output: str) -> str:
 
 
 def test_the_readmes_job_sequence_reaches_mlflow(readme_head: Head, tiny_bert: Path, corpus_file: Path,
-                                                 tmp_path: Path) -> None:
+                                                 mlflow_template: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow_uri = new_mlflow_store(mlflow_template, tmp_path)
     done = readme_head.submit(
         readme_job_commands()["submit"],
         # After the README's own --set values, so these win: a tiny model, 3 steps, stores in tmp.

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 
 from lmplatform.testing.local_cluster import free_port
 from lmplatform.testing.registered import register_with_index
-from tests.conftest import write_tiny_bert
+from tests.conftest import new_mlflow_store, write_tiny_bert
 from tests.serving import hostile
 from tests.serving.scrape import metric_reaches, samples
 from tests.serving.servable import make_documents, write_index
@@ -48,15 +48,14 @@ class LiveService:
 
 
 @pytest.fixture(scope="module")
-def live(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def live(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     from ray import serve
 
     from lmplatform.serving import control
     from lmplatform.serving.settings import ServeSettings
 
     tmp = tmp_path_factory.mktemp("live")
-    tracking_uri = f"sqlite:///{tmp / 'mlruns' / 'mlflow.db'}"
-    (tmp / "mlruns").mkdir()
+    tracking_uri = new_mlflow_store(mlflow_template, tmp / "mlruns")
     documents = make_documents(24)
     register_with_index(tracking_uri, MODEL_NAME, tiny_bert, write_index(tiny_bert, documents, tmp / "index-v1",
                                                                         fields=FIELDS), alias="champion")

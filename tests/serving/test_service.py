@@ -30,6 +30,7 @@ from lmplatform.serving.routes import Route
 from lmplatform.testing.local_cluster import free_port
 from lmplatform.testing.registered import register_with_index
 from lmplatform.tracking.registry import register_search_settings
+from tests.conftest import new_mlflow_store
 from tests.serving import hostile
 from tests.serving.scrape import metric_reaches, samples
 from tests.serving.servable import (
@@ -61,15 +62,14 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def service(ray_session, tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def service(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     from ray import serve
 
     from lmplatform.serving import control
     from lmplatform.serving.settings import ServeSettings, token_sha256
 
     tmp = tmp_path_factory.mktemp("serving")
-    tracking_uri = f"sqlite:///{tmp / 'mlruns' / 'mlflow.db'}"
-    (tmp / "mlruns").mkdir()
+    tracking_uri = new_mlflow_store(mlflow_template, tmp / "mlruns")
     documents = make_documents()
     v1 = register_with_index(tracking_uri, MODEL_NAME, tiny_bert, write_index(tiny_bert, documents, tmp / "index-v1"),
                              alias="champion")

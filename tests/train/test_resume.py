@@ -22,7 +22,7 @@ from lmplatform.tracking.mlflow_tracking import TrackedRun
 from lmplatform.train.ingest import resume_batches
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.recipe import Batch
-from tests.conftest import TOKEN_WORDS
+from tests.conftest import TOKEN_WORDS, new_mlflow_store
 
 TOTAL_STEPS = 10
 BATCH_SIZE = 4
@@ -61,9 +61,9 @@ CASES: dict[str, tuple[list[str], Callable[[int, int], list[dict[str, Any]]]]] =
 
 
 @pytest.fixture(scope="module")
-def store_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One MLflow store for the module (creating its tables costs seconds); each run has its own id."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlruns') / 'mlflow.db'}"
+def store_uri(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path) -> str:
+    """One MLflow store for the module; each run has its own id."""
+    return new_mlflow_store(mlflow_template, tmp_path_factory.mktemp("mlruns"))
 
 
 def _config(tiny_bert: Path, mlflow_uri: str, overrides: list[str]) -> RunConfig:
