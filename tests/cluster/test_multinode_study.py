@@ -67,7 +67,10 @@ def test_two_pipeline_trials_overlap_on_two_nodes_and_a_lost_node_is_finished_af
         while time.time() < deadline:
             workers = _alive_workers(local_cluster, before)
             nodes = [local_cluster.node_by_id(w["node_id"]).name for w in workers]
-            if len(workers) == 2 and committed_checkpoint_steps(tmp_path / "shared"):
+            # Each trial has a checkpoint its restart can resume from, whichever of the two loses its node.
+            shared = tmp_path / "shared"
+            trials_with_a_checkpoint = [p for p in shared.iterdir() if committed_checkpoint_steps(p)] if shared.is_dir() else []
+            if len(workers) == 2 and len(trials_with_a_checkpoint) == 2:
                 seen["overlap_nodes"] = nodes  # two trials' workers alive at once
                 victim = next((n for n in nodes if n in WORKER_NODES), None)
                 if victim is not None:

@@ -258,16 +258,17 @@ def test_openai_embeddings_route_answers_what_the_openai_sdk_sends(service: Serv
 
 
 def test_metrics_count_requests_batches_the_index_and_the_served_version(service: Service) -> None:
-    """Requests of a route and status no other test has sent yet, so their counts are known exactly."""
+    """Requests of a route and status no other test of this app has sent yet, so their counts are known exactly (the
+    session's earlier Serve apps may have left series of their own on the same nodes: counted by `application`)."""
     for _ in range(3):
         assert httpx.post(f"{service.url}/v1/embeddings", json={"input": "x", "model": "m"}).status_code == 401
     _ok(service.client.post("/v1/embeddings", json={"input": ["vpn down", "disk full"], "model": "m"}))  # one batch at least
     for path in ("/v1/made-up", "/v1/another-made-up"):
         assert service.client.post(path, json={}).status_code == 404
-    page = metric_reaches("lmp_requests_total", 3, route="/v1/embeddings", status="401")
-    page = metric_reaches("lmp_requests_total", 2, route="other", status="404")
-    assert sum(samples(page, "lmp_requests_total", route="/v1/embeddings", status="401", method="POST")) == 3
-    assert sum(samples(page, "lmp_requests_total", route="other", status="404")) == 2  # made-up paths: one series
+    page = metric_reaches("lmp_requests_total", 3, route="/v1/embeddings", status="401", application=APP)
+    page = metric_reaches("lmp_requests_total", 2, route="other", status="404", application=APP)
+    assert sum(samples(page, "lmp_requests_total", route="/v1/embeddings", status="401", method="POST", application=APP)) == 3
+    assert sum(samples(page, "lmp_requests_total", route="other", status="404", application=APP)) == 2  # one series
     assert not samples(page, "lmp_requests_total", route="/v1/made-up")
     answered = sum(samples(page, "lmp_requests_total", route="/v1/embeddings"))
     assert sum(samples(page, "lmp_request_latency_ms_count", route="/v1/embeddings")) == answered > 3
