@@ -32,9 +32,9 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from common import write_result
 
-from lmplatform.testing.local_cluster import LocalCluster  # noqa: E402
+from lmplatform.testing.local_cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENOFFICE = ROOT.parent / "shared" / "data" / "duplicate_bug_reports" / "openoffice" / "corpus.jsonl"

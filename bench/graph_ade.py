@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, check, write_result  # noqa: E402
+from common import SHARED_DATA, check, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 ADE = SHARED_DATA / "ade_corpus_v2"

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
-from hybrid_serve import ROOT, build, corpus_and_queries  # noqa: E402
+from common import SHARED_DATA, write_result
+from hybrid_serve import ROOT, build, corpus_and_queries
 
 WEIGHTS = [round(0.1 * i, 1) for i in range(11)]
 METRICS = ("mrr@10", "recall@1", "recall@10", "recall@20")

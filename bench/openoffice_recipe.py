@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, training_steps_seconds, write_result  # noqa: E402
-from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer  # noqa: E402
+from common import SHARED_DATA, training_steps_seconds, write_result
+from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "pipelines" / "openoffice_duplicates.yaml"
@@ -53,7 +53,7 @@ def _without_mining(spec: Spec) -> None:
     run["objective"]["max_hard_negatives"] = 0
 
 
-def _set(path: str, value: Any) -> Callable[[Spec], None]:  # noqa: ANN401
+def _set(path: str, value: Any) -> Callable[[Spec], None]:
     def edit(spec: Spec) -> None:
         section = _train_stage(spec)
         *parents, leaf = path.split(".")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
+from common import SHARED_DATA, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("ir_recall_at_1", "ir_recall_at_10", "ir_recall_at_20", "ir_mrr_at_10", "ir_ndcg_at_10", "ir_map_at_100")
@@ -135,7 +135,7 @@ class PlannedBatches:
     def set_epoch(self, epoch: int) -> None:
         pass
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return iter(self.batches)
 
     def __len__(self) -> int:

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
-from openoffice_recipe import pair_files, pipeline_spec, run_recipe  # noqa: E402
-from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer  # noqa: E402
+from common import SHARED_DATA, write_result
+from openoffice_recipe import pair_files, pipeline_spec, run_recipe
+from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "tune_spaces" / "openoffice_system.yaml"
@@ -146,7 +146,7 @@ def dev_select(study: dict[str, Any]) -> Path:
     return Path(PipelineState.load(folder).stages["data"].outputs["dev_select"])
 
 
-def choose_reranking(model: str, reranker: str, settings: Any, select: Path, corpus: Path,  # noqa: ANN401
+def choose_reranking(model: str, reranker: str, settings: Any, select: Path, corpus: Path,
                      max_distractors: Optional[int]) -> tuple[Any, list[dict[str, Any]]]:
     """The re-rank depth and weight for the champion's first stage, chosen on dev_select as the system stage chooses."""
     from lmplatform.evaluation.retrieval_validation import build_retrieval_set
@@ -163,7 +163,7 @@ def choose_reranking(model: str, reranker: str, settings: Any, select: Path, cor
 
 
 # -- the served replay --------------------------------------------------------------------------------------
-def test_index(scorer: Any, folder: Path) -> Path:  # noqa: ANN401 - a SystemScorer
+def test_index(scorer: Any, folder: Path) -> Path:
     """An index folder of the test set's candidates (ids 0..n-1, as the offline rows number them): FAISS over the
     scorer's own vectors, BM25 and the document store."""
     from lmplatform.retrieval.build import BM25_DIR
@@ -181,7 +181,7 @@ def test_index(scorer: Any, folder: Path) -> Path:  # noqa: ANN401 - a SystemSco
     return folder
 
 
-def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:  # noqa: ANN401 - a RetrievalSet and its config
+def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:
     """Every test query in every mode, one request at a time: per-query metrics and latencies per mode."""
     import httpx
     import numpy as np
@@ -205,7 +205,7 @@ def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:  # noqa: ANN401 - a
     return out
 
 
-def serve_and_replay(model_uri: str, tracking_uri: str, index: Path, rset: Any, cfg: Any, port: int) -> dict[str, Any]:  # noqa: ANN401
+def serve_and_replay(model_uri: str, tracking_uri: str, index: Path, rset: Any, cfg: Any, port: int) -> dict[str, Any]:
     """`lmp serve run` (its own embedded Ray) with the registered version over `index`, replayed, then stopped."""
     import httpx
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, SHARED_DATA, write_result  # noqa: E402
+from common import RESULTS, SHARED_DATA, write_result
 
 RETRIEVAL_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "hit@1", "hit@10", "mrr@5", "mrr@15", "map")
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, check, write_result  # noqa: E402
+from common import SHARED_DATA, check, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 

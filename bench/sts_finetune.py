@@ -27,7 +27,7 @@ from typing import Any, Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, training_steps_seconds, write_result  # noqa: E402
+from common import SHARED_DATA, training_steps_seconds, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "sts_stsb.yaml"

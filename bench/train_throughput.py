@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import check, write_result  # noqa: E402
+from common import check, write_result
 
 SEQ, BATCH = 128, 16
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
+from common import SHARED_DATA, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "configs" / "pipelines"

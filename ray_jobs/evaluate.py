@@ -9,7 +9,7 @@ from _preflight import require_lmplatform
 
 require_lmplatform()  # before lmplatform: says what to do when it or its dependencies are missing
 
-from lmplatform.cli import main  # noqa: E402
+from lmplatform.cli import main
 
 if __name__ == "__main__":
     main(["evaluate", "run", *sys.argv[1:]])

@@ -7,7 +7,7 @@ from pathlib import Path
 def test_lmplatform_does_not_shadow_stdlib_platform() -> None:
     import platform
 
-    import lmplatform  # noqa: F401
+    import lmplatform  # noqa: F401 - imported for its effect: `platform` must still be the stdlib one after it
 
     stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
     assert Path(platform.__file__).resolve().parent == stdlib

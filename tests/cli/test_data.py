@@ -52,7 +52,7 @@ def test_pairs_joins_report_texts_per_split_with_groups_across_splits(tmp_path: 
     assert "1 left out: an empty text" in result.output
 
 
-def test_pairs_skips_and_reports_rows_that_are_not_json_or_not_unicode(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+def test_pairs_skips_and_reports_rows_that_are_not_json_or_not_unicode(tmp_path: Path, caplog) -> None:
     corpus, links = tmp_path / "corpus.jsonl", tmp_path / "pairs.jsonl"
     corpus.write_text("\n".join([
         json.dumps({"id": "1", "title": "Crash on save", "description": "Writer crashes"}),

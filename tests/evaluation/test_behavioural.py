@@ -18,7 +18,7 @@ class KeywordClassifier:
     labels = ["database", "network", "ui"]
     KEYWORDS = {"database": ["postgres", "query", "crash"], "network": ["vpn", "dns"], "ui": ["button", "screen"]}
 
-    def predict_proba(self, texts):  # noqa: ANN001, ANN201
+    def predict_proba(self, texts):
         rows = []
         for text in texts:
             words = text.lower().split()
@@ -28,7 +28,7 @@ class KeywordClassifier:
 
 
 class BagOfWordsEncoder:
-    def encode(self, texts, normalize=True):  # noqa: ANN001, ANN201
+    def encode(self, texts, normalize=True):
         vocab = sorted({w for t in texts for w in t.lower().split()})
         vectors = np.array([[t.lower().split().count(w) for w in vocab] for t in texts], dtype=float)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -88,7 +88,7 @@ def test_missing_model_skips_instead_of_passing() -> None:
         ({"name": "i", "type": "invariance"}, r"test 'i' \(#1\).*at least one of 'pairs'"),
     ],
 )
-def test_bad_suite_names_test_and_field(test, message, tmp_path: Path) -> None:  # noqa: ANN001
+def test_bad_suite_names_test_and_field(test, message, tmp_path: Path) -> None:
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump({"name": "bad", "tests": [test]}))
     with pytest.raises(SuiteError, match=message):

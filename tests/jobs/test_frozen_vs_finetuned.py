@@ -28,7 +28,7 @@ def _rows(n: int, seed: int, split: str) -> list[dict]:
     return rows
 
 
-def test_frozen_and_finetuned_classifiers_beat_chance(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_frozen_and_finetuned_classifiers_beat_chance(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
 
     path = tmp_path / "tickets.jsonl"

@@ -160,7 +160,7 @@ def test_collator_objective_and_evaluator_on_a_tiny_bert(tiny_bert: Path) -> Non
         BiencoderDistillObjective("mse", 0.05)
 
 
-def test_short_training_run_and_cached_teacher_scores(ray_session, tiny_bert, mlflow_uri, tmp_path, capsys) -> None:  # noqa: ANN001
+def test_short_training_run_and_cached_teacher_scores(ray_session, tiny_bert, mlflow_uri, tmp_path, capsys) -> None:
     from lmplatform.jobs.train_run import run_training
 
     teacher = _tiny_cross_encoder(tiny_bert, tmp_path / "teacher")

@@ -22,7 +22,7 @@ def _stage_run(corpus: Path, *, steps: int, every: int, register: bool = False) 
     }
 
 
-def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     import ray
     from mlflow.tracking import MlflowClient
 

@@ -45,10 +45,10 @@ def test_dense_retriever_finds_a_copied_text(tiny_bert: Path) -> None:
 class KeywordScorer:
     """A stand-in re-ranker with known scores: counts the query's words in the document."""
 
-    def score(self, queries, documents, batch_size=32):  # noqa: ANN001, ANN201
+    def score(self, queries, documents, batch_size=32):
         return np.array([sum(w in d for w in q.split()) for q, d in zip(queries, documents)], dtype=np.float32)
 
-    def rerank(self, query, candidates, batch_size=32):  # noqa: ANN001, ANN201
+    def rerank(self, query, candidates, batch_size=32):
         return self.score([query] * len(candidates), candidates)
 
 

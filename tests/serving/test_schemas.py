@@ -21,7 +21,7 @@ from lmplatform.serving.schemas import (
 LIMITS = ServeLimits(max_query_chars=10, max_k=5, max_texts=2, max_text_chars=8)
 
 
-def _limit_error(call, field: str, status: int) -> None:  # noqa: ANN001
+def _limit_error(call, field: str, status: int) -> None:
     with pytest.raises(RequestLimitError) as caught:
         call()
     assert (caught.value.field, caught.value.status) == (field, status)
@@ -61,7 +61,7 @@ def test_search_mode_and_weight_are_strict() -> None:
 
 
 def test_a_search_plan_takes_the_request_over_the_registered_settings() -> None:
-    def plan(registered=None, reranker=False, **request):  # noqa: ANN001, ANN003, ANN202
+    def plan(registered=None, reranker=False, **request):
         return plan_search(SearchRequest(query="vpn", **request), registered, reranker, 8)
 
     assert plan() == SearchPlan("dense", None, False, 8, 1.0)  # nothing registered: today's dense search

@@ -62,7 +62,7 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def service(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def service(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: pytest.TempPathFactory):
     from ray import serve
 
     from lmplatform.serving import control

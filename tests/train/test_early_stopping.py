@@ -88,7 +88,7 @@ def test_a_bad_rule_is_refused_before_training_naming_the_field(overrides: list[
 
 def _scripted_validation(trainer: Trainer, values: dict[int, float], weights_at: dict[int, dict]) -> None:
     """Validation returns `values[step]` as val_mlm_loss and records the weights it saw at each step."""
-    def evaluate(batches: Any) -> dict[str, float]:  # noqa: ANN401
+    def evaluate(batches: Any) -> dict[str, float]:
         step = trainer.progress.step
         weights_at.setdefault(step, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
         trainer.latest_validation = {"val_mlm_loss": values[step]}

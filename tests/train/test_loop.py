@@ -90,12 +90,12 @@ def test_evaluators_get_placed_batches_in_eval_and_inference_mode(
             seen["modes"].add((trainer.model.training, trainer.objective.training, torch.is_inference_mode_enabled()))
             yield batch
 
-    def evaluate(model: torch.nn.Module, batches: Iterable[Batch], rank: int) -> Any:  # noqa: ANN401
+    def evaluate(model: torch.nn.Module, batches: Iterable[Batch], rank: int) -> Any:
         return real_evaluate(model, checked(batches), rank)
 
     recipe.evaluate = evaluate
     rng = random.Random(0)
-    make: Callable[[], Iterator[Batch]] = lambda: (recipe.collate(_rows(objective, rng)) for _ in range(2))  # noqa: E731
+    make: Callable[[], Iterator[Batch]] = lambda: (recipe.collate(_rows(objective, rng)) for _ in range(2))
 
     metrics = trainer.evaluate(make())
     assert metrics and all(np.isfinite(v) for v in metrics.values())

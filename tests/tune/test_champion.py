@@ -25,7 +25,7 @@ def test_the_alias_moves_only_for_a_better_model_measured_the_same_way(tmp_path:
 
     client = MlflowClient(mlflow_uri)
 
-    def promote(name: str, value: float, fingerprint: str = "fp-a", files: tuple[str, ...] = ("config.json", "model.safetensors")):  # noqa: ANN202
+    def promote(name: str, value: float, fingerprint: str = "fp-a", files: tuple[str, ...] = ("config.json", "model.safetensors")):
         run_id = _run_with_model(mlflow_uri, tmp_path / name, files)
         return register_and_maybe_promote(mlflow_uri, "enc", run_id, "model", "val_mlm_loss", "min", value,
                                           fingerprint, {"val_mlm_loss": value})

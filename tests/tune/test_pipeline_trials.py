@@ -59,7 +59,7 @@ def _write(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, **space: object) ->
     return path
 
 
-def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlflow_uri) -> None:  # noqa: ANN001
+def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlflow_uri) -> None:
     loaded = load_space(_write(tmp_path, tiny_bert, mlflow_uri))
     assert [stage.name for stage in loaded.base_pipeline.stages] == ["data", "mined", "train", "rerank", "system"]
     assert loaded.trial_pipeline({"stages.train.run.optim.lr": 0.005}).stage("train").run["optim"]["lr"] == 0.005
@@ -80,14 +80,14 @@ def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlf
     ({"base_pipeline": "nowhere.yaml"}, r"base_pipeline 'nowhere.yaml' not found"),
 ])
 def test_an_unknown_stage_field_or_metric_is_refused_before_any_trial(
-    tmp_path, tiny_bert, mlflow_uri, change: dict, message: str  # noqa: ANN001
+    tmp_path, tiny_bert, mlflow_uri, change: dict, message: str
 ) -> None:
     with pytest.raises(SpaceError, match=message):
         load_space(_write(tmp_path, tiny_bert, mlflow_uri, **change))
 
 
 def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
-    ray_session, tiny_bert, mlflow_uri, tmp_path  # noqa: ANN001
+    ray_session, tiny_bert, mlflow_uri, tmp_path
 ) -> None:
     from mlflow.tracking import MlflowClient
 

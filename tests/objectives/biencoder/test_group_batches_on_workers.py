@@ -47,7 +47,7 @@ def _probe(config: dict[str, Any]) -> None:
     (Path(config["out"]) / f"rank{rank}.json").write_text(json.dumps({"seen": seen, "resumed": resumed}))
 
 
-def test_two_workers_local_batches_make_conflict_free_global_batches(ray_session, tmp_path: Path) -> None:  # noqa: ANN001
+def test_two_workers_local_batches_make_conflict_free_global_batches(ray_session, tmp_path: Path) -> None:
     from ray.train import RunConfig as RayRunConfig
     from ray.train import ScalingConfig
     from ray.train.torch import TorchTrainer

@@ -35,7 +35,7 @@ def test_length_grouped_plan_keeps_groups_apart_and_pads_less(tmp_path: Path) ->
     keys, negative_keys = pair_conflict_keys(pairs.train, max_hard_negatives=1)
     lengths = pair_lengths(pairs.train, 1, 5 * 64)
 
-    def padded(cfg) -> int:  # noqa: ANN001
+    def padded(cfg) -> int:
         order = plan_epochs(pairs, keys, negative_keys, cfg)[0]
         for batch in order.batches:
             groups = [pairs.train[i].group for i in batch]

@@ -323,7 +323,7 @@ def stage_run_data(pipeline: PipelineConfig, stage: StageConfig) -> dict[str, An
 DATA_PATH_FIELDS = ("train_paths", "validation_paths")
 
 
-def stage_references(value: Any) -> list[str]:  # noqa: ANN401 - a YAML value
+def stage_references(value: Any) -> list[str]:
     """Every `stage:<name>` and `stage:<name>/<output>` string in a (nested) config value, without the prefix."""
     if isinstance(value, str):
         return [value[len(STAGE_PREFIX):]] if value.startswith(STAGE_PREFIX) else []
@@ -334,7 +334,7 @@ def stage_references(value: Any) -> list[str]:  # noqa: ANN401 - a YAML value
     return []
 
 
-def resolve_references(value: Any, outputs: Mapping[str, str]) -> Any:  # noqa: ANN401 - a YAML value
+def resolve_references(value: Any, outputs: Mapping[str, str]) -> Any:
     """`value` with each `stage:<ref>` string whose ref is in `outputs` replaced by `outputs[ref]`: a finished
     stage's file (a mine stage's pairs, `<pairs stage>/<split>`) or model folder (a training stage)."""
     if isinstance(value, str):
@@ -353,7 +353,7 @@ def stage_data_references(data: dict[str, Any]) -> list[str]:
     return [ref for ref in stage_references(paths) if "/" not in ref]
 
 
-def _as_list(value: Any) -> list[Any]:  # noqa: ANN401 - a YAML value
+def _as_list(value: Any) -> list[Any]:
     return [] if value is None else value if isinstance(value, list) else [value]
 
 
@@ -491,7 +491,7 @@ def pipeline_config_from_dict(
     return pipeline
 
 
-def _check_output_references(stage: str, content: Any, outputs: Mapping[str, list[str]], source: str) -> None:  # noqa: ANN401
+def _check_output_references(stage: str, content: Any, outputs: Mapping[str, list[str]], source: str) -> None:
     """Each `stage:<name>/<file>` in `content` names a file an earlier pairs stage writes."""
     for ref in stage_references(content):
         name, slash, output = ref.partition("/")

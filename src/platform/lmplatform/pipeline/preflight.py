@@ -106,7 +106,7 @@ def _registry_problem(reference: str) -> Optional[str]:
             model_version_source(client, reference)
         else:
             client.get_run(reference[len("runs:/"):].split("/", 1)[0])
-    except Exception as exc:  # noqa: BLE001 - MLflow raises its own types, and connection errors, for a missing entry
+    except Exception as exc:  # MLflow raises its own types, and connection errors, for a missing entry
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"{reference} cannot be found in MLflow at {uri}: {first_line}"
     return None

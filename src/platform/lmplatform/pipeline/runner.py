@@ -355,7 +355,7 @@ def _run_untrained_stage(cfg: PipelineConfig, stage: StageConfig, index: int, st
 
 
 def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: PipelineState, folder: Path,
-                tracking: tuple[Any, ...]) -> Any:  # noqa: ANN401 - a SystemResult
+                tracking: tuple[Any, ...]) -> Any:
     """Measure the system on its select set, and register it when the stage says so."""
     import ray
 
@@ -405,7 +405,7 @@ def _artifact_uri(tracking_uri: str, run_id: str) -> str:
     return MlflowClient(tracking_uri).get_run(run_id).info.artifact_uri
 
 
-def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):  # noqa: ANN202
+def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.pipeline.evaluations import run_stage_evaluation
 
@@ -466,7 +466,7 @@ def format_table(rows: list[dict[str, object]]) -> str:
     if not rows:
         return "(no evaluations)"
     columns = list(rows[0])
-    cell = lambda v: "" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
+    cell = lambda v: "" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
     return markdown_table(columns, [[cell(r[c]) for c in columns] for r in rows])
 
 
@@ -478,7 +478,7 @@ def task_matrix(cfg: PipelineConfig, state: PipelineState) -> Optional[list[list
     return [[state.stages[s.name].task_scores.get(t, float("nan")) for t in tasks] for s in cfg.stages if s.kind == "train"]
 
 
-def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:  # noqa: ANN001
+def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:
     from lmplatform.metrics.continual import continual_metrics
 
     table = format_table(forgetting)

@@ -32,7 +32,7 @@ def reported_metrics(cfg: RunConfig) -> set[str]:
     return names | set(LOOP_METRICS)
 
 
-def pipeline_reported_metrics(pipeline: Any) -> set[str]:  # noqa: ANN401 - a PipelineConfig
+def pipeline_reported_metrics(pipeline: Any) -> set[str]:
     """What a pipeline trial reports: each training and system stage's metrics as `<stage>/<metric>`."""
     from lmplatform.pipeline.config import build_stage_config
     from lmplatform.pipeline.system import system_metric_names

@@ -204,7 +204,7 @@ def check_span_fits(cfg: RunConfig) -> None:
 
 
 @functools.lru_cache(maxsize=2)
-def _cached_tokenizer(path: str) -> Any:  # noqa: ANN401
+def _cached_tokenizer(path: str) -> Any:
     return load_tokenizer(path)
 
 

@@ -127,7 +127,7 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     )
 
 
-def build_masker(cfg: RunConfig, tokenizer: Any) -> DynamicMasker:  # noqa: ANN401 - any HF tokenizer
+def build_masker(cfg: RunConfig, tokenizer: Any) -> DynamicMasker:
     objective = cfg.objective
     return DynamicMasker(
         tokenizer,
