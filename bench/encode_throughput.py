@@ -210,7 +210,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--openoffice-limit", type=int, default=0, help="OpenOffice queries per split, searched among "
                         "their groups and 10x as many other reports (0: the protocol, all of them; smoke runs only).")
-    parser.add_argument("--results-name", default="encode_throughput", help="bench/results/<name>.json (smoke runs: another name).")
+    parser.add_argument("--results-name", default="encode_throughput",
+                        help="bench/results/<name>.json (smoke runs: another name).")
     args = parser.parse_args()
 
     import torch

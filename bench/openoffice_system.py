@@ -122,7 +122,8 @@ def train_reranker(files: dict[str, Path], out: Path, tracking_uri: str, champio
     from lmplatform.pipeline.config import pipeline_config_from_dict
     from lmplatform.pipeline.runner import run_pipeline
 
-    run = json.loads(json.dumps(RERANKER_RUN)) | ({"optim": {**RERANKER_RUN["optim"], "max_steps": max_steps}} if max_steps else {})
+    run = json.loads(json.dumps(RERANKER_RUN)) | (
+        {"optim": {**RERANKER_RUN["optim"], "max_steps": max_steps}} if max_steps else {})
     spec = {"name": "openoffice_reranker", "storage_path": str(out / "pipelines"),
             "tracking": {"tracking_uri": tracking_uri, "experiment": "openoffice-system-bench"},
             "stages": [
@@ -200,7 +201,8 @@ def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:
                 response.raise_for_status()
                 rankings.append([int(hit["id"]) for hit in response.json()["hits"]])
             out[label] = {"per_query": score_rankings(rankings, rset, cfg),
-                          "p50_ms": float(np.percentile(latencies, 50) * 1000), "p99_ms": float(np.percentile(latencies, 99) * 1000)}
+                          "p50_ms": float(np.percentile(latencies, 50) * 1000),
+                          "p99_ms": float(np.percentile(latencies, 99) * 1000)}
             print(f"[bench] served {label}: p50 {out[label]['p50_ms']:.1f} ms, p99 {out[label]['p99_ms']:.1f} ms", flush=True)
     return out
 
@@ -322,7 +324,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     print(table(rows), flush=True)
     for name, diff in minus_peer.items():
         print(f"[bench] {name} - peer: " + ", ".join(f"{m[3:]} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-                                                     for m, (d, lo, hi) in diff.items() if m in ("ir_recall_at_10", "ir_mrr_at_10")))
+                                                     for m, (d, lo, hi) in diff.items()
+                                                     if m in ("ir_recall_at_10", "ir_mrr_at_10")))
     print(f"[bench] study {study['name']}: {len(study['trials'])} trials, {study['stages_reused']} stages reused, "
           f"{study['seconds'] / 60:.0f} min; targets {payload['targets']}", flush=True)
     write_result("openoffice_system" + ("_toy" if args.toy else ""), payload)

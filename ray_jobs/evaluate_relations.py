@@ -1,7 +1,8 @@
-"""KNN NER / relation extraction over 10 folds, one Ray task per fold (the `--task relation-extraction` job).
+r"""KNN NER / relation extraction over 10 folds, one Ray task per fold (the `--task relation-extraction` job).
 
     python ray_jobs/evaluate_relations.py -c configs/eval/relations_ade.yaml [--set folds=[0]] [--local]
-    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" ray_jobs/evaluate_relations.py -c configs/eval/relations_ade.yaml
+    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- \
+        "$PWD/.venv/bin/python" ray_jobs/evaluate_relations.py -c configs/eval/relations_ade.yaml
 """
 import sys
 

@@ -1,7 +1,8 @@
-"""Train one objective as a Ray Train job.
+r"""Train one objective as a Ray Train job.
 
     python ray_jobs/train.py --config configs/mlm.yaml [--set optim.max_steps=5] [--resume RUN]
-    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" ray_jobs/train.py --config configs/mlm.yaml
+    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- \
+        "$PWD/.venv/bin/python" ray_jobs/train.py --config configs/mlm.yaml
 """
 import sys
 

@@ -1,7 +1,8 @@
-"""Run a hyperparameter study (Ray Tune + Optuna) described by a search space file.
+r"""Run a hyperparameter study (Ray Tune + Optuna) described by a search space file.
 
     python ray_jobs/tune.py --space tune_spaces/mlm_lr.yaml [--set num_samples=20] [--resume latest]
-    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" ray_jobs/tune.py --space tune_spaces/knn_k.yaml
+    ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- \
+        "$PWD/.venv/bin/python" ray_jobs/tune.py --space tune_spaces/knn_k.yaml
 """
 import sys
 

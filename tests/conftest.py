@@ -140,7 +140,8 @@ def write_duplicate_reports(folder: Path, groups: int = 24, seed: int = 0) -> tu
             rng.shuffle(words)
             reports.append({"id": report_id, "title": " ".join(words[:3]), "description": " ".join(words[3:])})
         relations += [{"duplicate_id": d, "master_id": ids[0], "split": split} for d in ids[1:]]
-    reports += [{"id": f"x{n}", "title": " ".join(rng.sample(TOKEN_WORDS, 3)), "description": " ".join(rng.sample(TOKEN_WORDS, 5))}
+    reports += [{"id": f"x{n}", "title": " ".join(rng.sample(TOKEN_WORDS, 3)),
+                 "description": " ".join(rng.sample(TOKEN_WORDS, 5))}
                 for n in range(20)]
     corpus, links = folder / "corpus.jsonl", folder / "relations.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in reports))

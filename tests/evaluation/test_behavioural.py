@@ -109,9 +109,11 @@ def test_starter_suite_is_valid() -> None:
 
 def test_capability_sums_its_tests_and_leaves_skipped_ones_out() -> None:
     tests = [dict(test, capability="vpn") for test in SUITE["tests"] if test["name"] in ("inv_pronoun", "emb")]
+    # emb2's anchor and positive share no word: 0 > 0 fails
     tests.append({"name": "emb2", "type": "embedding", "capability": "vpn", "triples": [
-        {"anchor": "vpn tunnel down", "positive": "the network fails", "negative": "postgres query slow"}]})  # no shared word: 0 > 0 fails
+        {"anchor": "vpn tunnel down", "positive": "the network fails", "negative": "postgres query slow"}]})
     report = run_suite(parse_suite({"name": "caps", "tests": tests}), encoder=BagOfWordsEncoder())
     # inv_pronoun is skipped (no classifier): its case must not count towards "vpn"
-    assert report["summary"]["capabilities"] == {"vpn": {"tests": 2, "cases": 3, "failures": 2, "failure_rate": pytest.approx(2 / 3)}}
+    assert report["summary"]["capabilities"] == {
+        "vpn": {"tests": 2, "cases": 3, "failures": 2, "failure_rate": pytest.approx(2 / 3)}}
     assert "| vpn | 2 | 3 | 2 | 66.7% |" in report_markdown(report)

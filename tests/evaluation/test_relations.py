@@ -87,7 +87,8 @@ def _validation_ner_curve(data, folds, fold: int, model, k_candidates: tuple[int
         vectors = words(validation)
     finally:
         torch.set_num_threads(threads)
-    return {k: score_extraction(validation, extractor.predict_entities(validation, vectors, k, max(k_candidates)), [])["ner_macro_f1"]
+    return {k: score_extraction(validation, extractor.predict_entities(validation, vectors, k, max(k_candidates)),
+                                [])["ner_macro_f1"]
             for k in k_candidates}
 
 

@@ -122,7 +122,8 @@ def test_build_from_files_with_a_distractor_sample(tmp_path: Path) -> None:
     assert 0 < len(rset.query_texts) < 40
     assert len(rset.candidate_texts) == len(set(rset.candidate_texts))
     assert "report 7. text" in rset.candidate_texts
-    sampled = build_retrieval_set(cfg.model_copy(update={"distractors": cfg.distractors.model_copy(update={"max_documents": 10})}))
+    sampled = build_retrieval_set(
+        cfg.model_copy(update={"distractors": cfg.distractors.model_copy(update={"max_documents": 10})}))
     assert sampled.counts["distractors"] == 10
     assert build_retrieval_set(cfg).fingerprint() == rset.fingerprint() != sampled.fingerprint()
     with pytest.raises(DataError, match="no validation pairs"):
@@ -134,7 +135,8 @@ def test_config_rules_name_the_field() -> None:
     from lmplatform.objectives.run_config import load_run_config
 
     base = {"data": {"train_paths": ["x.jsonl"]}, "retrieval_validation": {}}
-    with pytest.raises(ConfigError, match="applies to objectives biencoder, biencoder_distill, cross_encoder, declutr, not 'mlm'"):
+    with pytest.raises(ConfigError,
+                       match="applies to objectives biencoder, biencoder_distill, cross_encoder, declutr, not 'mlm'"):
         load_run_config(None, base=base)
     with pytest.raises(ConfigError, match="retrieval_validation.pairs is required for declutr"):
         load_run_config(None, base=base | {"objective": {"name": "declutr"}})

@@ -22,7 +22,8 @@ def _rows(n: int, seed: int, split: str) -> list[dict]:
     rows = []
     for i in range(n):
         label = list(VOCAB)[i % 3]
-        words = [rng.choice(VOCAB[label]) for _ in range(4)] + [rng.choice(["error", "failed", "user", "report"]) for _ in range(3)]
+        words = ([rng.choice(VOCAB[label]) for _ in range(4)]
+                 + [rng.choice(["error", "failed", "user", "report"]) for _ in range(3)])
         rng.shuffle(words)
         rows.append({"text": " ".join(words), "label": label, "split": split})
     return rows

@@ -90,7 +90,8 @@ def test_fisher_from_mlm_model_applies_to_encoder_and_leaves_new_params_alone(ml
     for model, new_prefix in ((Encoder.from_pretrained(tiny_bert), "backbone.pooler"),
                               (CrossEncoder.from_pretrained(tiny_bert), "model.classifier")):
         penalty = EWCPenalty(model, fisher, anchor, lambda_=1e3)
-        backbone = [n for n in canonical_parameter_names(model).values() if not n.startswith("head:") and not n.startswith("pooler")]
+        backbone = [n for n in canonical_parameter_names(model).values()
+                    if not n.startswith("head:") and not n.startswith("pooler")]
         assert penalty.report.matched_tensors == len(backbone) > 0
         assert any(n.startswith(new_prefix) for n in penalty.report.unmatched_model)
         assert float(penalty(model)[0]) == 0.0  # same weights as θ*

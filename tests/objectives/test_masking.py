@@ -45,7 +45,8 @@ def test_special_tokens_and_padding_are_never_masked(tokenizer) -> None:
         inputs, labels = masker(batch["input_ids"], batch["attention_mask"], generator=torch.Generator().manual_seed(seed))
         assert (labels[special] == IGNORE_INDEX).all()
         assert torch.equal(inputs[special], batch["input_ids"][special])
-        assert not torch.isin(inputs[~special & (inputs != tokenizer.mask_token_id)], torch.tensor(tokenizer.all_special_ids)).any()
+        assert not torch.isin(inputs[~special & (inputs != tokenizer.mask_token_id)],
+                              torch.tensor(tokenizer.all_special_ids)).any()
 
 
 def test_masks_differ_between_batches(tokenizer) -> None:

@@ -144,7 +144,8 @@ def test_document_limits_name_the_document_and_its_field() -> None:
     _limit_error(lambda: limits.check_documents(request()), "documents", 422)
     _limit_error(lambda: limits.check_documents(request(*[{"id": str(i), "text": "x"} for i in range(3)])), "documents", 413)
     _limit_error(lambda: limits.check_documents(request({"id": "abcdef", "text": "x"})), "documents[0].id", 413)
-    _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x"}, {"id": "a", "text": "y"})), "documents[1].id", 422)
+    _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x"}, {"id": "a", "text": "y"})),
+                 "documents[1].id", 422)
     _limit_error(lambda: limits.check_documents(request({"id": "a", "text": " "})), "documents[0].text", 422)
     _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x", "title": "t" * 9})), "documents[0].title", 413)
     _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x", "label": "\t"})), "documents[0].label", 422)

@@ -32,7 +32,8 @@ def _mlm_trainer(tiny_bert: Path, tmp_path: Path, *overrides: str) -> tuple[Trai
                                  "objective.name=mlm", "objective.pseudo_perplexity_sentences=0", "optim.max_steps=40",
                                  "tracking.eval_every_n_steps=2", "checkpoint.every_n_steps=1000", *overrides])
     reporter = FolderReporter(tmp_path / "checkpoints")
-    trainer = Trainer(cfg, objective_spec("mlm").build_recipe(cfg), cfg.optim.max_steps, torch.device("cpu"), 0, reporter=reporter)
+    trainer = Trainer(cfg, objective_spec("mlm").build_recipe(cfg), cfg.optim.max_steps, torch.device("cpu"), 0,
+                      reporter=reporter)
     trainer.begin(None)
     return trainer, reporter, cfg
 

@@ -72,7 +72,8 @@ def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlf
      r"(?s)parameter 'stages.train.run.optim.lrr' with value 0.001 does not fit the base pipeline.*optim.lrr: unknown key"),
     ({"parameters": {"stages.mined.mine.range_max": {"distribution": "choice", "values": [0]}}},
      r"stages.mined.mine.range_max' with value 0 does not fit"),
-    ({"metric": "train/val_ir_mrr_at_10"}, r"metric 'train/val_ir_mrr_at_10' is never reported by a trial of .*train/val_ranking_loss"),
+    ({"metric": "train/val_ir_mrr_at_10"},
+     r"metric 'train/val_ir_mrr_at_10' is never reported by a trial of .*train/val_ranking_loss"),
     ({"scheduler": {"name": "asha", "metric": "mined/anything"}}, r"metric 'mined/anything' is never reported"),
     ({"scheduler": {"name": "fifo", "metric": "train/val_ranking_loss"}}, r"the fifo scheduler stops nothing"),
     ({"champion": {"stage": "mined"}}, r"champion.stage 'mined' is not a training or system stage .*; those stages: train, "

@@ -172,7 +172,8 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
     parent = client.get_run(resumed.parent_run_id)
     assert parent.info.status == "FINISHED"
     children = client.search_runs([parent.info.experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = '{resumed.parent_run_id}' and attributes.status = 'FINISHED'")
+                                  filter_string=f"tags.mlflow.parentRunId = '{resumed.parent_run_id}' "
+                                                "and attributes.status = 'FINISHED'")
     assert len(children) == 6
 
 

@@ -71,7 +71,9 @@ def test_config_errors_name_the_field(tmp_path: Path, tiny_bert: Path) -> None:
 
 
 @pytest.mark.parametrize("variant", ["clgs", "cldr", "clner"])
-def test_each_variant_gives_a_finite_loss_and_gradients_only_above_the_frozen_layers(variant: str, tiny_bert: Path, tmp_path: Path) -> None:
+def test_each_variant_gives_a_finite_loss_and_gradients_only_above_the_frozen_layers(
+    variant: str, tiny_bert: Path, tmp_path: Path
+) -> None:
     from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
 
     data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=24)
@@ -194,7 +196,9 @@ def test_anchors_without_a_valid_negative_are_not_counted_as_identified(variant:
     assert float(metrics[f"{variant}_accuracy"]) == pytest.approx(float(correct) / 4)
 
 
-def test_graph_identification_accuracy_reports_unscored_sentences_instead_of_counting_them(tiny_bert: Path, tmp_path: Path) -> None:
+def test_graph_identification_accuracy_reports_unscored_sentences_instead_of_counting_them(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
     from lmplatform.evaluation.relations import RelationEvalConfig, graph_identification_accuracy
     from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
 

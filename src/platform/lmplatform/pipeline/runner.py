@@ -387,7 +387,8 @@ def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: Pipe
                                          tags={"objective": "biencoder", "lmp.pipeline_run": state.run_name})
         settings = publish_system(resolved, state.tracking_uri, resolved.register_as.name, version, retriever,
                                   result.settings, record.reranker_run_id, folder / stage.name)
-        record.registered_model, record.model_version, record.search = resolved.register_as.name, version, settings.model_dump(mode="json")
+        record.registered_model, record.model_version, record.search = (
+            resolved.register_as.name, version, settings.model_dump(mode="json"))
         print(f"[lmp] {label}: registered {resolved.register_as.name} version {version} with its index and settings", flush=True)
     return result
 
@@ -455,7 +456,8 @@ def forgetting_table(cfg: PipelineConfig, state: PipelineState) -> list[dict[str
                 "ewc_lambda": record.ewc_lambda,
                 "mlm_loss_before": before.get("mlm_loss"),
                 "mlm_loss_after": after.get("mlm_loss"),
-                "mlm_loss_change": (after["mlm_loss"] - before["mlm_loss"]) if "mlm_loss" in after and "mlm_loss" in before else None,
+                "mlm_loss_change": ((after["mlm_loss"] - before["mlm_loss"])
+                                    if "mlm_loss" in after and "mlm_loss" in before else None),
                 "mlm_accuracy_before": before.get("mlm_accuracy"),
                 "mlm_accuracy_after": after.get("mlm_accuracy"),
             })
@@ -488,8 +490,8 @@ def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: 
     continual: dict[str, float] = {}
     matrix = task_matrix(cfg, state)
     if matrix is not None:
-        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.kind == "train"], "R": matrix,
-                         "baseline": state.baseline_task_scores}, "task_matrix.json")
+        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.kind == "train"],
+                         "R": matrix, "baseline": state.baseline_task_scores}, "task_matrix.json")
         if len(matrix) == len(matrix[0]):
             baseline = [state.baseline_task_scores.get(t.task) for t in cfg.tasks]  # type: ignore[arg-type]
             continual = continual_metrics(matrix, baseline if None not in baseline else None)

@@ -134,7 +134,8 @@ def model_card(tracking_uri: str, name: str, version: str) -> str:
     out += ["## Training data", ""]
     out += [f"- Train: {params.get('data.train_paths', '?')}; validation: "
             + (params["data.validation_paths"] if params.get("data.validation_paths", "[]") != "[]"
-               else f"{params.get('data.validation_fraction', '?')} of it, split by a stable hash (seed {params.get('data.seed', '?')})"),
+               else f"{params.get('data.validation_fraction', '?')} of it, "
+               f"split by a stable hash (seed {params.get('data.seed', '?')})"),
             f"- Data fingerprint (file contents): `{run_tags.get('lmp.data_fingerprint', 'not recorded')}`"]
     if run_tags.get("lmp.retrieval_validation_fingerprint"):
         out.append(f"- Retrieval validation set fingerprint: `{run_tags['lmp.retrieval_validation_fingerprint']}`")

@@ -127,7 +127,8 @@ def rank_slices(size: int, world: int) -> list[slice]:
     return [slice(int(bounds[r]), int(bounds[r + 1])) for r in range(world)]
 
 
-def planned_rank_rows(rows: Sequence[dict[str, Any]], epochs: Sequence[Sequence[Sequence[int]]], world: int) -> list[list[dict[str, Any]]]:
+def planned_rank_rows(rows: Sequence[dict[str, Any]], epochs: Sequence[Sequence[Sequence[int]]],
+                      world: int) -> list[list[dict[str, Any]]]:
     """Per rank, one row per local batch: {'epoch', 'batch'}, 'batch' holding the batch's columns as JSON.
 
     `rows` are the training rows (dicts of the same columns), `epochs[e]` the global batches of epoch e as

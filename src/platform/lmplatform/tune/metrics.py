@@ -42,7 +42,8 @@ def pipeline_reported_metrics(pipeline: Any) -> set[str]:
         if stage.system is not None:
             names |= {f"{stage.name}/{metric}" for metric in system_metric_names(stage.system)}
         if stage.kind == "train":
-            cfg = build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
+            cfg = build_stage_config(pipeline, stage, "default", "runs", "check",
+                                     ewc_anchor_model="default" if stage.ewc else None)
             names |= {f"{stage.name}/{metric}" for metric in reported_metrics(cfg)}
     return names
 

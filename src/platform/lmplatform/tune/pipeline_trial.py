@@ -96,7 +96,8 @@ def stage_cpus(pipeline: Any) -> float:
         elif stage.system is not None:
             needs.append(max(stage.system.cpus, stage.system.index.cpus_per_actor if stage.system.index else 0.0))
         elif stage.kind == "train":
-            run = build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
+            run = build_stage_config(pipeline, stage, "default", "runs", "check",
+                                     ewc_anchor_model="default" if stage.ewc else None)
             needs.append(run.scaling.num_workers * run.scaling.cpus_per_worker)
     return max(needs)
 
