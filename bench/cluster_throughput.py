@@ -13,8 +13,10 @@ A 2-core machine cannot show speed-up from more nodes: both layouts share the sa
 cores. The ratio measures only the overhead of several raylets/object stores and shows that
 the multi-node run is correct, not scaling.
 
-    python bench/cluster_throughput.py [--model default] [--steps 24] [--seq 128] [--batch 8] [--corpus FILE --fields title,description]
-    python bench/cluster_throughput.py --steps 6 --seq 32 --log-every 2 --corpus data/demo/reports.jsonl --fields title,text   # toy size
+    python bench/cluster_throughput.py [--model default] [--steps 24] [--seq 128] [--batch 8]
+        [--corpus FILE --fields title,description]
+    # toy size:
+    python bench/cluster_throughput.py --steps 6 --seq 32 --log-every 2 --corpus data/demo/reports.jsonl --fields title,text
 """
 from __future__ import annotations
 
@@ -32,9 +34,9 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from common import write_result
 
-from lmplatform.testing.local_cluster import LocalCluster  # noqa: E402
+from lmplatform.testing.local_cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENOFFICE = ROOT.parent / "shared" / "data" / "duplicate_bug_reports" / "openoffice" / "corpus.jsonl"

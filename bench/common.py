@@ -26,7 +26,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def portable(value: Any) -> Any:  # noqa: ANN401
+def portable(value: Any) -> Any:
     """`value` with this machine's paths made relative to the repository (`../shared/...` for the data beside it)."""
     from lmplatform.result_files import portable as relative_to
 

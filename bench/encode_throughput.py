@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, check, write_result  # noqa: E402
+from common import SHARED_DATA, check, write_result
 
 CORPUS = Path("duplicate_bug_reports") / "openoffice" / "corpus.jsonl"  # under --data
 STS = Path("stsbenchmark")
@@ -54,7 +54,7 @@ def real_texts(data: Path, limit: int) -> list[str]:
     return [f"{r['title']}. {r['description']}" for r in rows]
 
 
-def timed(encode, texts: list[str], repeats: int) -> float:  # noqa: ANN001
+def timed(encode, texts: list[str], repeats: int) -> float:
     encode(texts[:64])  # warm-up: allocator, kernels
     best = float("inf")
     for _ in range(repeats):
@@ -64,7 +64,7 @@ def timed(encode, texts: list[str], repeats: int) -> float:  # noqa: ANN001
     return len(texts) / best
 
 
-def sts_spearman(encode, data: Path, limit: int, split: str = "test") -> float:  # noqa: ANN001
+def sts_spearman(encode, data: Path, limit: int, split: str = "test") -> float:
     import numpy as np
     from scipy.stats import spearmanr
 
@@ -187,7 +187,7 @@ def st_onnx_backend(model_dir: Path, work: Path, max_seq_length: int) -> tuple[O
     """sentence-transformers with backend='onnx' on the same model, or None and why it cannot run here."""
     try:
         import optimum.onnxruntime  # noqa: F401 - what sentence-transformers' ONNX backend runs on
-    except Exception as exc:  # noqa: BLE001 - any failure to import means the backend cannot run
+    except Exception as exc:  # any failure to import means the backend cannot run
         return None, f"optimum.onnxruntime cannot be imported ({type(exc).__name__}: {str(exc)[:160]})"
     import shutil
 
@@ -210,7 +210,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--openoffice-limit", type=int, default=0, help="OpenOffice queries per split, searched among "
                         "their groups and 10x as many other reports (0: the protocol, all of them; smoke runs only).")
-    parser.add_argument("--results-name", default="encode_throughput", help="bench/results/<name>.json (smoke runs: another name).")
+    parser.add_argument("--results-name", default="encode_throughput",
+                        help="bench/results/<name>.json (smoke runs: another name).")
     args = parser.parse_args()
 
     import torch

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
-from in_process import train_in_process  # noqa: E402
+from common import write_result
+from in_process import train_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("mlm", "declutr", "biencoder", "cross_encoder")
@@ -52,7 +52,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         for config in args.configs:
             try:
                 results[config] = smoke(config, device, args.steps, Path(tmp))
-            except Exception as error:  # noqa: BLE001 - one config's failure is a result; the rest still run
+            except Exception as error:  # one config's failure is a result; the rest still run
                 results[config] = {"ok": False, "error": repr(error), "traceback": traceback.format_exc()}
                 print(results[config]["traceback"], flush=True)
             print(f"[smoke] {config}: {'ok' if results[config]['ok'] else results[config]['error']}", flush=True)

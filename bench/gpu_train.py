@@ -32,7 +32,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
+from common import SHARED_DATA, write_result
 
 H100_BF16_DENSE_TFLOPS = 989.4
 TEMPERATURE, MAX_LENGTH, LR = 0.05, 128, 2e-5
@@ -159,7 +159,7 @@ def run_peer(rows: list[dict[str, str]], model: str, batch_size: int, precision:
     marks: dict[int, float] = {}
 
     class Marks(TrainerCallback):
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:  # noqa: ANN401
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if state.global_step in (warmup, warmup + steps):
                 if device == "cuda":
                     torch.cuda.synchronize()

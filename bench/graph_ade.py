@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, check, write_result  # noqa: E402
+from common import SHARED_DATA, check, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 ADE = SHARED_DATA / "ade_corpus_v2"
@@ -54,7 +54,9 @@ def knn_table(summary: dict, folds: int) -> str:
     return markdown_table(header, rows)
 
 
-def train_fold(variant: str, fold: int, args: argparse.Namespace, workdir: Path, tracking_uri: Optional[str]) -> tuple[Path, float]:
+def train_fold(
+    variant: str, fold: int, args: argparse.Namespace, workdir: Path, tracking_uri: Optional[str]
+) -> tuple[Path, float]:
     from lmplatform.objectives.run_config import load_run_config
 
     overrides = [
@@ -185,7 +187,8 @@ def report(name: str, summary: dict, meta: dict) -> None:
     for probe, table in summary["probe"].items():
         print(f"  {probe:9s} P {table['precision']['mean']:.3f} R {table['recall']['mean']:.3f} F1 {table['f1']['mean']:.3f}")
     if "clgs_accuracy" in summary:
-        print(f"CLGS graph identification accuracy: {summary['clgs_accuracy']['mean']:.3f} ± {summary['clgs_accuracy']['std']:.3f} "
+        print(f"CLGS graph identification accuracy: "
+              f"{summary['clgs_accuracy']['mean']:.3f} ± {summary['clgs_accuracy']['std']:.3f} "
               f"({summary.get('clgs_unscored', 0)} test sentences without a valid hard negative left out)")
     folds = [fold["fold"] for fold in summary["per_fold"]]
     table = knn_table(summary, len(folds))

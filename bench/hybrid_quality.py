@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
-from hybrid_serve import ROOT, build, corpus_and_queries  # noqa: E402
+from common import SHARED_DATA, write_result
+from hybrid_serve import ROOT, build, corpus_and_queries
 
 WEIGHTS = [round(0.1 * i, 1) for i in range(11)]
 METRICS = ("mrr@10", "recall@1", "recall@10", "recall@20")
@@ -86,8 +86,10 @@ def main() -> None:
         return np.array([test[name][q]["mrr@10"] for q in queries])
 
     summary = {"bm25_weight_chosen_on_dev": chosen,
-               "test_mrr@10": {"minilm": results["test"]["convex-w0"]["mrr@10"], "bm25": results["test"]["convex-w1"]["mrr@10"],
-                               "hybrid": results["test"][f"convex-w{chosen:g}"]["mrr@10"], "rrf": results["test"]["rrf"]["mrr@10"]},
+               "test_mrr@10": {"minilm": results["test"]["convex-w0"]["mrr@10"],
+                               "bm25": results["test"]["convex-w1"]["mrr@10"],
+                               "hybrid": results["test"][f"convex-w{chosen:g}"]["mrr@10"],
+                               "rrf": results["test"]["rrf"]["mrr@10"]},
                "test_mrr@10_gain_over_minilm": paired_bootstrap(column("convex-w0"), column(f"convex-w{chosen:g}")),
                "test_mrr@10_ratio_over_minilm": round(results["test"][f"convex-w{chosen:g}"]["mrr@10"]
                                                       / results["test"]["convex-w0"]["mrr@10"], 4)}

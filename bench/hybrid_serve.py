@@ -30,8 +30,8 @@ import numpy as np
 from lmplatform.data.fields import join_fields
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, check, write_result  # noqa: E402
-from serve_load import percentiles, send  # noqa: E402
+from common import SHARED_DATA, check, write_result
+from serve_load import percentiles, send
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = ["title", "description"]  # a report's text, as lmp evaluate's scenarios join it

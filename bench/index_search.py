@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from common import write_result
 
 DIM = 384
 
@@ -91,7 +91,8 @@ def main() -> None:
             results.append(row)
             if recall is not None:
                 flat_p50 = next(r["p50_ms"] for r in results if r["size"] == size and r["kind"] == "flat")
-                checks[f"{kind}_{size}"] = {"recall_at_10": round(recall, 4), "speedup_p50_vs_flat": round(flat_p50 / row["p50_ms"], 1)}
+                checks[f"{kind}_{size}"] = {"recall_at_10": round(recall, 4),
+                                            "speedup_p50_vs_flat": round(flat_p50 / row["p50_ms"], 1)}
                 print(f"info {kind} at {size}: recall@10 {recall:.3f}, p50 {flat_p50 / row['p50_ms']:.1f}x faster than flat")
             del index
     write_result("index_search_real" if args.real_index else "index_search",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from common import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def domain_texts() -> list[str]:
     return list(local_documents(scan_corpus(cfg, use_ray=False), VALIDATION))
 
 
-def warm_up(cfg, out: Path) -> dict:  # noqa: ANN001 - a RunConfig
+def warm_up(cfg, out: Path) -> dict:
     """Train the head as the config says, in this process; returns the exported folder, curve and costs."""
     import numpy as np
     import torch

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, training_steps_seconds, write_result  # noqa: E402
-from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer  # noqa: E402
+from common import SHARED_DATA, training_steps_seconds, write_result
+from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "pipelines" / "openoffice_duplicates.yaml"
@@ -53,7 +53,7 @@ def _without_mining(spec: Spec) -> None:
     run["objective"]["max_hard_negatives"] = 0
 
 
-def _set(path: str, value: Any) -> Callable[[Spec], None]:  # noqa: ANN401
+def _set(path: str, value: Any) -> Callable[[Spec], None]:
     def edit(spec: Spec) -> None:
         section = _train_stage(spec)
         *parents, leaf = path.split(".")
@@ -189,7 +189,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=DEFAULT_ROWS,
                         help="Recipe rows to train (default: all but 'symmetric').")
     parser.add_argument("--peer-bf16", action="store_true",
-                        help="Also train the peer under its bf16 autocast (the recipe trains in bf16; the bar is its default fp32).")
+                        help="Also train the peer under its bf16 autocast "
+                             "(the recipe trains in bf16; the bar is its default fp32).")
     parser.add_argument("--toy", action="store_true", help="A few pairs and steps: checks the script, measures nothing.")
     args = parser.parse_args(argv)
     if "recipe" not in args.rows:
@@ -224,10 +225,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         result = run_recipe(pipeline_spec(files, args.out, tracking_uri, row, max_steps, max_distractors), args.out)
         timing[name] = result
         score(name, result["model"])
-        print(f"[bench] {name}: trained in {result['pipeline_seconds']:.0f} s (steps {result['training_seconds']:.0f} s)", flush=True)
+        print(f"[bench] {name}: trained in {result['pipeline_seconds']:.0f} s "
+              f"(steps {result['training_seconds']:.0f} s)", flush=True)
 
     peer_name, recipe_name = "sentence-transformers trainer", ROWS["recipe"][0]
-    rows = {name: {"metrics": {m: interval(s[m]) for m in METRICS}, "seconds_per_step": timing.get(name, {}).get("seconds_per_step")}
+    rows = {name: {"metrics": {m: interval(s[m]) for m in METRICS},
+                   "seconds_per_step": timing.get(name, {}).get("seconds_per_step")}
             for name, s in scores.items()}
     peer_seconds = peer["train_seconds"]
     payload: dict[str, Any] = {
@@ -239,8 +242,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                          for name, s in scores.items() if name not in (peer_name, recipe_name, PEER_BF16, "MiniLM zero-shot")},
         "recipe_wall_over_peer": timing[recipe_name]["pipeline_seconds"] / peer_seconds,
         # mining's encoding plus the training steps: the recipe's own work, without start-up and validation
-        "recipe_training_over_peer": (timing[recipe_name]["training_seconds"] + (timing[recipe_name]["mine_encode_seconds"] or 0.0))
-        / peer_seconds,
+        "recipe_training_over_peer": (timing[recipe_name]["training_seconds"]
+                                      + (timing[recipe_name]["mine_encode_seconds"] or 0.0)) / peer_seconds,
     }
     if PEER_BF16 in scores:
         payload["recipe_minus_peer_bf16"] = {m: paired(scores[recipe_name][m], scores[PEER_BF16][m]) for m in METRICS}
@@ -253,7 +256,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     print(table(rows), flush=True)
     for name, diff in payload["minus_peer"].items():
         print(f"[bench] {name} - peer: " + ", ".join(f"{m[3:]} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-                                                     for m, (d, lo, hi) in diff.items() if m in ("ir_recall_at_10", "ir_mrr_at_10")))
+                                                     for m, (d, lo, hi) in diff.items()
+                                                     if m in ("ir_recall_at_10", "ir_mrr_at_10")))
     print(f"[bench] recipe wall {timing[recipe_name]['pipeline_seconds']:.0f} s vs peer {peer_seconds:.0f} s "
           f"({payload['recipe_wall_over_peer']:.2f}x); targets {payload['targets']}", flush=True)
     write_result("openoffice_recipe" + ("_dev" if args.split == "dev" else "") + ("_toy" if args.toy else ""), payload)

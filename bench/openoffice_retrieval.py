@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
+from common import SHARED_DATA, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("ir_recall_at_1", "ir_recall_at_10", "ir_recall_at_20", "ir_mrr_at_10", "ir_ndcg_at_10", "ir_map_at_100")
@@ -51,7 +51,8 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def report_text(report: dict[str, Any]) -> str:
     """Title and description joined as the distractor reader joins `fields: [title, description]`."""
-    return ". ".join(str(report[f]).strip() for f in ("title", "description") if report.get(f) not in (None, "") and str(report[f]).strip())
+    return ". ".join(str(report[f]).strip() for f in ("title", "description")
+                     if report.get(f) not in (None, "") and str(report[f]).strip())
 
 
 def split_files(data: Path, out: Path, limit: Optional[int]) -> dict[str, Path]:
@@ -114,7 +115,8 @@ def interval(values: Any, seed: int = 0) -> tuple[float, float, float]:
     values = np.asarray(values, dtype=np.float64)
     if np.all(values == values[0]):
         return float(values[0]), float(values[0]), float(values[0])
-    ci = bootstrap((values,), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(seed)).confidence_interval
+    ci = bootstrap((values,), np.mean, n_resamples=2000, method="percentile",
+                   random_state=np.random.default_rng(seed)).confidence_interval
     return float(values.mean()), float(ci.low), float(ci.high)
 
 
@@ -135,7 +137,7 @@ class PlannedBatches:
     def set_epoch(self, epoch: int) -> None:
         pass
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return iter(self.batches)
 
     def __len__(self) -> int:

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
-from openoffice_recipe import pair_files, pipeline_spec, run_recipe  # noqa: E402
-from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer  # noqa: E402
+from common import SHARED_DATA, write_result
+from openoffice_recipe import pair_files, pipeline_spec, run_recipe
+from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "tune_spaces" / "openoffice_system.yaml"
@@ -122,7 +122,8 @@ def train_reranker(files: dict[str, Path], out: Path, tracking_uri: str, champio
     from lmplatform.pipeline.config import pipeline_config_from_dict
     from lmplatform.pipeline.runner import run_pipeline
 
-    run = json.loads(json.dumps(RERANKER_RUN)) | ({"optim": {**RERANKER_RUN["optim"], "max_steps": max_steps}} if max_steps else {})
+    run = json.loads(json.dumps(RERANKER_RUN)) | (
+        {"optim": {**RERANKER_RUN["optim"], "max_steps": max_steps}} if max_steps else {})
     spec = {"name": "openoffice_reranker", "storage_path": str(out / "pipelines"),
             "tracking": {"tracking_uri": tracking_uri, "experiment": "openoffice-system-bench"},
             "stages": [
@@ -146,7 +147,7 @@ def dev_select(study: dict[str, Any]) -> Path:
     return Path(PipelineState.load(folder).stages["data"].outputs["dev_select"])
 
 
-def choose_reranking(model: str, reranker: str, settings: Any, select: Path, corpus: Path,  # noqa: ANN401
+def choose_reranking(model: str, reranker: str, settings: Any, select: Path, corpus: Path,
                      max_distractors: Optional[int]) -> tuple[Any, list[dict[str, Any]]]:
     """The re-rank depth and weight for the champion's first stage, chosen on dev_select as the system stage chooses."""
     from lmplatform.evaluation.retrieval_validation import build_retrieval_set
@@ -163,7 +164,7 @@ def choose_reranking(model: str, reranker: str, settings: Any, select: Path, cor
 
 
 # -- the served replay --------------------------------------------------------------------------------------
-def test_index(scorer: Any, folder: Path) -> Path:  # noqa: ANN401 - a SystemScorer
+def test_index(scorer: Any, folder: Path) -> Path:
     """An index folder of the test set's candidates (ids 0..n-1, as the offline rows number them): FAISS over the
     scorer's own vectors, BM25 and the document store."""
     from lmplatform.retrieval.build import BM25_DIR
@@ -181,7 +182,7 @@ def test_index(scorer: Any, folder: Path) -> Path:  # noqa: ANN401 - a SystemSco
     return folder
 
 
-def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:  # noqa: ANN401 - a RetrievalSet and its config
+def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:
     """Every test query in every mode, one request at a time: per-query metrics and latencies per mode."""
     import httpx
     import numpy as np
@@ -200,12 +201,13 @@ def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:  # noqa: ANN401 - a
                 response.raise_for_status()
                 rankings.append([int(hit["id"]) for hit in response.json()["hits"]])
             out[label] = {"per_query": score_rankings(rankings, rset, cfg),
-                          "p50_ms": float(np.percentile(latencies, 50) * 1000), "p99_ms": float(np.percentile(latencies, 99) * 1000)}
+                          "p50_ms": float(np.percentile(latencies, 50) * 1000),
+                          "p99_ms": float(np.percentile(latencies, 99) * 1000)}
             print(f"[bench] served {label}: p50 {out[label]['p50_ms']:.1f} ms, p99 {out[label]['p99_ms']:.1f} ms", flush=True)
     return out
 
 
-def serve_and_replay(model_uri: str, tracking_uri: str, index: Path, rset: Any, cfg: Any, port: int) -> dict[str, Any]:  # noqa: ANN401
+def serve_and_replay(model_uri: str, tracking_uri: str, index: Path, rset: Any, cfg: Any, port: int) -> dict[str, Any]:
     """`lmp serve run` (its own embedded Ray) with the registered version over `index`, replayed, then stopped."""
     import httpx
 
@@ -322,7 +324,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     print(table(rows), flush=True)
     for name, diff in minus_peer.items():
         print(f"[bench] {name} - peer: " + ", ".join(f"{m[3:]} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-                                                     for m, (d, lo, hi) in diff.items() if m in ("ir_recall_at_10", "ir_mrr_at_10")))
+                                                     for m, (d, lo, hi) in diff.items()
+                                                     if m in ("ir_recall_at_10", "ir_mrr_at_10")))
     print(f"[bench] study {study['name']}: {len(study['trials'])} trials, {study['stages_reused']} stages reused, "
           f"{study['seconds'] / 60:.0f} min; targets {payload['targets']}", flush=True)
     write_result("openoffice_system" + ("_toy" if args.toy else ""), payload)

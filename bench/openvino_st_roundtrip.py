@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, check, write_result  # noqa: E402
-from encode_throughput import OpenOfficeRetrieval, real_texts  # noqa: E402
+from common import SHARED_DATA, check, write_result
+from encode_throughput import OpenOfficeRetrieval, real_texts
 
 FP32_TOLERANCE = 1e-3
 
@@ -62,7 +62,7 @@ def main() -> None:
     versions = {"transformers": transformers.__version__}
     try:
         import optimum.intel.openvino  # noqa: F401 - what sentence-transformers' OpenVINO backend runs on
-    except Exception as exc:  # noqa: BLE001 - any failure to import means the backend cannot run here
+    except Exception as exc:  # any failure to import means the backend cannot run here
         reason = f"optimum.intel.openvino cannot be imported ({type(exc).__name__}: {str(exc)[:200]})"
         print(f"skipped: {reason}", flush=True)
         write_result(args.name, {"ran": False, "reason": reason, "versions": versions})

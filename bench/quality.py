@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import RESULTS, SHARED_DATA, write_result  # noqa: E402
+from common import RESULTS, SHARED_DATA, write_result
 
 RETRIEVAL_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "hit@1", "hit@10", "mrr@5", "mrr@15", "map")
 
@@ -40,7 +40,8 @@ def task_configs(data: Path, limit: Optional[int], limit_queries: Optional[int],
     retrieval = RetrievalTask.model_validate({
         "datasets": [{"name": "openoffice", "corpus": f"{oo}/corpus.jsonl", "relations": f"{oo}/pairs.jsonl",
                       "split": "test", "relevance": "group", "limit_queries": limit_queries}],
-        "scenarios": [{"name": "dup_to_all", "query_fields": ["title", "description"], "corpus_fields": ["title", "description"]}],
+        "scenarios": [{"name": "dup_to_all", "query_fields": ["title", "description"],
+                       "corpus_fields": ["title", "description"]}],
         "retrievers": [{"name": "minilm_zero_shot", "kind": "dense", "model": "default", "max_seq_length": max_seq_length},
                        {"name": "bm25", "kind": "bm25"}],
         "ks": [1, 5, 10, 20], "mrr_ks": [5, 15],
@@ -65,7 +66,8 @@ def task_configs(data: Path, limit: Optional[int], limit_queries: Optional[int],
 def retrieval_table(rows: list[dict[str, Any]]) -> str:
     lines = [f"| retriever | queries | {' | '.join(RETRIEVAL_METRICS)} |", "|---|---|" + "---|" * len(RETRIEVAL_METRICS)]
     for r in rows:
-        lines.append(f"| {r['retriever']} | {r['queries_evaluated']} | " + " | ".join(f"{r['metrics'][m]:.4f}" for m in RETRIEVAL_METRICS) + " |")
+        lines.append(f"| {r['retriever']} | {r['queries_evaluated']} | "
+                     + " | ".join(f"{r['metrics'][m]:.4f}" for m in RETRIEVAL_METRICS) + " |")
     dense, bm25 = rows[0]["metrics"], rows[1]["metrics"]
     lines.append(f"\nratio MiniLM / BM25: recall@10 {dense['recall@10'] / max(bm25['recall@10'], 1e-9):.3f}, "
                  f"MAP {dense['map'] / max(bm25['map'], 1e-9):.3f}")

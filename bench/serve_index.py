@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, check, write_result  # noqa: E402
-from serve_load import percentiles  # noqa: E402
+from common import SHARED_DATA, check, write_result
+from serve_load import percentiles
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "serve-index-bench"

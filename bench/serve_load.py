@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, check, write_result  # noqa: E402
+from common import SHARED_DATA, check, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -194,7 +194,8 @@ def main() -> None:
     parser.add_argument("--backend", default="torch", choices=["torch", "onnx", "openvino"],
                         help="The encoder backend, served and in process alike (the index is built by torch fp32).")
     parser.add_argument("--ingress", default="proxy,direct",
-                        help="proxy: Serve's HTTP proxy; direct: RAY_SERVE_THROUGHPUT_OPTIMIZED=1, clients call the ingress replica.")
+                        help="proxy: Serve's HTTP proxy; "
+                             "direct: RAY_SERVE_THROUGHPUT_OPTIMIZED=1, clients call the ingress replica.")
     parser.add_argument("--encode-batch-size", type=int, default=64, help="Batch size when building the index.")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "bench" / "serve_load"))
     parser.add_argument("--name", default="serve_load", help="Result file bench/results/<name>.json.")

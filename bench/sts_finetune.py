@@ -27,7 +27,7 @@ from typing import Any, Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, training_steps_seconds, write_result  # noqa: E402
+from common import SHARED_DATA, training_steps_seconds, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "sts_stsb.yaml"
@@ -64,7 +64,8 @@ class Scorer:
         from lmplatform.evaluation.tasks.sts import cosine_scores
         from lmplatform.models.encoder import Encoder
 
-        return cosine_scores(Encoder.from_pretrained(model, max_seq_length=self.max_seq_length), self.pairs.sentence1, self.pairs.sentence2)
+        return cosine_scores(Encoder.from_pretrained(model, max_seq_length=self.max_seq_length),
+                             self.pairs.sentence1, self.pairs.sentence2)
 
     def spearman(self, cosines: np.ndarray) -> float:
         from lmplatform.metrics.sts import spearman
@@ -172,14 +173,16 @@ def main(argv: Optional[list[str]] = None) -> None:
         row["test_spearman_mean_std"] = mean_std(list(row["test_spearman"].values()))
         row["dev_spearman_mean_std"] = mean_std(list(row["dev_spearman"].values()))
     payload: dict[str, Any] = {
-        "config": str(CONFIG.relative_to(ROOT)), "budget": {k: config["optim"][k] for k in ("lr", "batch_size", "epochs", "warmup_ratio")}
+        "config": str(CONFIG.relative_to(ROOT)),
+        "budget": {k: config["optim"][k] for k in ("lr", "batch_size", "epochs", "warmup_ratio")}
         | {"max_seq_length": length, "loss": "cosent", "scale": config["objective"]["cosent_scale"]},
         "seeds": args.seeds, "test_pairs": len(gold), ZERO_SHOT: zero, "rows": rows,
-        "minus_zero_shot": {name: {s: spearman_interval(c, zero_cos, gold) for s, c in per_seed.items()} for name, per_seed in cos.items()},
+        "minus_zero_shot": {name: {s: spearman_interval(c, zero_cos, gold) for s, c in per_seed.items()}
+                            for name, per_seed in cos.items()},
         "ours_minus_peer": {s: spearman_interval(cos[OURS][s], cos[PEER][s], gold) for s in args.seeds},
         # the median of the per-seed ratios: one run slowed by a neighbour on a 2-core machine moves a mean
-        "ours_over_peer_training_seconds": statistics.median(timing[OURS][s]["training_seconds"] / timing[PEER][s]["training_seconds"]
-                                                             for s in args.seeds),
+        "ours_over_peer_training_seconds": statistics.median(
+            timing[OURS][s]["training_seconds"] / timing[PEER][s]["training_seconds"] for s in args.seeds),
     }
     ours_mean = rows[OURS]["test_spearman_mean_std"]
     payload["targets"] = {"beats_zero_shot_on_every_seed": all(lo > 0 for _, lo, _ in payload["minus_zero_shot"][OURS].values())}

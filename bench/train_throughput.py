@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import check, write_result  # noqa: E402
+from common import check, write_result
 
 SEQ, BATCH = 128, 16
 
@@ -175,10 +175,13 @@ def main() -> None:
     results["plain_masked_projection_before"], results["plain_masked_projection_after"] = before, after
 
     ratios = {
-        "ray_1_worker_vs_plain": check("Ray Train 1 worker / plain loop", results["ray_train_1x2"] / results["plain_masked_projection"], 0.95),
-        "masked_vs_full_projection": check("masked / full projection (median of the rounds' ratios)", statistics.median(projection_ratios), 1.5),
+        "ray_1_worker_vs_plain": check("Ray Train 1 worker / plain loop",
+                                       results["ray_train_1x2"] / results["plain_masked_projection"], 0.95),
+        "masked_vs_full_projection": check("masked / full projection (median of the rounds' ratios)",
+                                           statistics.median(projection_ratios), 1.5),
         "ray_2_workers_vs_1": {"value": round(results["ray_train_2x1"] / results["ray_train_1x2"], 4)},
-        "plain_beside_idle_ray_vs_plain": {"value": round(results["plain_beside_idle_ray"] / results["plain_masked_projection"], 4)},
+        "plain_beside_idle_ray_vs_plain":
+            {"value": round(results["plain_beside_idle_ray"] / results["plain_masked_projection"], 4)},
         "ray_1_worker_vs_plain_beside_idle_ray": {"value": round(results["ray_train_1x2"] / results["plain_beside_idle_ray"], 4)},
     }
     print(f"info plain beside idle Ray / plain: {ratios['plain_beside_idle_ray_vs_plain']['value']:.3f}; "

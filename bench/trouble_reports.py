@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result  # noqa: E402
+from common import SHARED_DATA, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "configs" / "pipelines"
@@ -179,7 +179,8 @@ def head_warmup_spec(data: Path, args: argparse.Namespace) -> dict[str, Any]:
     """configs/mlm_head_warmup.yaml as a one-stage pipeline: the MLM head alone on general sentences under --data."""
     glue, sts = data / "glue_probes", data / "stsbenchmark"
     train = [sts / "sts-train.jsonl", glue / "sst2" / "train_10k.jsonl", glue / "cola" / "train.jsonl"]
-    overrides = [f"data.train_paths=[{','.join(str(p) for p in train)}]", f"data.validation_paths=[{glue / 'cola' / 'dev.jsonl'}]",
+    overrides = [f"data.train_paths=[{','.join(str(p) for p in train)}]",
+                 f"data.validation_paths=[{glue / 'cola' / 'dev.jsonl'}]",
                  f"optim.precision={args.precision}", "tracking.register_model=false"]
     if args.head_steps:
         overrides += [f"optim.max_steps={args.head_steps}", f"checkpoint.every_n_steps={args.head_steps}",
@@ -302,11 +303,13 @@ def retrieval_rows(models: dict[str, str], corpus: Path, pairs: Path, limit_quer
     from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
 
     retrievers = [{"name": "bm25", "kind": "bm25"}]
-    retrievers += [{"name": name, "kind": "dense", "model": path, "max_seq_length": max_seq_length} for name, path in models.items()]
+    retrievers += [{"name": name, "kind": "dense", "model": path, "max_seq_length": max_seq_length}
+                   for name, path in models.items()]
     task = RetrievalTask.model_validate({
         "datasets": [{"name": "openoffice", "corpus": str(corpus), "relations": str(pairs), "split": "test",
                       "relevance": "group", "limit_queries": limit_queries}],
-        "scenarios": [{"name": "dup_to_all", "query_fields": ["title", "description"], "corpus_fields": ["title", "description"]}],
+        "scenarios": [{"name": "dup_to_all", "query_fields": ["title", "description"],
+                       "corpus_fields": ["title", "description"]}],
         "retrievers": retrievers, "ks": [1, 10, 20], "mrr_ks": [10],
     })
     result = run_retrieval_task(task, out / "retrieval")
@@ -400,21 +403,27 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--resume", default=None, help="An output folder of an interrupted run: finished pipeline stages, "
                         "the Fisher, finished seeds' scores and the reference rows are reused (so --seeds can add seeds).")
     parser.add_argument("--tracking-uri", default=None, help="Default: sqlite in --out.")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44], help="optim.seed of every stage; one full run each.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44],
+                        help="optim.seed of every stage; one full run each.")
     parser.add_argument("--precision", choices=["fp32", "bf16", "auto"], default="auto",
                         help="optim.precision of every stage (auto: bf16 where the CPU has it in hardware).")
-    parser.add_argument("--head-steps", type=int, default=None, help="MLM head warm-up steps, fixed (default: configs/mlm_head_warmup.yaml's, to the plateau).")
+    parser.add_argument("--head-steps", type=int, default=None,
+                        help="MLM head warm-up steps, fixed (default: configs/mlm_head_warmup.yaml's, to the plateau).")
     parser.add_argument("--mlm-steps", type=int, default=50, help="Steps of each MLM stage (shared domain stage; strategy 1's).")
     parser.add_argument("--pair-epochs", type=float, default=1.0, help="Epochs of each bi-encoder stage.")
-    parser.add_argument("--task-steps", type=int, default=None, help="Steps of each bi-encoder stage on OpenOffice train pairs instead.")
-    parser.add_argument("--general-steps", type=int, default=None, help="Steps of each bi-encoder stage on general pairs instead.")
+    parser.add_argument("--task-steps", type=int, default=None,
+                        help="Steps of each bi-encoder stage on OpenOffice train pairs instead.")
+    parser.add_argument("--general-steps", type=int, default=None,
+                        help="Steps of each bi-encoder stage on general pairs instead.")
     parser.add_argument("--mlm-batch-size", type=int, default=16)
     parser.add_argument("--pair-batch-size", type=int, default=32, help="Pairs per step (in-batch negatives).")
     parser.add_argument("--max-seq-length", type=int, default=128, help="Training and encoding.")
     parser.add_argument("--domain-docs", type=int, default=None, help="Seeded sample of the domain corpus (default: all 8,127).")
-    parser.add_argument("--task-pairs", type=int, default=None, help="Seeded sample of the OpenOffice train pairs (default: all).")
+    parser.add_argument("--task-pairs", type=int, default=None,
+                        help="Seeded sample of the OpenOffice train pairs (default: all).")
     parser.add_argument("--general-pairs", type=int, default=None, help="Seeded sample of the paraphrase pairs (default: all).")
-    parser.add_argument("--general-eval-pairs", type=int, default=None, help="Seeded sample of R's general task pairs (default: all).")
+    parser.add_argument("--general-eval-pairs", type=int, default=None,
+                        help="Seeded sample of R's general task pairs (default: all).")
     parser.add_argument("--task-queries", type=int, default=300, help="OpenOffice dev queries of R's domain task.")
     parser.add_argument("--task-distractors", type=int, default=1000, help="Corpus reports added to that task's pool.")
     parser.add_argument("--min-score", type=float, default=4.0, help="STS-B score / SICK relatedness for a paraphrase pair.")
@@ -500,8 +509,10 @@ def run_seed(seed: int, args: argparse.Namespace, out: Path, files: dict[str, Pa
     matrices = {}
     for name in TASK_MATRIX_STRATEGIES:
         state = results[name].state
-        matrices[name] = {"tasks": [t["task"] for t in specs[name]["tasks"]], "stages": [s["name"] for s in specs[name]["stages"]],
-                          "R": [[state.stages[s["name"]].task_scores[t["task"]] for t in specs[name]["tasks"]] for s in specs[name]["stages"]],
+        matrices[name] = {"tasks": [t["task"] for t in specs[name]["tasks"]],
+                          "stages": [s["name"] for s in specs[name]["stages"]],
+                          "R": [[state.stages[s["name"]].task_scores[t["task"]] for t in specs[name]["tasks"]]
+                                for s in specs[name]["stages"]],
                           "baseline": state.baseline_task_scores}
     return {"seed": seed, "rows": rows, "stages": stages, "forgetting": forgetting_rows(results, domain_loss, seed),
             "continual": {name: results[name].continual for name in TASK_MATRIX_STRATEGIES}, "task_matrix": matrices,
@@ -560,7 +571,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         retrieval_rows({"minilm_zero_shot": "default"}, eval_corpus, eval_pairs, args.limit_queries, out, args.max_seq_length),
         glue_scores("default", probes, args.max_seq_length)))
     seeds = [cached(out / f"seed{seed}" / "seed_result.json",
-                    lambda seed=seed: run_seed(seed, args, out / f"seed{seed}", files, head_model, eval_corpus, eval_pairs, probes))
+                    lambda seed=seed: run_seed(seed, args, out / f"seed{seed}", files, head_model, eval_corpus, eval_pairs,
+                                               probes))
              for seed in args.seeds]
 
     rows = [{"model": "BM25", **references["bm25"]},

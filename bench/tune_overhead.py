@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import write_result  # noqa: E402
+from common import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 

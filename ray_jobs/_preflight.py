@@ -75,7 +75,8 @@ def require_lmplatform() -> None:
     """Exit with instructions unless this interpreter can import lmplatform and its dependencies."""
     script = sys.argv[0] or "ray_jobs/<script>.py"
     if sys.version_info < MIN_PYTHON:
-        raise SystemExit(f"{script} cannot run in {_interpreter()}: lmplatform needs Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer.\n{_fix_interpreter(script)}")
+        raise SystemExit(f"{script} cannot run in {_interpreter()}: "
+                         f"lmplatform needs Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer.\n{_fix_interpreter(script)}")
     missing = [name for name in DEPENDENCIES if importlib.util.find_spec(name) is None]
     if missing:
         raise SystemExit("{} cannot run in {}: it does not have lmplatform's dependencies (missing: {}).\n{}".format(
@@ -85,8 +86,10 @@ def require_lmplatform() -> None:
     except ModuleNotFoundError as error:
         if error.name != "lmplatform":
             raise
-        raise SystemExit(f"{script} cannot import lmplatform in {_interpreter()}: the dependencies are there, the library is not.\n{_fix_library(script)}") from None
+        raise SystemExit(f"{script} cannot import lmplatform in {_interpreter()}: "
+                         f"the dependencies are there, the library is not.\n{_fix_library(script)}") from None
     if _under_ray_job():
         # Which interpreter and which copy of the library a job ran is the first question when
         # one behaves differently from a local run; the job log answers it.
-        print(f"[lmp] {script}: {_interpreter()}, lmplatform {lmplatform.__version__} from {os.path.dirname(lmplatform.__file__)}", file=sys.stderr)
+        print(f"[lmp] {script}: {_interpreter()}, "
+              f"lmplatform {lmplatform.__version__} from {os.path.dirname(lmplatform.__file__)}", file=sys.stderr)

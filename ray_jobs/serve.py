@@ -12,7 +12,7 @@ from _preflight import require_lmplatform
 
 require_lmplatform()  # before lmplatform: says what to do when it or its dependencies are missing
 
-from lmplatform.cli import app  # noqa: E402
+from lmplatform.cli import app
 
 # The project's Serve config, found beside this script: in the repository, or in a job's uploaded
 # working dir. lmplatform's own default is found relative to the library's files, which in a

@@ -34,7 +34,7 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)
 # must get the interpreter lmplatform is installed in.
 os.environ["PATH"] = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
 
-from lmplatform.runtime import apply_runtime_defaults  # noqa: E402
+from lmplatform.runtime import apply_runtime_defaults
 
 apply_runtime_defaults()  # the remaining defaults, as the `lmp` command line applies them
 
@@ -100,7 +100,7 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def mlm_parts(tiny_bert: Path):  # noqa: ANN201
+def mlm_parts(tiny_bert: Path):
     """(tokenizer, MaskedLanguageModel, DynamicMasker) of the tiny BERT, fresh for each test."""
     from transformers import AutoTokenizer
 
@@ -140,7 +140,8 @@ def write_duplicate_reports(folder: Path, groups: int = 24, seed: int = 0) -> tu
             rng.shuffle(words)
             reports.append({"id": report_id, "title": " ".join(words[:3]), "description": " ".join(words[3:])})
         relations += [{"duplicate_id": d, "master_id": ids[0], "split": split} for d in ids[1:]]
-    reports += [{"id": f"x{n}", "title": " ".join(rng.sample(TOKEN_WORDS, 3)), "description": " ".join(rng.sample(TOKEN_WORDS, 5))}
+    reports += [{"id": f"x{n}", "title": " ".join(rng.sample(TOKEN_WORDS, 3)),
+                 "description": " ".join(rng.sample(TOKEN_WORDS, 5))}
                 for n in range(20)]
     corpus, links = folder / "corpus.jsonl", folder / "relations.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in reports))
@@ -198,7 +199,7 @@ def ray_cluster() -> Iterator["LocalCluster"]:
 
 
 @pytest.fixture(scope="module")
-def ray_session(ray_cluster):  # noqa: ANN001,ANN201
+def ray_session(ray_cluster):
     """This test module's driver connection to the session's Ray.
 
     Each module gets a fresh driver (a new Ray job): a driver that lives through dozens of
@@ -218,7 +219,7 @@ def ray_session(ray_cluster):  # noqa: ANN001,ANN201
 
 
 @pytest.fixture(scope="session")
-def ray_dashboard_url(ray_cluster) -> str:  # noqa: ANN001
+def ray_dashboard_url(ray_cluster) -> str:
     """The session Ray's dashboard, where `ray job submit` and the State API connect."""
     url = ray_cluster.dashboard_url
     return url if "://" in url else f"http://{url}"

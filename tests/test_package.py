@@ -7,7 +7,7 @@ from pathlib import Path
 def test_lmplatform_does_not_shadow_stdlib_platform() -> None:
     import platform
 
-    import lmplatform  # noqa: F401
+    import lmplatform  # noqa: F401 - imported for its effect: `platform` must still be the stdlib one after it
 
     stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
     assert Path(platform.__file__).resolve().parent == stdlib
@@ -23,10 +23,13 @@ def test_importing_changes_no_environment_but_the_command_line_sets_offline_defa
 
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
     probe = ("import os, lmplatform.tune.tuner, lmplatform.serving.app; print(os.environ.get('HF_HUB_OFFLINE'))")
-    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split() == ["None"]
-    probe = ("import os; from typer.testing import CliRunner; from lmplatform.cli import app; CliRunner().invoke(app, ['config', 'schema']); "
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          check=True).stdout.split() == ["None"]
+    probe = ("import os; from typer.testing import CliRunner; from lmplatform.cli import app; "
+             "CliRunner().invoke(app, ['config', 'schema']); "
              "print(os.environ.get('HF_HUB_OFFLINE'), os.environ.get('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'))")
-    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split() == ["1", "0"]
+    assert subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          check=True).stdout.split() == ["1", "0"]
 
 
 def test_user_setting_wins(monkeypatch) -> None:

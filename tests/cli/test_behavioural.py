@@ -17,11 +17,13 @@ def test_run_suite_on_a_saved_classifier_and_reject_a_bad_suite(tiny_bert: Path,
     from lmplatform.models.encoder import Encoder
 
     torch.manual_seed(0)
-    folder = ClassifierModel(Encoder.from_pretrained(tiny_bert), MLPHead(32, 2, hidden=8), ["network", "storage"]).save_pretrained(tmp_path / "clf")
+    folder = ClassifierModel(Encoder.from_pretrained(tiny_bert), MLPHead(32, 2, hidden=8),
+                             ["network", "storage"]).save_pretrained(tmp_path / "clf")
     suite = tmp_path / "suite.yaml"
     suite.write_text(yaml.safe_dump({"name": "cli", "tests": [
         {"name": "inv", "type": "invariance", "pairs": [["vpn down", "vpn down"]]},  # identical texts: must pass
-        {"name": "emb", "type": "embedding", "triples": [{"anchor": "disk full", "positive": "disk full", "negative": "vpn tunnel"}]},
+        {"name": "emb", "type": "embedding",
+         "triples": [{"anchor": "disk full", "positive": "disk full", "negative": "vpn tunnel"}]},
     ]}))
     runner = CliRunner()
     result = runner.invoke(app, ["behavioural", "run", str(suite), "--classifier", str(folder), "--out", str(tmp_path / "out"),

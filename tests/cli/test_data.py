@@ -1,4 +1,5 @@
-"""`lmp data`: span-report on a crafted corpus with known token counts; pairs joined per split, and its bad rows skipped and reported."""
+"""`lmp data`: span-report on a crafted corpus with known token counts; pairs joined per split, and its bad rows
+skipped and reported."""
 from __future__ import annotations
 
 import json
@@ -46,13 +47,14 @@ def test_pairs_joins_report_texts_per_split_with_groups_across_splits(tmp_path: 
     result = CliRunner().invoke(app, ["data", "pairs", "--corpus", str(corpus), "--relations", str(links), "--out", str(out),
                                       "--split", "train", "--split", "test"])
     assert result.exit_code == 0, result.output
-    read = {split: [json.loads(line) for line in (out / f"{split}.jsonl").read_text().splitlines()] for split in ("train", "test")}
+    read = {split: [json.loads(line) for line in (out / f"{split}.jsonl").read_text().splitlines()]
+            for split in ("train", "test")}
     assert read["train"] == [{"query": "Save crashes", "document": "Crash on save. Writer crashes", "group": "1"}]
     assert read["test"] == [{"query": "Crash when saving. again", "document": "Save crashes", "group": "1"}]
     assert "1 left out: an empty text" in result.output
 
 
-def test_pairs_skips_and_reports_rows_that_are_not_json_or_not_unicode(tmp_path: Path, caplog) -> None:  # noqa: ANN001
+def test_pairs_skips_and_reports_rows_that_are_not_json_or_not_unicode(tmp_path: Path, caplog) -> None:
     corpus, links = tmp_path / "corpus.jsonl", tmp_path / "pairs.jsonl"
     corpus.write_text("\n".join([
         json.dumps({"id": "1", "title": "Crash on save", "description": "Writer crashes"}),

@@ -61,7 +61,7 @@ class EncodedCorpus:
 
 
 @pytest.fixture(scope="module")
-def encoded_corpus(local_cluster, tiny_bert, tmp_path_factory) -> EncodedCorpus:  # noqa: ANN001
+def encoded_corpus(local_cluster, tiny_bert, tmp_path_factory) -> EncodedCorpus:
     """ray_jobs/build_index.py with two one-CPU encoder actors: shards, FAISS index, document store."""
     tmp = tmp_path_factory.mktemp("encode")
     corpus = write_corpus(tmp / "corpus.jsonl", n=48)
@@ -75,7 +75,7 @@ def encoded_corpus(local_cluster, tiny_bert, tmp_path_factory) -> EncodedCorpus:
     return EncodedCorpus(tmp / "built", ids, last_json(done.stdout), _new_actors(local_cluster, ENCODER_ACTOR, before))
 
 
-def test_ray_data_encoder_actors_on_two_nodes_encode_every_document(local_cluster, encoded_corpus) -> None:  # noqa: ANN001
+def test_ray_data_encoder_actors_on_two_nodes_encode_every_document(local_cluster, encoded_corpus) -> None:
     import pyarrow.parquet as pq
 
     actors = encoded_corpus.actors
@@ -119,7 +119,7 @@ def _serve_actors_alive(cluster: LocalCluster) -> list[str]:
             and a["class_name"].startswith(SERVE_ACTORS)]
 
 
-def test_serve_replicas_on_two_nodes_answer_over_http(local_cluster, encoded_corpus, tiny_bert, tmp_path) -> None:  # noqa: ANN001
+def test_serve_replicas_on_two_nodes_answer_over_http(local_cluster, encoded_corpus, tiny_bert, tmp_path) -> None:
     port = free_port()
     config = _serve_config(tmp_path, port)
     before = _actor_ids(local_cluster, RETRIEVER_REPLICA)

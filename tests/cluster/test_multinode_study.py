@@ -52,7 +52,7 @@ def _alive_workers(cluster: LocalCluster, exclude: set[str]) -> list[dict]:
 
 
 def test_two_pipeline_trials_overlap_on_two_nodes_and_a_lost_node_is_finished_after_restore(
-    local_cluster, tiny_bert, mlflow_uri, tmp_path  # noqa: ANN001
+    local_cluster, tiny_bert, mlflow_uri, tmp_path
 ) -> None:
     from mlflow.tracking import MlflowClient
 

@@ -58,7 +58,9 @@ def _node_names(cluster: LocalCluster, actors: list[dict]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_two_workers_on_two_nodes_checkpoint_to_shared_storage_and_recover_from_a_killed_node(local_cluster, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_two_workers_on_two_nodes_checkpoint_to_shared_storage_and_recover_from_a_killed_node(
+    local_cluster, tiny_bert, mlflow_uri, tmp_path
+) -> None:
     every, max_steps = 10, 50
     before = {a["actor_id"] for a in local_cluster.state_actors(TRAIN_WORKER)}
     job = _job(tmp_path, tiny_bert, mlflow_uri, optim__max_steps=max_steps,

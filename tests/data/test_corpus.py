@@ -72,7 +72,8 @@ def test_split_is_deterministic_and_order_independent(tmp_path: Path) -> None:
 
 
 def test_dedup_and_cleaning(tmp_path: Path) -> None:
-    path = _write(tmp_path / "c.jsonl", [{"text": "disk  full"}, {"text": "disk full"}, {"text": "disk\tfull\r"}, {"text": "other"}])
+    path = _write(tmp_path / "c.jsonl",
+                  [{"text": "disk  full"}, {"text": "disk full"}, {"text": "disk\tfull\r"}, {"text": "other"}])
     corpus = scan_corpus(DataConfig(train_paths=[str(path)], validation_fraction=0.0, dedup=True), use_ray=False)
     assert corpus.report.duplicates_removed == 2
     assert sorted(local_documents(corpus, TRAIN)) == ["disk full", "other"]

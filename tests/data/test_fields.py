@@ -18,7 +18,8 @@ def test_labelled_text_joins_several_fields_and_names_what_is_missing() -> None:
     assert labelled_text({"title": " Disk ", "y": 1}, ["title", "body"], "y", clean=False) == (" Disk ", "1")
     assert labelled_text({"y": "a"}, ["text"], "y", clean=True) == "missing text field 'text' (or empty, or not text)"
     assert labelled_text({"y": "a"}, ["title", "body"], "y", clean=True).startswith("no text in ['title', 'body']")
-    assert labelled_text({"text": "x", "y": {}}, ["text"], "y", clean=True) == "missing label field 'y' (or null, or not a scalar)"
+    assert (labelled_text({"text": "x", "y": {}}, ["text"], "y", clean=True)
+            == "missing label field 'y' (or null, or not a scalar)")
 
 
 def test_scored_pair_checks_texts_the_score_and_the_scale() -> None:

@@ -28,7 +28,8 @@ def test_jsonl_pairs_with_hard_negatives_and_bad_rows(tmp_path: Path) -> None:
     cfg = DataConfig(train_paths=[str(path)], query_field="q", document_field="d", hard_negative_field="neg",
                      validation_fraction=0.0)
     pairs = read_pairs(cfg)
-    assert [(p.query, p.document) for p in pairs.train] == [("printer jams", "paper jam in tray 2"), ("login fails", "sso timeout")]
+    assert [(p.query, p.document) for p in pairs.train] == [("printer jams", "paper jam in tray 2"),
+                                                            ("login fails", "sso timeout")]
     assert pairs.train[0].hard_negatives == ("vpn drops", "disk full") and pairs.train[1].hard_negatives == ()
     assert pairs.train[0].source.endswith("p.jsonl:1")
     report = pairs.report

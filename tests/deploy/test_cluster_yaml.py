@@ -33,7 +33,7 @@ def cluster_config() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "cluster.yaml").read_text())
 
 
-def test_cluster_yaml_passes_rays_validation(cluster_config) -> None:  # noqa: ANN001
+def test_cluster_yaml_passes_rays_validation(cluster_config) -> None:
     prepared = validate_like_ray_up(cluster_config)
     types = prepared["available_node_types"]
     assert types[prepared["head_node_type"]]["resources"].get("GPU", 0) == 0  # no GPU paid for on the head
@@ -64,7 +64,7 @@ def with_values(command: str, commit: str | None = None, repo: str | None = None
     return command
 
 
-def test_the_template_stops_ray_up_with_a_message_until_a_commit_is_set(cluster_config, tmp_path) -> None:  # noqa: ANN001
+def test_the_template_stops_ray_up_with_a_message_until_a_commit_is_set(cluster_config, tmp_path) -> None:
     check = cluster_config["setup_commands"][0]
     done = run_like_ray_up(check, tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -74,7 +74,7 @@ def test_the_template_stops_ray_up_with_a_message_until_a_commit_is_set(cluster_
     assert not (tmp_path / REQUIREMENT_FILE).exists()
 
 
-def test_a_set_commit_and_repository_pin_the_install(cluster_config, tmp_path) -> None:  # noqa: ANN001
+def test_a_set_commit_and_repository_pin_the_install(cluster_config, tmp_path) -> None:
     repo = "https://git.example.com/team/lmplatform.git"
     done = run_like_ray_up(with_values(cluster_config["setup_commands"][0], SHA, repo), tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -86,13 +86,13 @@ def test_a_set_commit_and_repository_pin_the_install(cluster_config, tmp_path) -
     (SHA[:7], "https://git.example.com/team/lmplatform.git"),  # an abbreviated SHA can become ambiguous
     (SHA, None),  # the template's repository
 ])
-def test_a_branch_short_sha_or_template_repository_is_refused(cluster_config, tmp_path, commit, repo) -> None:  # noqa: ANN001
+def test_a_branch_short_sha_or_template_repository_is_refused(cluster_config, tmp_path, commit, repo) -> None:
     done = run_like_ray_up(with_values(cluster_config["setup_commands"][0], commit, repo), tmp_path)
     assert done.returncode == 1 and "cluster.yaml is still the template" in done.stderr
     assert not (tmp_path / REQUIREMENT_FILE).exists()
 
 
-def test_the_check_runs_before_anything_is_installed_and_the_install_reads_its_pin(cluster_config) -> None:  # noqa: ANN001
+def test_the_check_runs_before_anything_is_installed_and_the_install_reads_its_pin(cluster_config) -> None:
     check, *installs = cluster_config["setup_commands"]
     assert "REPLACE_WITH_COMMIT_SHA" in check and f"> ~/{REQUIREMENT_FILE}" in check
     assert all(c.startswith("pip install") for c in installs)
@@ -100,7 +100,7 @@ def test_the_check_runs_before_anything_is_installed_and_the_install_reads_its_p
     assert not any("git+" in c or "REPLACE_WITH" in c for c in installs)
 
 
-def test_cluster_yaml_runs_our_ray_and_mounts_existing_folders(cluster_config) -> None:  # noqa: ANN001
+def test_cluster_yaml_runs_our_ray_and_mounts_existing_folders(cluster_config) -> None:
     assert cluster_config["docker"]["image"].startswith("rayproject/ray:2.60.0")  # the Ray version we pin
     for remote, local in cluster_config["file_mounts"].items():
         assert (ROOT / local).is_dir(), f"file_mounts {remote}: {local} does not exist"
@@ -114,7 +114,7 @@ def test_cluster_yaml_runs_our_ray_and_mounts_existing_folders(cluster_config) -
     (lambda c: c.update(idle_timeout_minute=10), "idle_timeout_minute"),
     (lambda c: c["available_node_types"]["cpu_worker"].update(min_workers=9), "max_workers"),
 ])
-def test_a_broken_cluster_yaml_fails_validation(cluster_config, mutate, message) -> None:  # noqa: ANN001
+def test_a_broken_cluster_yaml_fails_validation(cluster_config, mutate, message) -> None:
     broken = copy.deepcopy(cluster_config)
     mutate(broken)
     with pytest.raises(Exception, match=re.escape(message)):

@@ -20,7 +20,7 @@ def rayjob() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "deploy" / "rayjob.yaml").read_text())
 
 
-def test_rayjob_has_the_structure_kuberay_requires(rayjob) -> None:  # noqa: ANN001
+def test_rayjob_has_the_structure_kuberay_requires(rayjob) -> None:
     assert rayjob["apiVersion"] == "ray.io/v1" and rayjob["kind"] == "RayJob"
     assert rayjob["metadata"]["name"]
     spec = rayjob["spec"]
@@ -42,7 +42,7 @@ def test_rayjob_has_the_structure_kuberay_requires(rayjob) -> None:  # noqa: ANN
     assert runtime_env["env_vars"]["RAY_AUTH_MODE"] == "disabled"
 
 
-def test_rayjob_entrypoint_is_a_job_of_this_repository_with_a_valid_config(rayjob) -> None:  # noqa: ANN001
+def test_rayjob_entrypoint_is_a_job_of_this_repository_with_a_valid_config(rayjob) -> None:
     from lmplatform.objectives.run_config import load_run_config
 
     argv = shlex.split(rayjob["spec"]["entrypoint"])
@@ -70,7 +70,7 @@ def run_commit_check(rayjob: dict[str, Any], image: str) -> subprocess.Completed
                           capture_output=True, text=True)
 
 
-def test_every_pod_checks_its_image_first_and_all_share_one_image(rayjob) -> None:  # noqa: ANN001
+def test_every_pod_checks_its_image_first_and_all_share_one_image(rayjob) -> None:
     images = set()
     for spec in pod_specs(rayjob):
         first = spec["initContainers"][0]
@@ -80,7 +80,7 @@ def test_every_pod_checks_its_image_first_and_all_share_one_image(rayjob) -> Non
     assert len(images) == 1, f"the pods run different images: {images}"  # set once, at &image
 
 
-def test_the_template_image_stops_the_pods_with_a_message(rayjob) -> None:  # noqa: ANN001
+def test_the_template_image_stops_the_pods_with_a_message(rayjob) -> None:
     template = pod_specs(rayjob)[0]["containers"][0]["image"]
     assert template.endswith(":REPLACE_WITH_COMMIT_SHA")
     done = run_commit_check(rayjob, template)
@@ -90,7 +90,7 @@ def test_the_template_image_stops_the_pods_with_a_message(rayjob) -> None:  # no
 
 
 @pytest.mark.parametrize("image", [f"ghcr.io/acme/lmplatform:{SHA}", f"registry.acme.io:5000/ml/lmplatform:{SHA[:12]}"])
-def test_an_image_tagged_with_a_commit_passes(rayjob, image: str) -> None:  # noqa: ANN001
+def test_an_image_tagged_with_a_commit_passes(rayjob, image: str) -> None:
     done = run_commit_check(rayjob, image)
     assert done.returncode == 0, done.stderr
 
@@ -101,6 +101,6 @@ def test_an_image_tagged_with_a_commit_passes(rayjob, image: str) -> None:  # no
     "registry.acme.io:5000/ml/lmplatform",  # a registry port is not a tag
     f"ghcr.io/your-org/lmplatform:{SHA}",  # the template's registry
 ])
-def test_an_image_not_pinned_to_a_commit_is_refused(rayjob, image: str) -> None:  # noqa: ANN001
+def test_an_image_not_pinned_to_a_commit_is_refused(rayjob, image: str) -> None:
     done = run_commit_check(rayjob, image)
     assert done.returncode == 1 and "is still the template" in done.stderr

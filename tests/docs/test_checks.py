@@ -65,7 +65,8 @@ def test_a_code_span_names_part_of_a_command_but_its_options_must_exist() -> Non
 
 
 def test_a_planted_broken_path_fails() -> None:
-    planted = README.replace("configs/biencoder.yaml --set optim.max_steps=20", "configs/biencoderr.yaml --set optim.max_steps=20")
+    planted = README.replace("configs/biencoder.yaml --set optim.max_steps=20",
+                             "configs/biencoderr.yaml --set optim.max_steps=20")
     problems = readme_path_problems(planted)
     assert len(problems) == 1 and "configs/biencoderr.yaml" in problems[0].what
 
@@ -74,7 +75,8 @@ def test_a_broken_link_or_anchor_fails_and_outputs_and_metric_names_do_not() -> 
     text = ("See [serving](docs/servng.md) and [tuning](docs/tuning.md#no-such-heading).\n"
             "`lmp export --model default --format onnx --out runs/new/folder` writes `data/bad_rows/...` metrics.\n")
     problems = readme_path_problems(text)
-    assert [p.what.split(",")[0] for p in problems] == ["links to 'docs/servng.md'", "links to 'docs/tuning.md#no-such-heading': no heading has that anchor"]
+    assert [p.what.split(",")[0] for p in problems] == [
+        "links to 'docs/servng.md'", "links to 'docs/tuning.md#no-such-heading': no heading has that anchor"]
 
 
 def test_yaml_comments_are_read_and_a_bare_mention_is_refused() -> None:
@@ -88,7 +90,8 @@ def test_yaml_comments_are_read_and_a_bare_mention_is_refused() -> None:
 def test_the_real_benchmarks_page_passes_and_checks_hundreds_of_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     cited = []
     original = checks.FigureCheck.value
-    monkeypatch.setattr(checks.FigureCheck, "value", lambda self, where, entry: cited.append(entry) or original(self, where, entry))
+    monkeypatch.setattr(checks.FigureCheck, "value",
+                        lambda self, where, entry: cited.append(entry) or original(self, where, entry))
     assert checks.check_figures("docs/benchmarks.md", BENCHMARKS, REPO, require_keys=True) == []
     assert len(cited) > 500
 

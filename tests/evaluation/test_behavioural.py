@@ -18,7 +18,7 @@ class KeywordClassifier:
     labels = ["database", "network", "ui"]
     KEYWORDS = {"database": ["postgres", "query", "crash"], "network": ["vpn", "dns"], "ui": ["button", "screen"]}
 
-    def predict_proba(self, texts):  # noqa: ANN001, ANN201
+    def predict_proba(self, texts):
         rows = []
         for text in texts:
             words = text.lower().split()
@@ -28,7 +28,7 @@ class KeywordClassifier:
 
 
 class BagOfWordsEncoder:
-    def encode(self, texts, normalize=True):  # noqa: ANN001, ANN201
+    def encode(self, texts, normalize=True):
         vocab = sorted({w for t in texts for w in t.lower().split()})
         vectors = np.array([[t.lower().split().count(w) for w in vocab] for t in texts], dtype=float)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -88,7 +88,7 @@ def test_missing_model_skips_instead_of_passing() -> None:
         ({"name": "i", "type": "invariance"}, r"test 'i' \(#1\).*at least one of 'pairs'"),
     ],
 )
-def test_bad_suite_names_test_and_field(test, message, tmp_path: Path) -> None:  # noqa: ANN001
+def test_bad_suite_names_test_and_field(test, message, tmp_path: Path) -> None:
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump({"name": "bad", "tests": [test]}))
     with pytest.raises(SuiteError, match=message):
@@ -109,9 +109,11 @@ def test_starter_suite_is_valid() -> None:
 
 def test_capability_sums_its_tests_and_leaves_skipped_ones_out() -> None:
     tests = [dict(test, capability="vpn") for test in SUITE["tests"] if test["name"] in ("inv_pronoun", "emb")]
+    # emb2's anchor and positive share no word: 0 > 0 fails
     tests.append({"name": "emb2", "type": "embedding", "capability": "vpn", "triples": [
-        {"anchor": "vpn tunnel down", "positive": "the network fails", "negative": "postgres query slow"}]})  # no shared word: 0 > 0 fails
+        {"anchor": "vpn tunnel down", "positive": "the network fails", "negative": "postgres query slow"}]})
     report = run_suite(parse_suite({"name": "caps", "tests": tests}), encoder=BagOfWordsEncoder())
     # inv_pronoun is skipped (no classifier): its case must not count towards "vpn"
-    assert report["summary"]["capabilities"] == {"vpn": {"tests": 2, "cases": 3, "failures": 2, "failure_rate": pytest.approx(2 / 3)}}
+    assert report["summary"]["capabilities"] == {
+        "vpn": {"tests": 2, "cases": 3, "failures": 2, "failure_rate": pytest.approx(2 / 3)}}
     assert "| vpn | 2 | 3 | 2 | 66.7% |" in report_markdown(report)

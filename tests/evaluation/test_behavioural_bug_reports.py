@@ -20,7 +20,7 @@ CAPABILITIES = {"negation", "typos_abbreviations", "synonyms_paraphrase", "numbe
 class BagOfWordsEncoder:
     """Cosine of word counts: the pure surface-overlap model the suite is built to defeat."""
 
-    def encode(self, texts, normalize=True):  # noqa: ANN001, ANN201
+    def encode(self, texts, normalize=True):
         vocab = sorted({w for t in texts for w in t.lower().split()})
         vectors = np.array([[t.lower().split().count(w) for w in vocab] for t in texts], dtype=float)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)

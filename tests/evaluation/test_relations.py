@@ -11,7 +11,7 @@ from lmplatform.objectives.run_config import load_run_config
 from tests.graph.synthetic import write_synthetic_ade
 
 
-def test_ray_train_run_then_fold_parallel_evaluation(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_ray_train_run_then_fold_parallel_evaluation(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
 
     from lmplatform.cli import app
@@ -64,7 +64,7 @@ def test_ray_train_run_then_fold_parallel_evaluation(ray_session, tiny_bert, mlf
     assert (tmp_path / "eval" / "tsne_relations.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def _validation_ner_curve(data, folds, fold: int, model, k_candidates: tuple[int, ...]) -> dict[int, float]:  # noqa: ANN001
+def _validation_ner_curve(data, folds, fold: int, model, k_candidates: tuple[int, ...]) -> dict[int, float]:
     """NER macro F1 of each k on the fold's validation split, from the same components, outside Ray."""
     from lmplatform.evaluation.relations import RelationEvalConfig, load_backbone
     from lmplatform.graph.data import read_ade, read_folds, split_fold
@@ -75,7 +75,7 @@ def _validation_ner_curve(data, folds, fold: int, model, k_candidates: tuple[int
     fit, validation = split_validation(train, cfg.validation_fraction, cfg.seed)
     backbone, tokenizer = load_backbone(str(model))
 
-    def words(sentences):  # noqa: ANN001,ANN202
+    def words(sentences):
         return encode_words(backbone, tokenizer, sentences, cfg.word_pooling, cfg.max_seq_length, cfg.batch_size)
 
     import torch
@@ -87,11 +87,12 @@ def _validation_ner_curve(data, folds, fold: int, model, k_candidates: tuple[int
         vectors = words(validation)
     finally:
         torch.set_num_threads(threads)
-    return {k: score_extraction(validation, extractor.predict_entities(validation, vectors, k, max(k_candidates)), [])["ner_macro_f1"]
+    return {k: score_extraction(validation, extractor.predict_entities(validation, vectors, k, max(k_candidates)),
+                                [])["ner_macro_f1"]
             for k in k_candidates}
 
 
-def test_bad_evaluation_config_fails_before_ray_with_the_field(tmp_path) -> None:  # noqa: ANN001
+def test_bad_evaluation_config_fails_before_ray_with_the_field(tmp_path) -> None:
     from lmplatform.cli import app
 
     bad = tmp_path / "eval.yaml"

@@ -58,7 +58,7 @@ def test_planted_vectors_give_exact_metrics() -> None:
     rset = retrieval_set_from_pairs(pairs, pairs, ["c", "d", "e"], CFG)
     candidates = {"a": [1, 0, 0], "b": [0, 1, 0], "c": [0.9, 0.1, 0], "d": [0, 0, 1], "e": [0, 0.5, 0.5]}
     queries = {"qa": [1, 0, 0], "qb": [0, 0.6, 0.8]}  # qa finds a first; qb ranks d, e above b
-    vectors = lambda texts, table: np.array([table[t] for t in texts], dtype=np.float32)  # noqa: E731
+    vectors = lambda texts, table: np.array([table[t] for t in texts], dtype=np.float32)
     q = vectors(rset.query_texts, queries)
     c = vectors(rset.candidate_texts, candidates)
     c /= np.linalg.norm(c, axis=1, keepdims=True)
@@ -72,7 +72,7 @@ def test_planted_vectors_give_exact_metrics() -> None:
     assert means["ir_queries"] == 2 and means["ir_candidates"] == 5
 
 
-def _collapsed(encoder):  # noqa: ANN001,ANN202 - every text gets the same vector
+def _collapsed(encoder):
     import torch
 
     with torch.no_grad():
@@ -122,7 +122,8 @@ def test_build_from_files_with_a_distractor_sample(tmp_path: Path) -> None:
     assert 0 < len(rset.query_texts) < 40
     assert len(rset.candidate_texts) == len(set(rset.candidate_texts))
     assert "report 7. text" in rset.candidate_texts
-    sampled = build_retrieval_set(cfg.model_copy(update={"distractors": cfg.distractors.model_copy(update={"max_documents": 10})}))
+    sampled = build_retrieval_set(
+        cfg.model_copy(update={"distractors": cfg.distractors.model_copy(update={"max_documents": 10})}))
     assert sampled.counts["distractors"] == 10
     assert build_retrieval_set(cfg).fingerprint() == rset.fingerprint() != sampled.fingerprint()
     with pytest.raises(DataError, match="no validation pairs"):
@@ -134,7 +135,8 @@ def test_config_rules_name_the_field() -> None:
     from lmplatform.objectives.run_config import load_run_config
 
     base = {"data": {"train_paths": ["x.jsonl"]}, "retrieval_validation": {}}
-    with pytest.raises(ConfigError, match="applies to objectives biencoder, biencoder_distill, cross_encoder, declutr, not 'mlm'"):
+    with pytest.raises(ConfigError,
+                       match="applies to objectives biencoder, biencoder_distill, cross_encoder, declutr, not 'mlm'"):
         load_run_config(None, base=base)
     with pytest.raises(ConfigError, match="retrieval_validation.pairs is required for declutr"):
         load_run_config(None, base=base | {"objective": {"name": "declutr"}})
@@ -152,7 +154,7 @@ class TableEncoder:
     def __init__(self, table: dict[str, list[float]]):
         self.table = table
 
-    def encode(self, texts, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:  # noqa: ANN001
+    def encode(self, texts, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
         rows = np.array([self.table[t] for t in texts], dtype=np.float32)
         return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 

@@ -39,7 +39,7 @@ def _scorer(reranker: TableReranker | None = None) -> SystemScorer:
 
 def test_dense_hybrid_and_reranked_rankings_by_hand() -> None:
     scorer = _scorer(TableReranker(RERANKED))
-    names = lambda hits: [scorer.rset.candidate_texts[i] for i, _ in hits[0]]  # noqa: E731
+    names = lambda hits: [scorer.rset.candidate_texts[i] for i, _ in hits[0]]
     assert names(scorer.hits(SearchSettings(mode="dense"))) == ["beta issue", "alpha issue", "gamma note"]
     dense = scorer.per_query(SearchSettings(mode="dense"))
     assert dense["ir_mrr_at_3"].tolist() == evaluate_model(TableEncoder(LEXICAL), scorer.rset, CFG)["ir_mrr_at_3"].tolist()

@@ -62,7 +62,8 @@ def test_bio_round_trip_and_overlaps() -> None:
     tags = bio_tags(sentence)
     assert tags == ["B-Drug", "O", "B-AE", "I-AE"]  # the nested AE loses to the first one listed
     assert decode_bio(tags) == [Entity(0, 1, "Drug"), Entity(2, 4, "AE")]
-    assert decode_bio(["I-AE", "I-Drug", "O", "B-AE", "B-AE"]) == [Entity(0, 1, "AE"), Entity(1, 2, "Drug"), Entity(3, 4, "AE"), Entity(4, 5, "AE")]
+    assert decode_bio(["I-AE", "I-Drug", "O", "B-AE", "B-AE"]) == [Entity(0, 1, "AE"), Entity(1, 2, "Drug"),
+                                                                   Entity(3, 4, "AE"), Entity(4, 5, "AE")]
 
 
 def test_words_map_to_sub_words(tiny_bert: Path) -> None:

@@ -23,5 +23,6 @@ def test_relation_needs_both_entities_exact_but_re_minus_forgives_boundaries() -
     assert boundary_free_relation_scores(gold, [("s", effect, short_drug, "ADE")])["macro_f1"] == 1.0
     # a non-overlapping argument is wrong even without boundaries; one gold relation matches once
     far = Entity(5, 6, "Drug")
-    free = boundary_free_relation_scores(gold, [("s", effect, far, "ADE"), ("s", effect, short_drug, "ADE"), ("s", effect, drug, "ADE")])
+    free = boundary_free_relation_scores(gold, [("s", effect, far, "ADE"), ("s", effect, short_drug, "ADE"),
+                                                ("s", effect, drug, "ADE")])
     assert free["per_type"]["ADE"].precision == pytest.approx(1 / 3) and free["per_type"]["ADE"].recall == 1.0

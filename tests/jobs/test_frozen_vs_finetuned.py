@@ -22,13 +22,14 @@ def _rows(n: int, seed: int, split: str) -> list[dict]:
     rows = []
     for i in range(n):
         label = list(VOCAB)[i % 3]
-        words = [rng.choice(VOCAB[label]) for _ in range(4)] + [rng.choice(["error", "failed", "user", "report"]) for _ in range(3)]
+        words = ([rng.choice(VOCAB[label]) for _ in range(4)]
+                 + [rng.choice(["error", "failed", "user", "report"]) for _ in range(3)])
         rng.shuffle(words)
         rows.append({"text": " ".join(words), "label": label, "split": split})
     return rows
 
 
-def test_frozen_and_finetuned_classifiers_beat_chance(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_frozen_and_finetuned_classifiers_beat_chance(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
 
     path = tmp_path / "tickets.jsonl"

@@ -10,7 +10,7 @@ from lmplatform.jobs.train_run import run_training
 from lmplatform.objectives.run_config import load_run_config
 
 
-def _config(tiny_bert: Path, corpus: Path, mlflow_uri: str, storage: Path, *extra: str):  # noqa: ANN202
+def _config(tiny_bert: Path, corpus: Path, mlflow_uri: str, storage: Path, *extra: str):
     return load_run_config(None, [
         f"model.name_or_path={tiny_bert}",
         "model.max_seq_length=32",
@@ -34,7 +34,7 @@ def _history(mlflow_uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in MlflowClient(mlflow_uri).get_metric_history(run_id, key)]
 
 
-def test_two_workers_train_log_and_register(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_two_workers_train_log_and_register(ray_session, tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
     from transformers import AutoModelForMaskedLM
 
@@ -69,7 +69,7 @@ def test_two_workers_train_log_and_register(ray_session, tiny_bert, corpus_file,
         del os.environ["MLFLOW_TRACKING_URI"]
 
 
-def test_resume_of_unknown_run_is_a_clear_error(tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_resume_of_unknown_run_is_a_clear_error(tiny_bert, corpus_file, mlflow_uri, tmp_path) -> None:
     (tmp_path / "runs").mkdir()
     cfg = _config(tiny_bert, corpus_file, mlflow_uri, tmp_path / "runs", "optim.max_steps=2")
     with pytest.raises(FileNotFoundError, match="--resume nope: no run of that name"):

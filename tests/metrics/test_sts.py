@@ -21,7 +21,7 @@ from lmplatform.metrics.sts import CosineToScale, edrm, pearson, spearman, sts_m
         ([3.0, 1.0, 5.0], [1.0, 4.0, 5.0], (0.5 + 0.25 + 1.0) / 3),  # the mean of the cases
     ],
 )
-def test_edrm_worked_cases(pred, gold, expected) -> None:  # noqa: ANN001
+def test_edrm_worked_cases(pred, gold, expected) -> None:
     assert edrm(pred, gold, (0.0, 5.0)) == pytest.approx(expected)
 
 

@@ -102,7 +102,8 @@ def test_onnx_int8_stays_close_to_fp32(tiny_bert: Path, tmp_path: Path) -> None:
     from lmplatform.models.onnx_backend import quantize_onnx
 
     plain = quantize_onnx(unfused.folder, ["encoder.layer.0.output.dense"], tmp_path / "int8-unfused", fuse=False)
-    assert not plain.fused and "QAttention" not in {n.op_type for n in onnx.load(str(tmp_path / "int8-unfused" / plain.file)).graph.node}
+    assert not plain.fused
+    assert "QAttention" not in {n.op_type for n in onnx.load(str(tmp_path / "int8-unfused" / plain.file)).graph.node}
     with pytest.raises(ValueError, match="does not have"):
         quantize_onnx(unfused.folder, ["encoder.layer.9.output.dense"], tmp_path / "int8-bad")
     int8 = Encoder.from_pretrained(result.folder, backend="onnx")

@@ -6,7 +6,7 @@ from lmplatform.models.masked_lm import FULL_PROJECTION_BYTES, IGNORE_INDEX, Mas
 from lmplatform.train.collate import TextCollator
 
 
-def test_masked_projection_equals_full_projection(mlm_parts) -> None:  # noqa: ANN001
+def test_masked_projection_equals_full_projection(mlm_parts) -> None:
     tokenizer, model, masker = mlm_parts
     model.eval()
     batch = TextCollator(tokenizer, 32).encode(["disk full on the backup server", "login fails after reset"])
@@ -20,7 +20,7 @@ def test_masked_projection_equals_full_projection(mlm_parts) -> None:  # noqa: A
     assert int(masked["correct"]) == int(full["correct"])
 
 
-def test_auto_projection_projects_every_position_off_the_cpu_while_the_logits_are_small(mlm_parts) -> None:  # noqa: ANN001
+def test_auto_projection_projects_every_position_off_the_cpu_while_the_logits_are_small(mlm_parts) -> None:
     model = mlm_parts[1]
     assert model.projection == "auto"
     words = model.mlm.config.vocab_size
@@ -30,7 +30,7 @@ def test_auto_projection_projects_every_position_off_the_cpu_while_the_logits_ar
     assert not model.projects_every_position(torch.zeros(too_many, dtype=torch.long, device="meta"))
 
 
-def test_missing_head_is_initialised_tied_and_logged(caplog) -> None:  # noqa: ANN001
+def test_missing_head_is_initialised_tied_and_logged(caplog) -> None:
     from lmplatform.models.resolve import packaged_model_path
 
     with caplog.at_level("WARNING"):

@@ -125,7 +125,8 @@ def test_lmp_export_openvino_int8_reads_the_calibration_file(tiny_bert: Path, tm
     assert done.exit_code == 0, done.output
     assert "1 empty rows skipped" in done.output and "backend='openvino'" in done.output
     assert OpenVinoModelConfig.read(tmp_path / "o").calibration["texts"] == len(CALIBRATION)
-    unpaired = runner.invoke(app, ["export", "--model", str(tiny_bert), "--format", "openvino-int8", "--out", str(tmp_path / "u")])
+    unpaired = runner.invoke(app, ["export", "--model", str(tiny_bert), "--format", "openvino-int8",
+                                   "--out", str(tmp_path / "u")])
     assert unpaired.exit_code == 2 and "--calibration FILE goes with --format openvino-int8" in unpaired.output
     (tmp_path / "bad.jsonl").write_text('{"title": "ok"}\nnot json\n')
     bad = runner.invoke(app, ["export", "--model", str(tiny_bert), "--format", "openvino-int8", "--out", str(tmp_path / "b"),

@@ -44,7 +44,8 @@ def test_listwise_kl_is_zero_when_the_distributions_match_and_matches_its_formul
     assert float(listwise_kl(TEACHER, TEACHER)) == 0.0
     assert float(listwise_kl(TEACHER + PER_QUERY, TEACHER)) == pytest.approx(0.0, abs=1e-6)  # softmax ignores a shift
     # student / 0.5 == teacher / 2 only when student == teacher / 4
-    assert float(listwise_kl(TEACHER / 4, TEACHER, student_temperature=0.5, teacher_temperature=2.0)) == pytest.approx(0.0, abs=1e-6)
+    assert (float(listwise_kl(TEACHER / 4, TEACHER, student_temperature=0.5, teacher_temperature=2.0))
+            == pytest.approx(0.0, abs=1e-6))
     student = torch.tensor([[0.3, 0.1, -0.2, 0.0], [0.0, 0.5, -0.5, 0.2]])
     p_t = torch.softmax(TEACHER / 2.0, dim=1)
     p_s = torch.softmax(student / 0.1, dim=1)
@@ -160,7 +161,7 @@ def test_collator_objective_and_evaluator_on_a_tiny_bert(tiny_bert: Path) -> Non
         BiencoderDistillObjective("mse", 0.05)
 
 
-def test_short_training_run_and_cached_teacher_scores(ray_session, tiny_bert, mlflow_uri, tmp_path, capsys) -> None:  # noqa: ANN001
+def test_short_training_run_and_cached_teacher_scores(ray_session, tiny_bert, mlflow_uri, tmp_path, capsys) -> None:
     from lmplatform.jobs.train_run import run_training
 
     teacher = _tiny_cross_encoder(tiny_bert, tmp_path / "teacher")
@@ -182,7 +183,8 @@ def test_short_training_run_and_cached_teacher_scores(ray_session, tiny_bert, ml
     assert len(row[TEACHER_SCORES]) == 3 and len(row["hard_negatives"]) == 2
     from lmplatform.models.cross_encoder import CrossEncoder
 
-    expected = CrossEncoder.from_pretrained(teacher, max_seq_length=48).logits([row["query"]] * 3, [row["document"], *row["hard_negatives"]])
+    expected = CrossEncoder.from_pretrained(teacher, max_seq_length=48).logits([row["query"]] * 3,
+                                                                               [row["document"], *row["hard_negatives"]])
     assert np.allclose(row[TEACHER_SCORES], expected, atol=1e-5)
 
     other = load_run_config(None, _overrides(tiny_bert, pairs, teacher, tmp_path, "objective.teacher_max_seq_length=40"))

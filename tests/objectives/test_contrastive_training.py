@@ -42,7 +42,7 @@ def _write_pairs(path: Path, n: int = 96) -> Path:
     return path
 
 
-def test_biencoder_on_two_workers_trains_logs_and_exports(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_biencoder_on_two_workers_trains_logs_and_exports(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
 
     from lmplatform.models.encoder import Encoder
@@ -83,7 +83,7 @@ def test_biencoder_on_two_workers_trains_logs_and_exports(ray_session, tiny_bert
     assert {a.path for a in client.list_artifacts(result.mlflow_run_id, "model")} >= {"model/lmplatform_encoder.json"}
 
 
-def test_declutr_reports_dropped_documents_and_trains(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_declutr_reports_dropped_documents_and_trains(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
     from transformers import AutoTokenizer
 
@@ -116,7 +116,7 @@ def test_declutr_reports_dropped_documents_and_trains(ray_session, tiny_bert, ml
     assert {"temperature", "contrastive_loss", "mlm_loss"} <= set(run.data.metrics)
 
 
-def test_cross_encoder_data_and_recipe_on_ray_datasets(ray_session, tiny_bert, tmp_path) -> None:  # noqa: ANN001
+def test_cross_encoder_data_and_recipe_on_ray_datasets(ray_session, tiny_bert, tmp_path) -> None:
     """The driver mines negatives; Ray Data batches (a list column) go through the worker recipe.
 
     Cheaper than a TorchTrainer run: the Train loop itself is covered by the runs above.

@@ -15,7 +15,7 @@ TEXTS = ["printer crash after restart", "vpn tunnel certificate expired", "datab
 
 
 @pytest.fixture(scope="module")
-def mlm_parts(tiny_bert: Path):  # noqa: ANN201
+def mlm_parts(tiny_bert: Path):
     from lmplatform.models.encoder import load_tokenizer
     from lmplatform.models.masked_lm import MaskedLanguageModel
     from lmplatform.objectives.masking import DynamicMasker
@@ -26,13 +26,13 @@ def mlm_parts(tiny_bert: Path):  # noqa: ANN201
     return MaskedLanguageModel.from_pretrained(tiny_bert), DynamicMasker(tokenizer), collate
 
 
-def _mlm_fisher(mlm_parts) -> FisherDiagonal:  # noqa: ANN001
+def _mlm_fisher(mlm_parts) -> FisherDiagonal:
     model, masker, collate = mlm_parts
     batches = [collate.encode([t]) for t in TEXTS]
     return FisherDiagonal.compute(model, batches, MLMFisherLoss(masker, seed=3), metadata={"loss": "mlm"})
 
 
-def test_fisher_is_the_mean_of_squared_per_example_gradients(mlm_parts) -> None:  # noqa: ANN001
+def test_fisher_is_the_mean_of_squared_per_example_gradients(mlm_parts) -> None:
     model, masker, collate = mlm_parts
     fisher = _mlm_fisher(mlm_parts)
     # the same masks, by hand
@@ -56,7 +56,7 @@ def test_fisher_is_the_mean_of_squared_per_example_gradients(mlm_parts) -> None:
     assert any(k.startswith("head:cls.predictions") for k in fisher.values)
 
 
-def test_penalty_is_zero_at_anchor_and_its_gradient_is_lambda_f_delta(mlm_parts) -> None:  # noqa: ANN001
+def test_penalty_is_zero_at_anchor_and_its_gradient_is_lambda_f_delta(mlm_parts) -> None:
     model = copy.deepcopy(mlm_parts[0])
     fisher = _mlm_fisher(mlm_parts)
     penalty = EWCPenalty(model, fisher, snapshot_parameters(model), lambda_=1e4)
@@ -81,7 +81,7 @@ def test_penalty_is_zero_at_anchor_and_its_gradient_is_lambda_f_delta(mlm_parts)
     assert float(value.detach()) == pytest.approx(expected_value, rel=1e-4)
 
 
-def test_fisher_from_mlm_model_applies_to_encoder_and_leaves_new_params_alone(mlm_parts, tiny_bert: Path) -> None:  # noqa: ANN001
+def test_fisher_from_mlm_model_applies_to_encoder_and_leaves_new_params_alone(mlm_parts, tiny_bert: Path) -> None:
     from lmplatform.models.cross_encoder import CrossEncoder
     from lmplatform.models.encoder import Encoder
 
@@ -90,7 +90,8 @@ def test_fisher_from_mlm_model_applies_to_encoder_and_leaves_new_params_alone(ml
     for model, new_prefix in ((Encoder.from_pretrained(tiny_bert), "backbone.pooler"),
                               (CrossEncoder.from_pretrained(tiny_bert), "model.classifier")):
         penalty = EWCPenalty(model, fisher, anchor, lambda_=1e3)
-        backbone = [n for n in canonical_parameter_names(model).values() if not n.startswith("head:") and not n.startswith("pooler")]
+        backbone = [n for n in canonical_parameter_names(model).values()
+                    if not n.startswith("head:") and not n.startswith("pooler")]
         assert penalty.report.matched_tensors == len(backbone) > 0
         assert any(n.startswith(new_prefix) for n in penalty.report.unmatched_model)
         assert float(penalty(model)[0]) == 0.0  # same weights as θ*
@@ -106,7 +107,7 @@ def test_fisher_from_mlm_model_applies_to_encoder_and_leaves_new_params_alone(ml
                 assert p.grad is not None
 
 
-def test_no_match_is_a_clear_error(mlm_parts) -> None:  # noqa: ANN001
+def test_no_match_is_a_clear_error(mlm_parts) -> None:
     fisher = _mlm_fisher(mlm_parts)
     with pytest.raises(ValueError, match="no parameter of the model matches"):
         EWCPenalty(nn.Linear(3, 2), fisher, {}, lambda_=1.0)
@@ -135,7 +136,7 @@ def test_large_lambda_keeps_parameters_near_the_anchor() -> None:
     assert held < 0.2 * free
 
 
-def test_save_load_roundtrip_and_mlflow_artifact(mlm_parts, tmp_path: Path) -> None:  # noqa: ANN001
+def test_save_load_roundtrip_and_mlflow_artifact(mlm_parts, tmp_path: Path) -> None:
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
     fisher = _mlm_fisher(mlm_parts)

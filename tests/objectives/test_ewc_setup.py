@@ -58,10 +58,12 @@ def test_a_fisher_through_an_untrained_mlm_head_is_refused_before_anything_start
             f"ewc.fisher_from.train_paths=[{corpus_file}]", "ewc.lambda=100", f"tracking.tracking_uri={mlflow_uri}",
             f"checkpoint.storage_path={tmp_path / 'runs'}"]
     check_fisher_anchor(load_run_config(None, base))  # the tiny BERT was saved with its MLM head
-    with pytest.raises(ConfigError, match=r"ewc.anchor_model = '.*headless' has no trained MLM head \(\d+ head tensors, e.g. cls\."):
+    with pytest.raises(ConfigError,
+                       match=r"ewc.anchor_model = '.*headless' has no trained MLM head \(\d+ head tensors, e.g. cls\."):
         run_training(load_run_config(None, base + [f"ewc.anchor_model={headless}"]))
     # without anchor_model the starting model is the anchor, and the message says so
-    with pytest.raises(ConfigError, match=r"ewc.anchor_model \(unset, so model.name_or_path\) = 'default' has no trained MLM head"):
+    with pytest.raises(ConfigError,
+                       match=r"ewc.anchor_model \(unset, so model.name_or_path\) = 'default' has no trained MLM head"):
         run_training(load_run_config(None, base + ["model.name_or_path=default"]))
     assert not ray.is_initialized()  # refused before Ray, the Fisher task or any worker
     assert not (tmp_path / "runs").exists()

@@ -57,7 +57,7 @@ def _averaged_gradients(model: BagOfWords, temperature: Temperature) -> dict[str
     return grads
 
 
-def _worker(rank: int, store: str, out: dict) -> None:  # noqa: ANN001
+def _worker(rank: int, store: str, out: dict) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         rows = slice(0, CUT) if rank == 0 else slice(CUT, ROWS)

@@ -51,7 +51,7 @@ def test_hard_negatives_join_the_denominator() -> None:
     hard = [[0.9, 0.1]]
     out = info_nce(torch.tensor(q), torch.tensor(k), 0.1, hard_negatives=torch.tensor(hard))
     # the hand loss over keys+hard, where rows only ever index the first len(q) keys
-    unit = lambda v: [x / math.sqrt(sum(y * y for y in v)) for x in v]  # noqa: E731
+    unit = lambda v: [x / math.sqrt(sum(y * y for y in v)) for x in v]
     keys = [unit(v) for v in k + hard]
     expected = 0.0
     for i, qi in enumerate(unit(v) for v in q):
@@ -92,7 +92,7 @@ def test_learnable_temperature_gets_gradient_and_updates() -> None:
     assert losses[-1] < losses[0]
 
 
-def _worker(rank: int, world: int, store: str, queries: torch.Tensor, keys: torch.Tensor, out: dict) -> None:  # noqa: ANN001
+def _worker(rank: int, world: int, store: str, queries: torch.Tensor, keys: torch.Tensor, out: dict) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         # uneven shards (3 and 2 rows) exercise the padding in the gather

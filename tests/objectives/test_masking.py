@@ -8,16 +8,16 @@ from lmplatform.objectives.masking import DynamicMasker
 
 
 @pytest.fixture(scope="module")
-def tokenizer():  # noqa: ANN201
+def tokenizer():
     return AutoTokenizer.from_pretrained(str(packaged_model_path()))
 
 
-def _batch(tokenizer, n: int = 64):  # noqa: ANN001, ANN202
+def _batch(tokenizer, n: int = 64):
     texts = [" ".join(["server disk memory failure report"] * (1 + i % 5)) for i in range(n)]
     return tokenizer(texts, padding=True, return_tensors="pt")
 
 
-def test_masking_statistics(tokenizer) -> None:  # noqa: ANN001
+def test_masking_statistics(tokenizer) -> None:
     batch = _batch(tokenizer, 256)
     masker = DynamicMasker(tokenizer)
     generator = torch.Generator().manual_seed(0)
@@ -37,7 +37,7 @@ def test_masking_statistics(tokenizer) -> None:  # noqa: ANN001
     assert torch.equal(inputs[~selected], batch["input_ids"][~selected])
 
 
-def test_special_tokens_and_padding_are_never_masked(tokenizer) -> None:  # noqa: ANN001
+def test_special_tokens_and_padding_are_never_masked(tokenizer) -> None:
     batch = _batch(tokenizer, 64)
     masker = DynamicMasker(tokenizer, mask_probability=0.9)
     special = torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids)) | (batch["attention_mask"] == 0)
@@ -45,10 +45,11 @@ def test_special_tokens_and_padding_are_never_masked(tokenizer) -> None:  # noqa
         inputs, labels = masker(batch["input_ids"], batch["attention_mask"], generator=torch.Generator().manual_seed(seed))
         assert (labels[special] == IGNORE_INDEX).all()
         assert torch.equal(inputs[special], batch["input_ids"][special])
-        assert not torch.isin(inputs[~special & (inputs != tokenizer.mask_token_id)], torch.tensor(tokenizer.all_special_ids)).any()
+        assert not torch.isin(inputs[~special & (inputs != tokenizer.mask_token_id)],
+                              torch.tensor(tokenizer.all_special_ids)).any()
 
 
-def test_masks_differ_between_batches(tokenizer) -> None:  # noqa: ANN001
+def test_masks_differ_between_batches(tokenizer) -> None:
     batch = _batch(tokenizer, 8)
     masker = DynamicMasker(tokenizer)
     _, first = masker(batch["input_ids"], batch["attention_mask"])
@@ -56,7 +57,7 @@ def test_masks_differ_between_batches(tokenizer) -> None:  # noqa: ANN001
     assert not torch.equal(first, second)
 
 
-def test_whole_word_masking_masks_all_subwords(tokenizer) -> None:  # noqa: ANN001
+def test_whole_word_masking_masks_all_subwords(tokenizer) -> None:
     texts = ["unbelievably misconfigured hyperparameterisation"] * 64
     features = tokenizer(texts, return_tensors="pt")
     word_ids = torch.tensor([[-1 if w is None else w for w in features.word_ids(i)] for i in range(len(texts))])
@@ -72,7 +73,7 @@ def test_whole_word_masking_masks_all_subwords(tokenizer) -> None:  # noqa: ANN0
     assert selected.any()
 
 
-def test_tiny_batch_always_predicts_something(tokenizer) -> None:  # noqa: ANN001
+def test_tiny_batch_always_predicts_something(tokenizer) -> None:
     batch = tokenizer(["ok"], return_tensors="pt")
     masker = DynamicMasker(tokenizer, mask_probability=0.01)
     for seed in range(10):

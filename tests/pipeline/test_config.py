@@ -39,15 +39,18 @@ def test_stage_config_chains_models_tracking_storage_and_ewc(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("stages, message", [
-    ([{"name": "a", "run": _mlm(), "init_from": "stage:b"}, {"name": "b", "run": _mlm()}], "init_from names 'b', which is not an earlier stage"),
+    ([{"name": "a", "run": _mlm(), "init_from": "stage:b"}, {"name": "b", "run": _mlm()}],
+     "init_from names 'b', which is not an earlier stage"),
     ([{"name": "a", "run": _mlm(), "ewc": {"anchor": "a", "fisher_path": "f", "lambda": 1}}], "ewc.anchor names 'a'"),
     ([{"name": "a", "run": _mlm()}, {"name": "a", "run": _mlm()}], "stage name 'a' is used twice"),
     ([{"name": "a", "run": _mlm(optim={"lr": -1})}], "stage 'a'"),
     ([{"name": "a"}], "set exactly one of `config`"),
-    ([{"name": "a", "run": _mlm(), "evaluations": [{"name": "bleu", "data": {"train_paths": ["x"]}}]}], "unknown evaluation 'bleu'"),
+    ([{"name": "a", "run": _mlm(), "evaluations": [{"name": "bleu", "data": {"train_paths": ["x"]}}]}],
+     "unknown evaluation 'bleu'"),
     ([{"name": "a", "run": _mlm(), "ewc": {"anchor": "a", "lambda": 1}}], "exactly one of ewc.data"),
     ([{"name": "a", "run": _mlm(), "ewc": {"fisher_path": "f", "lambda": 1}}], "exactly one of ewc.anchor"),
-    ([{"name": "a", "run": _mlm()}, {"name": "b", "run": _mlm(), "ewc": {"anchor": "a", "anchor_model": "/m", "fisher_path": "f", "lambda": 1}}],
+    ([{"name": "a", "run": _mlm()},
+      {"name": "b", "run": _mlm(), "ewc": {"anchor": "a", "anchor_model": "/m", "fisher_path": "f", "lambda": 1}}],
      "exactly one of ewc.anchor"),
 ])
 def test_bad_pipelines_fail_before_any_stage_runs(tmp_path: Path, stages: list[dict], message: str) -> None:
@@ -94,9 +97,12 @@ def test_a_mine_stage_s_pairs_file_feeds_a_later_stage(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("stages", "message"), [
-    ([{"name": "train", "run": _pairs_run("stage:mined")}, _mine()], r"data paths name stage:mined, which is not an earlier mine stage"),
-    ([{"name": "a", "run": _mlm()}, {"name": "b", "run": _pairs_run("stage:a")}], r"not an earlier mine stage \(earlier mine stages: none\)"),
-    ([_mine(), {"name": "train", "run": _pairs_run("p.jsonl"), "init_from": "stage:mined"}], r"init_from names mine stage 'mined'"),
+    ([{"name": "train", "run": _pairs_run("stage:mined")}, _mine()],
+     r"data paths name stage:mined, which is not an earlier mine stage"),
+    ([{"name": "a", "run": _mlm()}, {"name": "b", "run": _pairs_run("stage:a")}],
+     r"not an earlier mine stage \(earlier mine stages: none\)"),
+    ([_mine(), {"name": "train", "run": _pairs_run("p.jsonl"), "init_from": "stage:mined"}],
+     r"init_from names mine stage 'mined'"),
     ([{**_mine(), "set": ["optim.lr=1"]}], r"a mine stage trains nothing"),
     ([{**_mine(), "run": _mlm()}], r"exactly one of `config` \(a file\), `run` \(inline\), `mine`, `pairs` or `system`"),
     ([_mine(range_min=5, range_max=5)], r"mine.range_min \(5\) must be below mine.range_max \(5\)"),

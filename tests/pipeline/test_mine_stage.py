@@ -16,7 +16,7 @@ from lmplatform.data.pairs import Pair
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
 
 
-def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
 
     from lmplatform.evaluation.retrieval_validation import read_distractors
@@ -89,7 +89,7 @@ GROUPS = {"paper jam in the floor two printer": set(REPORTS[:3]), "printer jam a
 
 
 def test_queries_that_are_corpus_documents_are_encoded_once_and_never_their_own_negatives(
-    ray_session, tiny_bert, tmp_path, monkeypatch  # noqa: ANN001
+    ray_session, tiny_bert, tmp_path, monkeypatch
 ) -> None:
     from lmplatform.pipeline import mine
     from lmplatform.pipeline.config import MineConfig
@@ -103,7 +103,7 @@ def test_queries_that_are_corpus_documents_are_encoded_once_and_never_their_own_
     encoded: dict[str, np.ndarray] = {}
     real_encode = mine.encode_texts
 
-    def spy(texts, model, cfg, work_dir):  # noqa: ANN001,ANN202
+    def spy(texts, model, cfg, work_dir):
         vectors = real_encode(texts, model, cfg, work_dir)
         assert not encoded and len(set(texts)) == len(texts), "one encoder call, each text once"
         encoded.update(zip(texts, vectors))

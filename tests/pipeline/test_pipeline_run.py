@@ -22,7 +22,7 @@ def _stage_run(corpus: Path, *, steps: int, every: int, register: bool = False) 
     }
 
 
-def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     import ray
     from mlflow.tracking import MlflowClient
 
@@ -47,7 +47,8 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
         ],
         "tasks": [
             {"name": "old_domain_mlm_loss", "task": "domain", **old_domain, "max_texts": 8},
-            {"name": "old_domain_mlm_loss", "task": "task", **{**old_domain, "data": {"train_paths": [str(task)], "validation_fraction": 0.2}}, "max_texts": 8},
+            {"name": "old_domain_mlm_loss", "task": "task",
+             **{**old_domain, "data": {"train_paths": [str(task)], "validation_fraction": 0.2}}, "max_texts": 8},
         ],
     }
     config_path = tmp_path / "pipeline.yaml"
@@ -81,7 +82,8 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
     assert (Path(state.stages["domain"].model_dir) / "config.json").stat().st_mtime == domain_model_mtime
     # MLflow: one parent, exactly one child run per stage (stage 1 was not rerun; stage 2 continued its run)
     experiment = client.get_experiment_by_name("pipelines").experiment_id
-    children = client.search_runs([experiment], filter_string=f"tags.`{PIPELINE_TAG}` = '{folder.name}' and tags.`mlflow.parentRunId` = '{state.parent_run_id}'")
+    children = client.search_runs([experiment], filter_string=f"tags.`{PIPELINE_TAG}` = '{folder.name}' "
+                                                              f"and tags.`mlflow.parentRunId` = '{state.parent_run_id}'")
     assert sorted(r.data.tags[STAGE_TAG] for r in children) == ["domain", "task"]
     task_run = next(r for r in children if r.data.tags[STAGE_TAG] == "task")
     assert task_run.info.status == "FINISHED" and task_run.info.run_id == state.stages["task"].mlflow_run_id

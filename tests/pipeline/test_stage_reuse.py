@@ -35,7 +35,7 @@ def pipeline_spec(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, corpus: Path
     }
 
 
-def test_unchanged_stages_are_reused_and_a_changed_one_runs_again(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_unchanged_stages_are_reused_and_a_changed_one_runs_again(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     # A training stage's reuse is checked by the pipeline study (tests/tune/test_pipeline_trials.py).
     from mlflow.tracking import MlflowClient
 

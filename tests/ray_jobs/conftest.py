@@ -2,8 +2,8 @@
 
 - `python_without_dependencies`: the base interpreter this venv was made from, run with `-S`
   (no site-packages): only the standard library, like the system Python a head started
-  without the activated venv hands its jobs on a machine whose system Python lacks the dependencies. Made with -S so that the tests
-  do not depend on what this machine's system Python happens to have installed.
+  without the activated venv hands its jobs on a machine whose system Python lacks the dependencies.
+  Made with -S so that the tests do not depend on what this machine's system Python happens to have installed.
 - `python_without_lmplatform`: the venv's interpreter with its site-packages on PYTHONPATH but
   run with `-S`, so no .pth file is processed: every dependency is importable, the editable
   install of lmplatform (a .pth file) is not. A node's Python that has the dependencies only.

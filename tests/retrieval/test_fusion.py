@@ -13,7 +13,7 @@ DENSE = np.array([0.9, 0.5, 0.1, 0.7])  # norm: a 1, b 0.5, c 0, d 0.75
 BM25 = np.array([0.0, 4.0, 2.0, 1.0])  # norm: a 0, b 1, c 0.5, d 0.25
 
 
-def _exact(dense: np.ndarray, bm25: np.ndarray, ids: list[str]):  # noqa: ANN202
+def _exact(dense: np.ndarray, bm25: np.ndarray, ids: list[str]):
     """exact_scores over a score matrix row: the scores of any pool member, as the retrievers look them up."""
     where = {doc: n for n, doc in enumerate(ids)}
     return lambda pool: (dense[[where[d] for d in pool]], bm25[[where[d] for d in pool]])

@@ -133,5 +133,6 @@ def test_a_flat_index_compacts_its_tombstones() -> None:
     finally:
         index_module.COMPACT_AT = index_module_limit
     assert len(index.ids) == 37 and index._index.ntotal == 37 and not index._removed
-    assert index.search(vectors[[39, 11]], k=1) == [[("d39", pytest.approx(1.0, abs=1e-5))], [("d11", pytest.approx(1.0, abs=1e-5))]]
+    assert index.search(vectors[[39, 11]], k=1) == [[("d39", pytest.approx(1.0, abs=1e-5))],
+                                                    [("d11", pytest.approx(1.0, abs=1e-5))]]
     assert np.allclose(index.reconstruct(["d39", "d1"]), vectors[[39, 1]])

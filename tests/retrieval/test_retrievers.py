@@ -45,10 +45,10 @@ def test_dense_retriever_finds_a_copied_text(tiny_bert: Path) -> None:
 class KeywordScorer:
     """A stand-in re-ranker with known scores: counts the query's words in the document."""
 
-    def score(self, queries, documents, batch_size=32):  # noqa: ANN001, ANN201
+    def score(self, queries, documents, batch_size=32):
         return np.array([sum(w in d for w in q.split()) for q, d in zip(queries, documents)], dtype=np.float32)
 
-    def rerank(self, query, candidates, batch_size=32):  # noqa: ANN001, ANN201
+    def rerank(self, query, candidates, batch_size=32):
         return self.score([query] * len(candidates), candidates)
 
 
@@ -95,10 +95,12 @@ def test_hybrid_at_weight_0_and_1_ranks_as_dense_and_as_bm25(tiny_bert: Path) ->
     hybrid.index(list(CORPUS), list(CORPUS.values()))
     queries = ["printer on the second floor", "the vpn certificate expired overnight"]
     hybrid.settings = FusionSettings(bm25_weight=0.0, hybrid_candidates=3)
-    assert [[d for d, _ in row] for row in hybrid.search(queries, k=3)] == [[d for d, _ in row] for row in dense.search(queries, k=3)]
+    assert ([[d for d, _ in row] for row in hybrid.search(queries, k=3)]
+            == [[d for d, _ in row] for row in dense.search(queries, k=3)])
     hybrid.settings = FusionSettings(bm25_weight=1.0, hybrid_candidates=3)
     by_bm25 = bm25.search(queries, k=3)
-    assert [[d for d, _ in row][: len(b)] for row, b in zip(hybrid.search(queries, k=3), by_bm25)] == [[d for d, _ in b] for b in by_bm25]
+    assert ([[d for d, _ in row][: len(b)] for row, b in zip(hybrid.search(queries, k=3), by_bm25)]
+            == [[d for d, _ in b] for b in by_bm25])
 
     # An excluded document takes no place in the pool nor in its normalisation (r1 is both lists' best for
     # query 0); with k=4 above hybrid_candidates, each list gives its top 4.

@@ -121,7 +121,8 @@ def well_formed(route: Route) -> st.SearchStrategy[dict[str, Any]]:
     if route.request is DocumentsRequest:
         return st.fixed_dictionaries({"documents": _documents(field_text, st.one_of(st.none(), _word, document_id))})
     if route.request is EmbeddingsRequest:  # the OpenAI SDK's shape: a text or a list, a model name, often base64
-        one_or_many = st.one_of(field_text, st.lists(readable, min_size=1, max_size=4), st.lists(field_text, min_size=1, max_size=4))
+        one_or_many = st.one_of(field_text, st.lists(readable, min_size=1, max_size=4),
+                                st.lists(field_text, min_size=1, max_size=4))
         return st.fixed_dictionaries({"input": one_or_many, "model": st.one_of(st.just("text-embedding-3-small"), field_text)},
                                      optional={"encoding_format": _encoding_format})
     if route.request is TextsRequest:

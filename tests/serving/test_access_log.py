@@ -30,7 +30,7 @@ def _log_both(logger: logging.Logger) -> None:
     logger.info("retriever: loaded release m/2 in 1.2s")
 
 
-def test_access_lines_go_to_the_file_only(serve_logger, monkeypatch) -> None:  # noqa: ANN001
+def test_access_lines_go_to_the_file_only(serve_logger, monkeypatch) -> None:
     logger, console, file = serve_logger
     monkeypatch.delenv(ACCESS_LOG_ENV, raising=False)
     keep_access_log_off_console()
@@ -41,7 +41,7 @@ def test_access_lines_go_to_the_file_only(serve_logger, monkeypatch) -> None:  #
     assert len(logger.handlers[0].filters) == 1
 
 
-def test_verbose_keeps_them_on_the_console(serve_logger, monkeypatch) -> None:  # noqa: ANN001
+def test_verbose_keeps_them_on_the_console(serve_logger, monkeypatch) -> None:
     logger, console, _ = serve_logger
     monkeypatch.setenv(ACCESS_LOG_ENV, "1")
     keep_access_log_off_console()

@@ -48,7 +48,7 @@ class LiveService:
 
 
 @pytest.fixture(scope="module")
-def live(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def live(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: pytest.TempPathFactory):
     from ray import serve
 
     from lmplatform.serving import control

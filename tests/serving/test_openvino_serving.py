@@ -14,7 +14,7 @@ from lmplatform.testing.local_cluster import free_port
 from tests.serving.servable import make_documents, write_index
 
 
-def test_serve_runs_an_openvino_int8_export(ray_session, tiny_bert: Path, tmp_path: Path) -> None:  # noqa: ANN001
+def test_serve_runs_an_openvino_int8_export(ray_session, tiny_bert: Path, tmp_path: Path) -> None:
     from ray import serve
 
     from lmplatform.serving import control

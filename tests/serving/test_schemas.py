@@ -21,7 +21,7 @@ from lmplatform.serving.schemas import (
 LIMITS = ServeLimits(max_query_chars=10, max_k=5, max_texts=2, max_text_chars=8)
 
 
-def _limit_error(call, field: str, status: int) -> None:  # noqa: ANN001
+def _limit_error(call, field: str, status: int) -> None:
     with pytest.raises(RequestLimitError) as caught:
         call()
     assert (caught.value.field, caught.value.status) == (field, status)
@@ -61,7 +61,7 @@ def test_search_mode_and_weight_are_strict() -> None:
 
 
 def test_a_search_plan_takes_the_request_over_the_registered_settings() -> None:
-    def plan(registered=None, reranker=False, **request):  # noqa: ANN001, ANN003, ANN202
+    def plan(registered=None, reranker=False, **request):
         return plan_search(SearchRequest(query="vpn", **request), registered, reranker, 8)
 
     assert plan() == SearchPlan("dense", None, False, 8, 1.0)  # nothing registered: today's dense search
@@ -144,7 +144,8 @@ def test_document_limits_name_the_document_and_its_field() -> None:
     _limit_error(lambda: limits.check_documents(request()), "documents", 422)
     _limit_error(lambda: limits.check_documents(request(*[{"id": str(i), "text": "x"} for i in range(3)])), "documents", 413)
     _limit_error(lambda: limits.check_documents(request({"id": "abcdef", "text": "x"})), "documents[0].id", 413)
-    _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x"}, {"id": "a", "text": "y"})), "documents[1].id", 422)
+    _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x"}, {"id": "a", "text": "y"})),
+                 "documents[1].id", 422)
     _limit_error(lambda: limits.check_documents(request({"id": "a", "text": " "})), "documents[0].text", 422)
     _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x", "title": "t" * 9})), "documents[0].title", 413)
     _limit_error(lambda: limits.check_documents(request({"id": "a", "text": "x", "label": "\t"})), "documents[0].label", 422)

@@ -62,7 +62,7 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def service(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def service(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: pytest.TempPathFactory):
     from ray import serve
 
     from lmplatform.serving import control
@@ -198,7 +198,8 @@ def test_served_hybrid_search_ranks_as_the_offline_hybrid_retriever(service: Ser
             served = _ok(client.post("/v1/search", json=body))
             hybrid_requests += 1
             used = V1_SEARCH.bm25_weight if weight is None else weight  # the registered weight by default
-            assert (served["mode"], served["fusion"], served["bm25_weight"], served["reranked"]) == ("hybrid", "convex", used, False)
+            assert ((served["mode"], served["fusion"], served["bm25_weight"], served["reranked"])
+                    == ("hybrid", "convex", used, False))
             offline.settings = V1_SEARCH.fusion_settings().model_copy(update={"bm25_weight": used})
             _assert_same_ranking(served["hits"], offline.search([query], 8)[0])
         dense = _ok(client.post("/v1/search", json={"query": query, "k": 8}))  # the registered default mode
@@ -421,7 +422,8 @@ def test_a_json_body_is_read_whatever_its_content_type(service: Service) -> None
     # curl -d sends application/x-www-form-urlencoded; other clients send text/plain or nothing.
     for content_type in ("application/x-www-form-urlencoded", "text/plain", None, "application/octet-stream"):
         assert _ok(_post(service.client, "/v1/search", body, content_type))["hits"][0]["id"] == doc["id"], content_type
-    not_json = service.client.post("/v1/search", content=b"query=vpn", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    not_json = service.client.post("/v1/search", content=b"query=vpn",
+                                   headers={"Content-Type": "application/x-www-form-urlencoded"})
     assert "not valid JSON" in _error(not_json, 400, "body")["error"]
 
     # The command the demo prints, pasted as is (this service also wants its token).

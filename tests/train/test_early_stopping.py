@@ -32,7 +32,8 @@ def _mlm_trainer(tiny_bert: Path, tmp_path: Path, *overrides: str) -> tuple[Trai
                                  "objective.name=mlm", "objective.pseudo_perplexity_sentences=0", "optim.max_steps=40",
                                  "tracking.eval_every_n_steps=2", "checkpoint.every_n_steps=1000", *overrides])
     reporter = FolderReporter(tmp_path / "checkpoints")
-    trainer = Trainer(cfg, objective_spec("mlm").build_recipe(cfg), cfg.optim.max_steps, torch.device("cpu"), 0, reporter=reporter)
+    trainer = Trainer(cfg, objective_spec("mlm").build_recipe(cfg), cfg.optim.max_steps, torch.device("cpu"), 0,
+                      reporter=reporter)
     trainer.begin(None)
     return trainer, reporter, cfg
 
@@ -88,7 +89,7 @@ def test_a_bad_rule_is_refused_before_training_naming_the_field(overrides: list[
 
 def _scripted_validation(trainer: Trainer, values: dict[int, float], weights_at: dict[int, dict]) -> None:
     """Validation returns `values[step]` as val_mlm_loss and records the weights it saw at each step."""
-    def evaluate(batches: Any) -> dict[str, float]:  # noqa: ANN401
+    def evaluate(batches: Any) -> dict[str, float]:
         step = trainer.progress.step
         weights_at.setdefault(step, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()})
         trainer.latest_validation = {"val_mlm_loss": values[step]}

@@ -36,7 +36,7 @@ def _count(batch: Batch) -> int:
     return int(batch["attention_mask"].sum())
 
 
-def _as_lists(items: Any) -> list[tuple[dict[str, list], int, int, int, int]]:  # noqa: ANN401
+def _as_lists(items: Any) -> list[tuple[dict[str, list], int, int, int, int]]:
     return [({k: v.tolist() for k, v in item.batch.items()}, item.tokens, item.samples, item.real_tokens, item.token_slots)
             for item in items]
 
@@ -113,10 +113,10 @@ def _spy_on_reads(monkeypatch: pytest.MonkeyPatch, trainer: Trainer, modules: tu
     main = threading.get_ident()
     reads: dict[int, list[str]] = {}
 
-    def spy(name: str) -> Any:  # noqa: ANN401
+    def spy(name: str) -> Any:
         real = getattr(torch.Tensor, name)
 
-        def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             caller = sys._getframe(1).f_globals.get("__name__", "")
             if threading.get_ident() == main and caller.startswith(modules) and caller != "lmplatform.train.feed":
                 reads.setdefault(trainer.progress.step, []).append(f"{caller}:{name}")

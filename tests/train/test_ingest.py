@@ -35,7 +35,7 @@ class Slow:
         return batch
 
 
-def _split(ray: Any, last_first: bool) -> list[Any]:  # noqa: ANN401
+def _split(ray: Any, last_first: bool) -> list[Any]:
     dataset = ray.data.from_items([{"id": i} for i in range(ROWS)], override_num_blocks=BLOCKS)
     # two blocks in flight at once on the 2-CPU test cluster, finishing in the order the sleeps set
     dataset = dataset.map_batches(Slow(last_first), batch_format="numpy", num_cpus=1)
@@ -43,7 +43,7 @@ def _split(ray: Any, last_first: bool) -> list[Any]:  # noqa: ANN401
     return [shards["train"] for shards in ingest_config().configure({"train": dataset}, WORKERS, None, [node] * WORKERS)]
 
 
-def _read(shards: list[Any], epoch: int, skip: int = 0) -> list[list[list[int]]]:  # noqa: ANN401
+def _read(shards: list[Any], epoch: int, skip: int = 0) -> list[list[list[int]]]:
     """Every rank's batches of one epoch (row ids), read concurrently as the workers do."""
 
     def rank_batches(rank: int) -> list[list[int]]:
@@ -54,7 +54,7 @@ def _read(shards: list[Any], epoch: int, skip: int = 0) -> list[list[list[int]]]
         return list(pool.map(rank_batches, range(WORKERS)))
 
 
-def test_every_rank_reads_the_same_batches_whatever_the_upstream_timing(ray_session) -> None:  # noqa: ANN001
+def test_every_rank_reads_the_same_batches_whatever_the_upstream_timing(ray_session) -> None:
     assert ingest_options().preserve_order  # what the rest relies on; Ray's default is False
     interrupted = _read(_split(ray_session, last_first=True), epoch=1)
     # the ranks split the rows between them, and the local shuffle did shuffle

@@ -41,13 +41,16 @@ def _rows(objective: str, rng: random.Random) -> dict[str, np.ndarray]:
             out["label"] = np.array([i % 2 for i in range(n)])
         return out
     if objective == "biencoder":
-        return {"query": _column([_words(rng, 3, 5) for _ in range(n)]), "document": _column([_words(rng, 3, 6) for _ in range(n)]),
+        return {"query": _column([_words(rng, 3, 5) for _ in range(n)]),
+                "document": _column([_words(rng, 3, 6) for _ in range(n)]),
                 "hard_negatives": _column([[_words(rng, 3, 6)] for _ in range(n)])}
     if objective == "cross_encoder":
-        return {"query": _column([_words(rng, 3, 5) for _ in range(n)]), "document": _column([_words(rng, 3, 6) for _ in range(n)]),
+        return {"query": _column([_words(rng, 3, 5) for _ in range(n)]),
+                "document": _column([_words(rng, 3, 6) for _ in range(n)]),
                 "negatives": _column([[_words(rng, 3, 6), _words(rng, 3, 6)] for _ in range(n)])}
     assert objective == "sts"
-    return {"sentence1": _column([_words(rng, 3, 6) for _ in range(n)]), "sentence2": _column([_words(rng, 3, 6) for _ in range(n)]),
+    return {"sentence1": _column([_words(rng, 3, 6) for _ in range(n)]),
+            "sentence2": _column([_words(rng, 3, 6) for _ in range(n)]),
             "score": np.array([0.5, 1.0, 2.5, 4.0])}
 
 
@@ -90,12 +93,12 @@ def test_evaluators_get_placed_batches_in_eval_and_inference_mode(
             seen["modes"].add((trainer.model.training, trainer.objective.training, torch.is_inference_mode_enabled()))
             yield batch
 
-    def evaluate(model: torch.nn.Module, batches: Iterable[Batch], rank: int) -> Any:  # noqa: ANN401
+    def evaluate(model: torch.nn.Module, batches: Iterable[Batch], rank: int) -> Any:
         return real_evaluate(model, checked(batches), rank)
 
     recipe.evaluate = evaluate
     rng = random.Random(0)
-    make: Callable[[], Iterator[Batch]] = lambda: (recipe.collate(_rows(objective, rng)) for _ in range(2))  # noqa: E731
+    make: Callable[[], Iterator[Batch]] = lambda: (recipe.collate(_rows(objective, rng)) for _ in range(2))
 
     metrics = trainer.evaluate(make())
     assert metrics and all(np.isfinite(v) for v in metrics.values())

@@ -1,5 +1,6 @@
 """`optim.precision`: bf16 autocast trains through the real loop on CPU, `auto` resolves on the worker's device,
-fp16 is refused without a GPU, and fp16's loss scale skips an overflowing step without moving the schedule and survives a checkpoint."""
+fp16 is refused without a GPU, and fp16's loss scale skips an overflowing step without moving the schedule and
+survives a checkpoint."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -25,7 +25,8 @@ def test_the_alias_moves_only_for_a_better_model_measured_the_same_way(tmp_path:
 
     client = MlflowClient(mlflow_uri)
 
-    def promote(name: str, value: float, fingerprint: str = "fp-a", files: tuple[str, ...] = ("config.json", "model.safetensors")):  # noqa: ANN202
+    def promote(name: str, value: float, fingerprint: str = "fp-a",
+                files: tuple[str, ...] = ("config.json", "model.safetensors")):
         run_id = _run_with_model(mlflow_uri, tmp_path / name, files)
         return register_and_maybe_promote(mlflow_uri, "enc", run_id, "model", "val_mlm_loss", "min", value,
                                           fingerprint, {"val_mlm_loss": value})
@@ -100,5 +101,6 @@ def test_a_corpus_level_fingerprint_follows_the_retrieval_set_not_the_batch() ->
     metric = "val_ir_ndcg_at_10"
     fingerprint = evaluation_fingerprint(load_run_config(None, base), "data-a", metric, "set-a")
     assert evaluation_fingerprint(load_run_config(None, [*base, "optim.batch_size=64"]), "data-b", metric, "set-a") == fingerprint
-    assert evaluation_fingerprint(load_run_config(None, [*base, "retrieval_validation.relevance=pair"]), "data-a", metric, "set-a") != fingerprint
+    assert evaluation_fingerprint(load_run_config(None, [*base, "retrieval_validation.relevance=pair"]), "data-a", metric,
+                                  "set-a") != fingerprint
     assert evaluation_fingerprint(load_run_config(None, base), "data-a", metric, "set-b") != fingerprint

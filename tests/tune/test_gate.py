@@ -106,7 +106,7 @@ def test_refusal_paths_and_promotion_on_a_real_registry(tmp_path: Path, tiny_ber
     pack = GeneralPackSpec(paraphrase=[ScoredPairsSpec(path=str(gate_files["general"]))], tolerance=0.05)
     client = MlflowClient(mlflow_uri)
 
-    def register(model: Path, spec: ChampionSpec, objective: str = "biencoder"):  # noqa: ANN202
+    def register(model: Path, spec: ChampionSpec, objective: str = "biencoder"):
         gate = GateInputs(spec, "ir_mrr_at_10", objective, str(base))
         return register_and_maybe_promote(mlflow_uri, "retriever", _logged_run(mlflow_uri, model), "model",
                                           "val_ir_mrr_at_10", "max", 0.5, "fp", {}, tags={"objective": objective}, gate=gate)

@@ -59,7 +59,7 @@ def _write(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, **space: object) ->
     return path
 
 
-def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlflow_uri) -> None:  # noqa: ANN001
+def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlflow_uri) -> None:
     loaded = load_space(_write(tmp_path, tiny_bert, mlflow_uri))
     assert [stage.name for stage in loaded.base_pipeline.stages] == ["data", "mined", "train", "rerank", "system"]
     assert loaded.trial_pipeline({"stages.train.run.optim.lr": 0.005}).stage("train").run["optim"]["lr"] == 0.005
@@ -72,7 +72,8 @@ def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlf
      r"(?s)parameter 'stages.train.run.optim.lrr' with value 0.001 does not fit the base pipeline.*optim.lrr: unknown key"),
     ({"parameters": {"stages.mined.mine.range_max": {"distribution": "choice", "values": [0]}}},
      r"stages.mined.mine.range_max' with value 0 does not fit"),
-    ({"metric": "train/val_ir_mrr_at_10"}, r"metric 'train/val_ir_mrr_at_10' is never reported by a trial of .*train/val_ranking_loss"),
+    ({"metric": "train/val_ir_mrr_at_10"},
+     r"metric 'train/val_ir_mrr_at_10' is never reported by a trial of .*train/val_ranking_loss"),
     ({"scheduler": {"name": "asha", "metric": "mined/anything"}}, r"metric 'mined/anything' is never reported"),
     ({"scheduler": {"name": "fifo", "metric": "train/val_ranking_loss"}}, r"the fifo scheduler stops nothing"),
     ({"champion": {"stage": "mined"}}, r"champion.stage 'mined' is not a training or system stage .*; those stages: train, "
@@ -80,14 +81,14 @@ def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlf
     ({"base_pipeline": "nowhere.yaml"}, r"base_pipeline 'nowhere.yaml' not found"),
 ])
 def test_an_unknown_stage_field_or_metric_is_refused_before_any_trial(
-    tmp_path, tiny_bert, mlflow_uri, change: dict, message: str  # noqa: ANN001
+    tmp_path, tiny_bert, mlflow_uri, change: dict, message: str
 ) -> None:
     with pytest.raises(SpaceError, match=message):
         load_space(_write(tmp_path, tiny_bert, mlflow_uri, **change))
 
 
 def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
-    ray_session, tiny_bert, mlflow_uri, tmp_path  # noqa: ANN001
+    ray_session, tiny_bert, mlflow_uri, tmp_path
 ) -> None:
     from mlflow.tracking import MlflowClient
 

@@ -42,7 +42,7 @@ def _write_space(folder: Path, tiny_bert: Path, corpus: Path, mlflow_uri: str, n
 
 
 def test_a_study_logs_child_runs_and_plots_and_registers_a_champion(
-    ray_session, tiny_bert, tmp_path, mlflow_uri  # noqa: ANN001
+    ray_session, tiny_bert, tmp_path, mlflow_uri
 ) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -83,7 +83,7 @@ def test_a_study_logs_child_runs_and_plots_and_registers_a_champion(
 
 
 def test_a_study_whose_best_is_worse_registers_but_does_not_move_the_champion(
-    ray_session, tiny_bert, tmp_path, mlflow_uri  # noqa: ANN001
+    ray_session, tiny_bert, tmp_path, mlflow_uri
 ) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -113,7 +113,7 @@ def test_a_study_whose_best_is_worse_registers_but_does_not_move_the_champion(
     assert client.get_run(worse.parent_run_id).data.tags["lmp.champion_moved"] == "False"
 
 
-def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_session, tmp_path, mlflow_uri) -> None:  # noqa: ANN001
+def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_session, tmp_path, mlflow_uri) -> None:
     """Kill a study's driver process after two trials finished, then restore it in this process."""
     import json
     import os
@@ -172,11 +172,12 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
     parent = client.get_run(resumed.parent_run_id)
     assert parent.info.status == "FINISHED"
     children = client.search_runs([parent.info.experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = '{resumed.parent_run_id}' and attributes.status = 'FINISHED'")
+                                  filter_string=f"tags.mlflow.parentRunId = '{resumed.parent_run_id}' "
+                                                "and attributes.status = 'FINISHED'")
     assert len(children) == 6
 
 
-def test_the_live_output_is_a_line_per_trial_event_with_its_parameters_and_metric(monkeypatch) -> None:  # noqa: ANN001
+def test_the_live_output_is_a_line_per_trial_event_with_its_parameters_and_metric(monkeypatch) -> None:
     """Real Tune trials moved through a study's life: a line when one starts, reports or ends; nothing else."""
     from ray.tune.experiment import Trial
 

@@ -122,7 +122,8 @@ def lower_helper_priority(root: psutil.Process) -> int:
             argv = process.cmdline()
             # Ray titles its workers "ray::<class>" and the dashboard's modules "ray-dashboard-<name>";
             # its daemons are programs inside the ray package.
-            is_ray = bool(argv) and (argv[0].startswith(("ray::", "ray-dashboard")) or any(a.startswith(package) for a in argv[:3]))
+            is_ray = bool(argv) and (argv[0].startswith(("ray::", "ray-dashboard"))
+                                     or any(a.startswith(package) for a in argv[:3]))
             if not is_ray or argv[0].startswith(TRAINING_WORKER):
                 continue
             for thread in process.threads():

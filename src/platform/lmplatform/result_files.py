@@ -23,7 +23,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def portable(value: Any, root: Path) -> Any:  # noqa: ANN401
+def portable(value: Any, root: Path) -> Any:
     """`value` with the paths under `root` made relative to it (`../shared/...` for the data beside it), so that a
     result file names no folder of the machine it was measured on."""
     if isinstance(value, dict):

@@ -16,7 +16,8 @@ from lmplatform.objectives.biencoder.objective import BiencoderObjective, QueryD
 from lmplatform.objectives.infonce import Temperature
 
 QUERIES = ["printer jams", "vpn drops", "disk full", "login timeout", "payment failed", "app crash"]
-DOCUMENTS = ["paper jam tray", "vpn tunnel error", "disk memory", "login server timeout", "payment gateway invoice", "mobile app crash"]
+DOCUMENTS = ["paper jam tray", "vpn tunnel error", "disk memory", "login server timeout", "payment gateway invoice",
+             "mobile app crash"]
 NEGATIVES = [["backup queue"], ["certificate expired"], ["network error"], ["user report"], ["screen button"], ["restart server"]]
 
 

@@ -47,7 +47,7 @@ def _probe(config: dict[str, Any]) -> None:
     (Path(config["out"]) / f"rank{rank}.json").write_text(json.dumps({"seen": seen, "resumed": resumed}))
 
 
-def test_two_workers_local_batches_make_conflict_free_global_batches(ray_session, tmp_path: Path) -> None:  # noqa: ANN001
+def test_two_workers_local_batches_make_conflict_free_global_batches(ray_session, tmp_path: Path) -> None:
     from ray.train import RunConfig as RayRunConfig
     from ray.train import ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -60,7 +60,8 @@ def test_two_workers_local_batches_make_conflict_free_global_batches(ray_session
     data = objective_spec("biencoder").prepare_data(cfg)
     assert data.planned_batches and set(data.datasets) == {"train_rank0", "train_rank1"}
     epochs = int(data.metrics["data/group_batches_epochs"])
-    assert epochs >= 2 and data.metrics["data/group_batches_deferred_rows"] > 0  # short tail batches: 2 epochs of steps need a third
+    # short tail batches: 2 epochs of steps need a third
+    assert epochs >= 2 and data.metrics["data/group_batches_deferred_rows"] > 0
     assert "group-aware batches of 3 x 2 worker(s): 25 pairs in 14 duplicate groups" in data.summary
 
     out = tmp_path / "seen"

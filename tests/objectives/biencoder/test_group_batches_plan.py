@@ -35,7 +35,7 @@ def test_length_grouped_plan_keeps_groups_apart_and_pads_less(tmp_path: Path) ->
     keys, negative_keys = pair_conflict_keys(pairs.train, max_hard_negatives=1)
     lengths = pair_lengths(pairs.train, 1, 5 * 64)
 
-    def padded(cfg) -> int:  # noqa: ANN001
+    def padded(cfg) -> int:
         order = plan_epochs(pairs, keys, negative_keys, cfg)[0]
         for batch in order.batches:
             groups = [pairs.train[i].group for i in batch]
@@ -47,8 +47,8 @@ def test_length_grouped_plan_keeps_groups_apart_and_pads_less(tmp_path: Path) ->
 
 
 def test_pair_lengths_count_the_negatives_the_collator_takes_up_to_the_cap(tmp_path: Path) -> None:
-    cfg = load_run_config(None, [f"data.train_paths={_write_pairs(tmp_path / 'pairs.jsonl')}", "data.hard_negative_field=negatives",
-                                 "objective.name=biencoder"])
+    cfg = load_run_config(None, [f"data.train_paths={_write_pairs(tmp_path / 'pairs.jsonl')}",
+                                 "data.hard_negative_field=negatives", "objective.name=biencoder"])
     pair = read_pairs(cfg.data).train[0]
     assert pair_lengths([pair], 0, 10_000) == [len(pair.query) + len(pair.document)]
     assert pair_lengths([pair], 1, 10_000) == [len(pair.query) + len(pair.document) + len(pair.hard_negatives[0])]

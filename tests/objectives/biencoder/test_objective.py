@@ -18,7 +18,8 @@ from lmplatform.objectives.infonce import Temperature, info_nce
 from tests.objectives.fitting import fit_one_batch
 
 QUERIES = ["printer jams", "vpn drops", "disk full", "login timeout", "payment failed", "app crash"]
-DOCUMENTS = ["paper jam tray", "vpn tunnel error", "disk memory", "login server timeout", "payment gateway invoice", "mobile app crash"]
+DOCUMENTS = ["paper jam tray", "vpn tunnel error", "disk memory", "login server timeout", "payment gateway invoice",
+             "mobile app crash"]
 
 
 def _batch(hard: bool = False) -> dict[str, np.ndarray]:

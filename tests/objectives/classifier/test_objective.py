@@ -21,12 +21,12 @@ from lmplatform.objectives.classifier.objective import (
 from lmplatform.objectives.run_config import load_run_config
 
 
-def _write(path: Path, rows: list) -> Path:  # noqa: ANN001
+def _write(path: Path, rows: list) -> Path:
     path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
     return path
 
 
-def _cfg(tiny_bert: Path, path: Path, *extra: str):  # noqa: ANN202
+def _cfg(tiny_bert: Path, path: Path, *extra: str):
     return load_run_config(None, [f"model.name_or_path={tiny_bert}", "model.max_seq_length=16", f"data.train_paths={path}",
                                   "objective.name=classifier", "objective.split_field=split", *extra])
 

@@ -20,7 +20,7 @@ GROUPS = {
 def _mined_pairs(path: Path) -> list[dict]:
     """As `mine` writes them: query, document, hard_negatives best first, group. The first row's list holds a text
     of its own group (a hand-made file may), which must never be used as a negative."""
-    others = lambda group: [texts[1] for name, texts in GROUPS.items() if name != group]  # noqa: E731
+    others = lambda group: [texts[1] for name, texts in GROUPS.items() if name != group]
     rows = []
     for group, texts in GROUPS.items():
         for query in texts[1:]:
@@ -30,7 +30,7 @@ def _mined_pairs(path: Path) -> list[dict]:
     return rows
 
 
-def test_listwise_objective_reads_a_mine_stages_negatives(ray_session, tiny_bert, tmp_path) -> None:  # noqa: ANN001
+def test_listwise_objective_reads_a_mine_stages_negatives(ray_session, tiny_bert, tmp_path) -> None:
     from lmplatform.objectives.cross_encoder.objective import build_recipe, prepare_data
 
     rows = _mined_pairs(tmp_path / "mined.jsonl")

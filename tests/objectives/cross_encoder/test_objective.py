@@ -122,9 +122,11 @@ def test_listwise_loss_is_each_groups_softmax_cross_entropy() -> None:
     labels = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0])
     group_ids = torch.tensor([7, 7, 7, 3, 3, 3, 9])  # unequal sizes; a group of its positive alone
     loss = listwise_softmax_loss(logits, labels, group_ids)
-    by_hand = [torch.nn.functional.cross_entropy(logits[i:j][None], torch.tensor([p])) for i, j, p in ((0, 3, 0), (3, 6, 1), (6, 7, 0))]
+    by_hand = [torch.nn.functional.cross_entropy(logits[i:j][None], torch.tensor([p]))
+               for i, j, p in ((0, 3, 0), (3, 6, 1), (6, 7, 0))]
     assert float(loss) == pytest.approx(float(sum(by_hand) / 3), rel=1e-6)
-    assert float(listwise_softmax_loss(logits, labels, group_ids, reduction="sum")) == pytest.approx(float(sum(by_hand)), rel=1e-6)
+    assert (float(listwise_softmax_loss(logits, labels, group_ids, reduction="sum"))
+            == pytest.approx(float(sum(by_hand)), rel=1e-6))
     # members need not be adjacent: the same groups, shuffled
     order = torch.tensor([6, 3, 0, 5, 1, 4, 2])
     assert float(listwise_softmax_loss(logits[order], labels[order], group_ids[order])) == pytest.approx(float(loss), rel=1e-6)
@@ -167,7 +169,8 @@ def test_head_lr_gives_the_head_its_own_rate_in_the_optimizer(tiny_bert: Path, t
     recipe = build_recipe(load_run_config(None, base=base))
     names = {id(p): n for n, p in recipe.model.named_parameters()}
     rates = {n: g["lr"] for g in build_optimizer(recipe.parameters(), names, load_run_config(None, base=base).optim,
-                                                  recipe.learning_rates).param_groups for n in [names[id(p)] for p in g["params"]]}
+                                                  recipe.learning_rates).param_groups
+             for n in [names[id(p)] for p in g["params"]]}
     head = set(recipe.model.head_parameter_names())
     assert len(head) == 4 and all(rates[n] == 1e-3 for n in head)
     assert all(rate == 2e-5 for n, rate in rates.items() if n not in head)

@@ -14,7 +14,7 @@ from lmplatform.train.collate import pad_multiple
 
 
 @pytest.fixture(scope="module")
-def tiny_mlm(tiny_bert: Path):  # noqa: ANN201
+def tiny_mlm(tiny_bert: Path):
     from transformers import AutoTokenizer
 
     from lmplatform.models.masked_lm import MaskedLanguageModel
@@ -29,7 +29,7 @@ def _texts(n: int, words: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(TOKEN_WORDS, size=words)) for _ in range(n)]
 
 
-def test_collator_builds_anchor_then_positive_spans_and_skips_short_documents(tiny_mlm) -> None:  # noqa: ANN001
+def test_collator_builds_anchor_then_positive_spans_and_skips_short_documents(tiny_mlm) -> None:
     _, tokenizer = tiny_mlm
     sampler = DeclutrSpanSampler(num_anchors=2, num_positives=2, min_span=3, max_span=6)
     collator = DeclutrCollator(tokenizer, sampler, seed=3)
@@ -55,7 +55,7 @@ def test_collator_builds_anchor_then_positive_spans_and_skips_short_documents(ti
         collator.collate_texts(["too short"])
 
 
-def test_declutr_loss_is_finite_logs_its_parts_and_decreases(tiny_mlm) -> None:  # noqa: ANN001
+def test_declutr_loss_is_finite_logs_its_parts_and_decreases(tiny_mlm) -> None:
     from lmplatform.objectives.masking import DynamicMasker
 
     model, tokenizer = tiny_mlm

@@ -50,7 +50,7 @@ def test_freeze_lower_layers(tiny_bert: Path) -> None:
         freeze_lower_layers(backbone, 3)
 
 
-def _config(tiny_bert: Path, data: Path, folds: Path, variant: str, *extra: str):  # noqa: ANN202
+def _config(tiny_bert: Path, data: Path, folds: Path, variant: str, *extra: str):
     return load_run_config(None, [
         f"model.name_or_path={tiny_bert}", "model.max_seq_length=32", f"data.train_paths={data}",
         "objective.name=graph_cl", f"objective.variant={variant}", f"objective.folds_file={folds}", "objective.fold=0",
@@ -71,7 +71,9 @@ def test_config_errors_name_the_field(tmp_path: Path, tiny_bert: Path) -> None:
 
 
 @pytest.mark.parametrize("variant", ["clgs", "cldr", "clner"])
-def test_each_variant_gives_a_finite_loss_and_gradients_only_above_the_frozen_layers(variant: str, tiny_bert: Path, tmp_path: Path) -> None:
+def test_each_variant_gives_a_finite_loss_and_gradients_only_above_the_frozen_layers(
+    variant: str, tiny_bert: Path, tmp_path: Path
+) -> None:
     from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
 
     data, folds = write_synthetic_ade(tmp_path / "ade.jsonl", n=24)
@@ -94,7 +96,7 @@ def test_each_variant_gives_a_finite_loss_and_gradients_only_above_the_frozen_la
         assert recipe.objective.head.gcn.linear.weight.grad.abs().sum() > 0
 
 
-def _train_in_process(recipe, sentences, steps: int, lr: float) -> None:  # noqa: ANN001
+def _train_in_process(recipe, sentences, steps: int, lr: float) -> None:
     """The objective module under a plain loop (the Ray Train path is covered in test_graph_cl_train.py)."""
     optimizer = torch.optim.AdamW(recipe.parameters(), lr=lr)
     rng = random.Random(0)
@@ -162,7 +164,7 @@ def test_gold_entities_evaluates_relations_over_the_gold_entities_only(tiny_bert
     assert runs[True]["re_macro_recall"] > 0.0
 
 
-def _without_negatives(index: int):  # noqa: ANN202
+def _without_negatives(index: int):
     """A sentence whose every word belongs to a related entity: no word may replace either argument."""
     from lmplatform.graph.data import Sentence
 
@@ -194,7 +196,9 @@ def test_anchors_without_a_valid_negative_are_not_counted_as_identified(variant:
     assert float(metrics[f"{variant}_accuracy"]) == pytest.approx(float(correct) / 4)
 
 
-def test_graph_identification_accuracy_reports_unscored_sentences_instead_of_counting_them(tiny_bert: Path, tmp_path: Path) -> None:
+def test_graph_identification_accuracy_reports_unscored_sentences_instead_of_counting_them(
+    tiny_bert: Path, tmp_path: Path
+) -> None:
     from lmplatform.evaluation.relations import RelationEvalConfig, graph_identification_accuracy
     from lmplatform.objectives.graph_cl.objective import build_recipe, load_sentences
 

@@ -97,7 +97,7 @@ def test_head_warmup_trains_the_head_alone_and_saves_it(backbone_only: Path, tmp
     assert head_source == "own"
 
 
-def test_freezing_a_model_without_a_known_head_is_refused(mlm_parts) -> None:  # noqa: ANN001
+def test_freezing_a_model_without_a_known_head_is_refused(mlm_parts) -> None:
     _, model, _ = mlm_parts
     model.head = None
     with pytest.raises(ValueError, match="unknown MLM head layout"):

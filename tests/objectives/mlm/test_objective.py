@@ -7,7 +7,7 @@ from lmplatform.objectives.mlm.objective import MLMEvaluator, MLMObjective
 from lmplatform.train.collate import TextCollator
 
 
-def test_loss_decreases_on_a_toy_corpus(mlm_parts) -> None:  # noqa: ANN001
+def test_loss_decreases_on_a_toy_corpus(mlm_parts) -> None:
     tokenizer, model, masker = mlm_parts
     torch.manual_seed(0)
     collate = TextCollator(tokenizer, 16)
@@ -24,7 +24,7 @@ def test_loss_decreases_on_a_toy_corpus(mlm_parts) -> None:  # noqa: ANN001
     assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5
 
 
-def test_evaluator_is_deterministic_and_pseudo_perplexity_is_sane(mlm_parts) -> None:  # noqa: ANN001
+def test_evaluator_is_deterministic_and_pseudo_perplexity_is_sane(mlm_parts) -> None:
     tokenizer, model, masker = mlm_parts
     batches = [TextCollator(tokenizer, 32).encode(["the vpn tunnel drops", "invoice totals are wrong today"])]
     evaluator = MLMEvaluator(masker, pppl_sentences=2)

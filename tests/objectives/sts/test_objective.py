@@ -22,7 +22,8 @@ def test_cosent_matches_hand_computation() -> None:
     expected = math.log(1 + sum(math.exp(t) for t in terms))
     assert float(cosent_loss(cos, gold, 20.0)) == pytest.approx(expected, rel=1e-5)
     # a wrongly ordered pair costs more than a rightly ordered one
-    assert float(cosent_loss(torch.tensor([0.2, 0.9]), torch.tensor([5.0, 1.0]))) > float(cosent_loss(torch.tensor([0.9, 0.2]), torch.tensor([5.0, 1.0])))
+    assert (float(cosent_loss(torch.tensor([0.2, 0.9]), torch.tensor([5.0, 1.0])))
+            > float(cosent_loss(torch.tensor([0.9, 0.2]), torch.tensor([5.0, 1.0]))))
     # ties contribute nothing: log(1 + 0) = 0
     assert float(cosent_loss(torch.tensor([0.1, 0.7]), torch.tensor([2.0, 2.0]))) == 0.0
     assert float(cosine_mse_loss(torch.tensor([0.5, 1.0]), torch.tensor([0.0, 5.0]), (0.0, 5.0))) == pytest.approx(0.125)

@@ -12,7 +12,7 @@ from lmplatform.objectives.run_config import load_run_config
 WORDS = "printer database login timeout crash server disk memory network error vpn backup".split()
 
 
-def test_sts_on_two_workers_reports_global_spearman(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:  # noqa: ANN001
+def test_sts_on_two_workers_reports_global_spearman(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
 
     from lmplatform.data.sts_pairs import STSPairs

@@ -107,7 +107,8 @@ def pairs_command(
         fail(str(exc))
         return
     for pairs in written.values():
-        typer.echo(f"{pairs.path}: {pairs.pairs} pairs in {pairs.groups} duplicate groups ({pairs.empty} left out: an empty text)")
+        typer.echo(f"{pairs.path}: {pairs.pairs} pairs in {pairs.groups} duplicate groups "
+                   f"({pairs.empty} left out: an empty text)")
     bad_rows = next(iter(written.values())).bad_rows if written else []  # every split reads the same two files
     if bad_rows:
         typer.echo(f"skipped {len(bad_rows)} bad row(s) of the corpus and relations files:")

@@ -17,7 +17,8 @@ def evaluate_run(
     overrides: Optional[List[str]] = EvaluationSetOption,
     output_dir: Optional[Path] = typer.Option(None, help="Report folder (overrides output_dir)."),
     run_id: Optional[str] = typer.Option(None, help="Log into this MLflow run (the run of the model evaluated)."),
-    limit_queries: Optional[int] = typer.Option(None, min=1, help="Retrieval: evaluate only the first N queries of each dataset."),
+    limit_queries: Optional[int] = typer.Option(
+        None, min=1, help="Retrieval: evaluate only the first N queries of each dataset."),
     limit: Optional[int] = typer.Option(None, min=2, help="STS / classification: read only N pairs, or N examples per split."),
 ) -> None:
     """Run every task of the config; write report.json, report.md and PNGs; log them to MLflow."""

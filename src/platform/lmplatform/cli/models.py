@@ -1,4 +1,5 @@
-"""`lmp models list|why|card|promote`: registered versions, their metrics, which one holds each alias and why; move one by hand."""
+"""`lmp models list|why|card|promote`: registered versions, their metrics, which one holds each alias and why;
+move one by hand."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -57,7 +58,8 @@ def list_models(
         typer.echo(f"no registered model versions{f' of {name}' if name else ''} at {uri}")
         return
     table = Table(title=f"registered models at {uri}")
-    for column in ("model", "version", "aliases", "study metric", "value", "other metrics", "eval fingerprint", "study", "created"):
+    for column in ("model", "version", "aliases", "study metric", "value", "other metrics", "eval fingerprint", "study",
+                   "created"):
         table.add_column(column)
     for r in rows:
         others = ", ".join(f"{k} {v:.4g}" for k, v in sorted(r["metrics"].items()) if k != r["metric"])
@@ -84,7 +86,8 @@ def champion_explanation(tracking_uri: str, name: str, version: Optional[str] = 
         version = str(max(int(v.version) for v in client.search_model_versions(f"name = '{name}'")))
     tags = client.get_model_version(name, version).tags
     lines = [f"{name} version {version}: " + (f"holds {alias}" if str(holder) == str(version)
-                                               else f"not {alias} ({alias} is version {holder})" if holder else f"no {alias} yet")]
+                                               else f"not {alias} ({alias} is version {holder})" if holder
+                                               else f"no {alias} yet")]
     if DECISION_TAG not in tags:
         lines.append("no gate decision recorded (registered outside a study, e.g. by a training run)")
         return lines

@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 app = typer.Typer(no_args_is_help=True, help="Multi-stage pipelines (domain MLM -> task, EWC, forgetting).")
-PipelineSetOption = typer.Option(None, "--set", help="pipeline field (tracking.experiment=x) or stages.<stage>.<section>.<field>=v; repeatable.")
+PipelineSetOption = typer.Option(
+    None, "--set", help="pipeline field (tracking.experiment=x) or stages.<stage>.<section>.<field>=v; repeatable.")
 
 
 @app.command("run")

@@ -62,8 +62,12 @@ class DataConfig(Section):
         "skip", description="'skip' counts and reports bad rows; 'fail' stops at the first one with its file and line."
     )
     max_documents: Optional[int] = Field(None, ge=1, description="Read at most this many documents (demos, smoke runs).")
-    query_field: str = Field("query", min_length=1, description="Pair objectives (biencoder, cross_encoder): column of the query / observation.")
-    document_field: str = Field("document", min_length=1, description="Pair objectives: column of the matching document / answer.")
+    query_field: str = Field(
+        "query", min_length=1, description="Pair objectives (biencoder, cross_encoder): column of the query / observation."
+    )
+    document_field: str = Field(
+        "document", min_length=1, description="Pair objectives: column of the matching document / answer."
+    )
     hard_negative_field: Optional[str] = Field(
         None, description="Pair objectives: optional column of hard negatives (a list of texts, or one text)."
     )
@@ -152,8 +156,13 @@ class ScalingConfig(Section):
 class CheckpointConfig(Section):
     every_n_steps: int = Field(200, ge=1)
     keep: int = Field(2, ge=1, description="Checkpoints kept on storage (the newest ones).")
-    storage_path: str = Field("runs", description="Ray Train storage (local folder, NFS path or s3://...). Relative paths are under the project folder.")
-    max_failures: int = Field(2, ge=-1, description="Worker failures to recover from (from the latest checkpoint); -1 is unlimited.")
+    storage_path: str = Field(
+        "runs", description="Ray Train storage (local folder, NFS path or s3://...). "
+        "Relative paths are under the project folder."
+    )
+    max_failures: int = Field(
+        2, ge=-1, description="Worker failures to recover from (from the latest checkpoint); -1 is unlimited."
+    )
 
 
 class TrackingConfig(Section):
@@ -167,7 +176,9 @@ class TrackingConfig(Section):
     )
     register_model: bool = Field(True, description="Register the final model as a new version.")
     log_every_n_steps: int = Field(10, ge=1)
-    eval_every_n_steps: Optional[int] = Field(None, ge=1, description="Validation during training; always run at the start and end.")
+    eval_every_n_steps: Optional[int] = Field(
+        None, ge=1, description="Validation during training; always run at the start and end."
+    )
     exports: list[Literal["sentence-transformers", "onnx", "onnx-int8"]] = Field(
         default_factory=list, description="Also log the final model in these formats beside model/ (model-onnx/, ...; "
         "see `lmp export`). A cross-encoder exports as sentence-transformers only.")
@@ -181,7 +192,8 @@ class EWCConfig(Section):
     model_config = ConfigDict(populate_by_name=True)
 
     fisher_path: Optional[str] = Field(
-        None, description="A saved Fisher diagonal: a local .safetensors file, or an MLflow URI (runs:/<id>/ewc/fisher.safetensors)."
+        None, description="A saved Fisher diagonal: a local .safetensors file, "
+        "or an MLflow URI (runs:/<id>/ewc/fisher.safetensors)."
     )
     fisher_from: Optional[DataConfig] = Field(
         None, description="Compute the Fisher diagonal before training from this data (the previous stage's data)."
@@ -189,7 +201,9 @@ class EWCConfig(Section):
     anchor_model: Optional[str] = Field(
         None, description="theta*, the model to stay close to and where the Fisher is computed. Default: model.name_or_path."
     )
-    lambda_: float = Field(..., gt=0.0, alias="lambda", description="Penalty strength; the trouble-report study swept 1e4, 1e6, 1e7.")
+    lambda_: float = Field(
+        ..., gt=0.0, alias="lambda", description="Penalty strength; the trouble-report study swept 1e4, 1e6, 1e7."
+    )
     samples: int = Field(7000, ge=1, description="Examples of fisher_from used for the Fisher diagonal.")
     loss: Literal["mlm"] = Field("mlm", description="The loss whose squared gradients make the Fisher diagonal.")
     batch_size: int = Field(

@@ -158,7 +158,8 @@ def pair_conflict_keys(pairs: Sequence[Pair], linked: Sequence[Pair] = (),
             text_groups.setdefault(text, set()).add(group)
     keys = [frozenset({("text", p.query), ("text", p.document), group}) for p, group in zip(pairs, groups)]
     negative_keys = [
-        frozenset(key for text in p.hard_negatives[:max_hard_negatives] for key in ({("text", text)} | text_groups.get(text, set())))
+        frozenset(key for text in p.hard_negatives[:max_hard_negatives]
+                  for key in ({("text", text)} | text_groups.get(text, set())))
         for p in pairs
     ]
     return keys, negative_keys

@@ -47,7 +47,8 @@ def read_labelled_texts(path: str | Path, name: str, text_fields: Sequence[str],
 
 def read_medical_abstracts(root: Path, limit: Optional[int] = None) -> LabelledTexts:
     """5 condition classes (`label_name`), split train/dev/test (stratified 60/20/20); `root` holds medical_abstracts_tc/."""
-    return read_labelled_texts(root / "medical_abstracts_tc" / "abstracts.jsonl", "medical_abstracts_tc", ["text"], "label_name", limit=limit)
+    return read_labelled_texts(root / "medical_abstracts_tc" / "abstracts.jsonl", "medical_abstracts_tc", ["text"],
+                               "label_name", limit=limit)
 
 
 def merge_rare_labels(labels: Sequence[str], splits: Sequence[str], min_size: int, count_split: str = "train",
@@ -76,7 +77,8 @@ def read_asrs(root: Path, label_field: str = "primary_problem", min_class_size: 
     Classes with fewer than `min_class_size` reports in the train split are merged into "Other": with a
     60/20/20 random split they would otherwise be missing from dev or test, or too few to learn.
     """
-    data = read_labelled_texts(root / "asrs_nmac_reports" / "reports.jsonl", "asrs_nmac_reports", ["narrative"], label_field, limit=limit)
+    data = read_labelled_texts(root / "asrs_nmac_reports" / "reports.jsonl", "asrs_nmac_reports", ["narrative"],
+                               label_field, limit=limit)
     data.labels = merge_rare_labels(data.labels, data.splits, min_class_size)
     return data
 

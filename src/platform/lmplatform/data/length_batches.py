@@ -23,7 +23,7 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: Sequen
     return [batches[i] for i in order]
 
 
-def _text_length(value: Any) -> int:  # noqa: ANN401 - a cell of a numpy object column
+def _text_length(value: Any) -> int:
     if isinstance(value, str):
         return len(value)
     if isinstance(value, (list, tuple, np.ndarray)):  # hard negatives, a list of texts

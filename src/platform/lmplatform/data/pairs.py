@@ -56,7 +56,8 @@ def _text(row: Record, name: str, cfg: DataConfig) -> str | BadRow:
         return BadRow(row.path, row.line, f"text field {name!r} is {type(value).__name__}, not a string")
     text = clean_text(value) if cfg.clean else value
     if len(text.strip()) < cfg.min_chars:
-        return BadRow(row.path, row.line, f"empty document in {name!r}" if not text.strip() else f"{name!r} shorter than min_chars={cfg.min_chars}")
+        return BadRow(row.path, row.line, f"empty document in {name!r}" if not text.strip()
+                      else f"{name!r} shorter than min_chars={cfg.min_chars}")
     return text
 
 

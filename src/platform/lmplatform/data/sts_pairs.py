@@ -63,7 +63,8 @@ def read_pairs_jsonl(
         path, "STS", lambda fields: scored_pair(fields, sentence1_field, sentence2_field, score_field, scale, clean=False),
         keep, limit)
     if not pairs:
-        raise DataError(f"no usable pairs in {path}" + (f" matching {where}" if where else "") + (f"; first problem: {bad[0]}" if bad else ""))
+        raise DataError(f"no usable pairs in {path}" + (f" matching {where}" if where else "")
+                        + (f"; first problem: {bad[0]}" if bad else ""))
     s1, s2 = [p[0] for p in pairs], [p[1] for p in pairs]
     gold = np.asarray([p[2] for p in pairs], dtype=np.float64)
     if scale is None:

@@ -215,7 +215,8 @@ def run_test(test: Any, classifier: Optional[Classifier] = None, encoder: Any = 
 def _run_mft(test: MFTTest, classifier: Classifier) -> dict[str, Any]:
     unknown = sorted({ex.label for ex in test.examples} - set(classifier.labels))
     if unknown:
-        raise SuiteError(f"test {test.name!r}: field 'examples.label': {unknown} not among the classifier's labels {classifier.labels}")
+        raise SuiteError(f"test {test.name!r}: field 'examples.label': {unknown} "
+                         f"not among the classifier's labels {classifier.labels}")
     proba, predicted = _predict(classifier, [ex.text for ex in test.examples])
     failing = [{"text": ex.text, "expected": ex.label, "predicted": p, "confidence": float(row.max())}
                for ex, p, row in zip(test.examples, predicted, proba) if p != ex.label]
@@ -237,7 +238,8 @@ def _run_invariance(test: InvarianceTest, classifier: Classifier) -> dict[str, A
 
 def _run_directional(test: DirectionalTest, classifier: Classifier) -> dict[str, Any]:
     if test.label not in classifier.labels:
-        raise SuiteError(f"test {test.name!r}: field 'label': {test.label!r} not among the classifier's labels {classifier.labels}")
+        raise SuiteError(f"test {test.name!r}: field 'label': {test.label!r} "
+                         f"not among the classifier's labels {classifier.labels}")
     column = classifier.labels.index(test.label)
     proba, _ = _predict(classifier, [text for pair in test.pairs for text in pair])
     before, after = proba[0::2, column], proba[1::2, column]
@@ -259,7 +261,8 @@ def _run_embedding(test: EmbeddingTest, encoder: Any) -> dict[str, Any]:
     return _result(test, len(test.triples), failing)
 
 
-def run_suite(suite: str | Path | tuple[str, list[Any]], classifier: Optional[Classifier] = None, encoder: Any = None) -> dict[str, Any]:
+def run_suite(suite: str | Path | tuple[str, list[Any]], classifier: Optional[Classifier] = None,
+              encoder: Any = None) -> dict[str, Any]:
     """Run every test; returns {"suite", "tests": [per-test results], "summary"}."""
     name, tests = load_suite(suite) if isinstance(suite, (str, Path)) else suite
     if classifier is None and encoder is None:
@@ -297,7 +300,8 @@ def _by_capability(ran: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def report_markdown(report: dict[str, Any]) -> str:
     rows = [[str(r["name"]), str(r["type"]), str(r["cases"]), str(r["failures"]),
              "skipped: " + r["skipped"] if r["skipped"] else f"{100 * r['failure_rate']:.1f}%"] for r in report["tests"]]
-    lines = [f"## Behavioural suite `{report['suite']}`", "", markdown_table(["test", "type", "cases", "failures", "failure rate"], rows)]
+    lines = [f"## Behavioural suite `{report['suite']}`", "",
+             markdown_table(["test", "type", "cases", "failures", "failure rate"], rows)]
     capabilities = report["summary"].get("capabilities") or {}
     if capabilities:
         rows = [[name, str(c["tests"]), str(c["cases"]), str(c["failures"]),

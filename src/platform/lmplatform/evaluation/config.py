@@ -71,7 +71,8 @@ class RetrievalScenario(Section):
 class RetrieverSpec(Section):
     name: str = Field(..., min_length=1, description="Label in reports and metric names.")
     kind: Literal["dense", "bm25", "hybrid", "two_stage"]
-    model: Optional[str] = Field(None, description="dense / hybrid / two_stage first stage: 'default', a folder, or models:/name@alias.")
+    model: Optional[str] = Field(
+        None, description="dense / hybrid / two_stage first stage: 'default', a folder, or models:/name@alias.")
     quantize: Optional[Literal["int8"]] = None
     index: Literal["flat", "hnsw", "ivf", "ivfpq", "auto"] = "flat"
     first_stage: Literal["dense", "bm25", "hybrid"] = "dense"
@@ -99,7 +100,8 @@ class RetrieverSpec(Section):
             if "hybrid" not in (self.kind, self.first_stage if self.kind == "two_stage" else None):
                 raise ValueError(f"retriever {self.name!r}: bm25_weights applies to a hybrid first stage only")
             if any(not 0.0 <= w <= 1.0 for w in self.bm25_weights) or len(set(self.bm25_weights)) != len(self.bm25_weights):
-                raise ValueError(f"retriever {self.name!r}: bm25_weights must be distinct values in [0, 1], got {self.bm25_weights}")
+                raise ValueError(f"retriever {self.name!r}: bm25_weights must be distinct values in [0, 1], "
+                                 f"got {self.bm25_weights}")
         return self
 
     def variants(self) -> list[tuple[str, FusionSettings]]:
@@ -318,7 +320,8 @@ class EvaluationConfig(Section):
         return self
 
 
-def load_evaluation_config(path: str | Path | None, overrides: Iterable[str] = (), base: Optional[dict[str, Any]] = None) -> EvaluationConfig:
+def load_evaluation_config(path: str | Path | None, overrides: Iterable[str] = (),
+                           base: Optional[dict[str, Any]] = None) -> EvaluationConfig:
     """Read the YAML (or `base`), apply `--set a.b=c` overrides, validate; raises ConfigError naming the field."""
     import copy
 

@@ -51,7 +51,8 @@ def _run_config(model: str, labels: list[str], counts: dict[int, int], head: Cla
     return cfg
 
 
-def _batches(texts: Sequence[str], label_ids: Sequence[int], batch_size: int, seed: int, epoch: int) -> Iterator[dict[str, np.ndarray]]:
+def _batches(texts: Sequence[str], label_ids: Sequence[int], batch_size: int, seed: int,
+             epoch: int) -> Iterator[dict[str, np.ndarray]]:
     """Ray-Data-style numpy batches of one epoch, shuffled by (seed, epoch) as the ingest shuffles shards."""
     order = np.random.default_rng([seed, epoch]).permutation(len(texts))
     text_column = np.asarray(texts, dtype=object)

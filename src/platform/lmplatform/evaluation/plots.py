@@ -54,7 +54,8 @@ def confusion_matrix_png(y_true: Sequence[str], y_pred: Sequence[str], labels: S
     ax.set_title(title)
     for i in range(len(labels)):
         for j in range(len(labels)):
-            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", color="white" if rates[i, j] > 0.5 else "black", fontsize=8)
+            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", color="white" if rates[i, j] > 0.5 else "black",
+                    fontsize=8)
     fig.colorbar(image, ax=ax, fraction=0.046)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,7 +91,8 @@ def plot_sts_scatter(dataset: str, pairs: STSPairs, encoders: list[Any], cosines
     return _save(fig, output_dir / f"sts_scatter_{artifact_name(dataset)}.png")
 
 
-def plot_few_shot_curve(summary: list[dict[str, Any]], title: str, path: Path, metrics: Sequence[str] = ("accuracy", "f1_macro")) -> Path:
+def plot_few_shot_curve(summary: list[dict[str, Any]], title: str, path: Path,
+                        metrics: Sequence[str] = ("accuracy", "f1_macro")) -> Path:
     """Mean ± std over seeds against examples per class, a panel per metric and a line per classifier.
 
     The x axis is categorical ('all' has no number); error bars are the std over seeds."""

@@ -47,13 +47,16 @@ class RelationEvalConfig(Section):
     folds_file: str = Field(..., description="folds.json: {split_k: {train: [ids], test: [ids]}}.")
     folds: Optional[list[int]] = Field(None, description="Fold numbers to run; default all in the file.")
     ner_model: str = Field("default", description="Encoder whose word space the KNN NER reads; may contain {fold}.")
-    re_model: Optional[str] = Field(None, description="Encoder for KNN relation extraction (default: ner_model); may contain {fold}.")
+    re_model: Optional[str] = Field(
+        None, description="Encoder for KNN relation extraction (default: ner_model); may contain {fold}.")
     baseline_model: Optional[str] = Field(
         None, description="Untrained encoder scored with the same KNN protocol on every fold (NER and RE from its one "
         "space); the summary then holds knn_baseline and knn_gain (trained minus baseline, per fold).",
     )
-    probe_models: dict[str, str] = Field(default_factory=dict, description="name -> encoder for the linear-probe table (e.g. baseline, clgs, cldr).")
-    clgs_model: Optional[str] = Field(None, description="CLGS-trained folder (with graph_cl_head.pt) for graph identification accuracy.")
+    probe_models: dict[str, str] = Field(
+        default_factory=dict, description="name -> encoder for the linear-probe table (e.g. baseline, clgs, cldr).")
+    clgs_model: Optional[str] = Field(
+        None, description="CLGS-trained folder (with graph_cl_head.pt) for graph identification accuracy.")
     base_model: str = Field("default", description="Frozen encoder giving the graph node features (the one CLGS started from).")
     k_candidates: list[int] = Field([1, 3, 5, 7, 9, 15], min_length=1, description="k values tried on the validation split.")
     validation_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="Share of each fold's train set used to choose k.")
@@ -124,7 +127,8 @@ def knn_extraction(cfg: RelationEvalConfig, encoders: _Encoders, ner_model: str,
     """
     fit_part, val_part = split_validation(train, cfg.validation_fraction, cfg.seed)
     max_k = max(cfg.k_candidates)
-    extractor = KNNExtractor.fit(fit_part, encoders.words(ner_model, fit_part), encoders.words(re_model, fit_part), cfg.entity_pooling)
+    extractor = KNNExtractor.fit(fit_part, encoders.words(ner_model, fit_part), encoders.words(re_model, fit_part),
+                                 cfg.entity_pooling)
     val_ner, val_re = encoders.words(ner_model, val_part), encoders.words(re_model, val_part)
     entity_cache: dict[int, list] = {}
 
@@ -151,7 +155,8 @@ def knn_extraction(cfg: RelationEvalConfig, encoders: _Encoders, ner_model: str,
             "val_ner_macro_f1": ner_curve[k_ner], "val_re_macro_f1": re_curve[k_re]}
 
 
-def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str, sentences: Sequence[Sentence]) -> Optional[dict[str, Any]]:
+def graph_identification_accuracy(cfg: RelationEvalConfig, clgs_model: str,
+                                  sentences: Sequence[Sentence]) -> Optional[dict[str, Any]]:
     """{"accuracy", "scored", "unscored"}: the share of sentences whose pooled embedding is closer to their own
     graph than to every valid hard negative, over the sentences that have one; sentences without any valid
     negative are not scored (an empty comparison is no identification) and are counted. None without a CLGS head."""
@@ -185,7 +190,8 @@ def probe_table(cfg: RelationEvalConfig, encoders: _Encoders, models: dict[str, 
     return table
 
 
-def tsne_plots(cfg: RelationEvalConfig, encoders: _Encoders, re_model: str, ner_model: str, test: list[Sentence]) -> dict[str, bytes]:
+def tsne_plots(cfg: RelationEvalConfig, encoders: _Encoders, re_model: str, ner_model: str,
+               test: list[Sentence]) -> dict[str, bytes]:
     """PNG bytes of the relation space (gold vs hard-negative pairs) and the entity space (words by BIO tag)."""
     import matplotlib
 
@@ -270,7 +276,8 @@ def summarize_folds(results: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {"folds": [r["fold"] for r in results]}
     summary["knn"] = {key: _mean_std([r["knn"][key] for r in results]) for key in results[0]["knn"]}
     if "knn_baseline" in results[0]:
-        summary["knn_baseline"] = {key: _mean_std([r["knn_baseline"][key] for r in results]) for key in results[0]["knn_baseline"]}
+        summary["knn_baseline"] = {key: _mean_std([r["knn_baseline"][key] for r in results])
+                                   for key in results[0]["knn_baseline"]}
         summary["knn_gain"] = {key: _mean_std([r["knn"][key] - r["knn_baseline"][key] for r in results]) for key in GAIN_KEYS}
     summary["probe"] = {
         name: {key: _mean_std([r["probe"][name][key] for r in results]) for key in results[0]["probe"][name]}

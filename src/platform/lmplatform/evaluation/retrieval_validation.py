@@ -2,7 +2,8 @@
 
 The driver builds a `RetrievalSet` once from pairs (and distractor documents); whoever holds a model
 turns it into rankings (`dense_rankings`, `hybrid_rankings`, `reranked_rankings`) and `score_rankings`
-turns those into per-query metrics. `choose_bm25_weight` picks the BM25 weight of hybrid retrieval on a set. Two rules make the numbers trustworthy for choosing between models:
+turns those into per-query metrics. `choose_bm25_weight` picks the BM25 weight of hybrid retrieval on a set.
+Two rules make the numbers trustworthy for choosing between models:
 
 - Ties count against the query (`rank_against_query`): a collapsed encoder, whose vectors are all
   equal, ranks every relevant document last and scores near 0, not 1.
@@ -93,7 +94,8 @@ def rank_against_query(ids: Sequence[T], scores: Sequence[float], relevant: Coll
     return [ids[i] for i in order if complete or not (ids[i] in relevant and float(scores[i]) == floor)]
 
 
-def score_rankings(rankings: Sequence[Sequence[int]], rset: RetrievalSet, cfg: RetrievalValidationConfig) -> dict[str, np.ndarray]:
+def score_rankings(rankings: Sequence[Sequence[int]], rset: RetrievalSet,
+                   cfg: RetrievalValidationConfig) -> dict[str, np.ndarray]:
     """Per-query metrics [queries] for each name of `cfg.ranking_metric_names()`."""
     out: dict[str, list[float]] = defaultdict(list)
     for ranking, relevant in zip(rankings, rset.relevant):
@@ -355,7 +357,8 @@ def attach_first_stage(rset: RetrievalSet, cfg: RetrievalValidationConfig) -> Re
     `cfg.candidates` a re-ranker re-orders (cross-encoder validation)."""
     from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever
 
-    retriever = BM25Retriever() if cfg.first_stage == "bm25" else DenseRetriever.from_pretrained(cfg.first_stage, batch_size=cfg.batch_size)
+    retriever = (BM25Retriever() if cfg.first_stage == "bm25"
+                 else DenseRetriever.from_pretrained(cfg.first_stage, batch_size=cfg.batch_size))
     ids = [str(i) for i in range(len(rset.candidate_texts))]
     retriever.index(ids, rset.candidate_texts)
     exclude = [{str(i) for i in e} for e in rset.excluded]

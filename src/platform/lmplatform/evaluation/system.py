@@ -41,8 +41,8 @@ class SystemChoice:
 class SystemScorer:
     """Rankings and per-query metrics of one bi-encoder (and optionally one re-ranker) under any settings."""
 
-    def __init__(self, encoder: Any, rset: RetrievalSet, cfg: RetrievalValidationConfig,  # noqa: ANN401 - an Encoder
-                 reranker: Any = None, batch_size: int = 64):  # noqa: ANN401 - a CrossEncoder
+    def __init__(self, encoder: Any, rset: RetrievalSet, cfg: RetrievalValidationConfig,
+                 reranker: Any = None, batch_size: int = 64):
         """encoder, reranker: the models as the service runs them (fp32), so scores match the served ones."""
         self.rset, self.cfg, self.reranker, self.batch_size = rset, cfg, reranker, batch_size
         vectors = encoder.encode([*rset.query_texts, *rset.candidate_texts], batch_size=batch_size)

@@ -189,7 +189,8 @@ def fold_name(folds: dict[str, Any], fold: int | str) -> str:
     return name
 
 
-def split_fold(sentences: Sequence[Sentence], folds: dict[str, dict[str, list[str]]], fold: int | str) -> tuple[list[Sentence], list[Sentence]]:
+def split_fold(sentences: Sequence[Sentence], folds: dict[str, dict[str, list[str]]],
+               fold: int | str) -> tuple[list[Sentence], list[Sentence]]:
     """(train, test) sentences of one fold; ids the data lacks are ignored (e.g. under a read limit)."""
     split = folds[fold_name(folds, fold)]
     by_id = {s.id: s for s in sentences}

@@ -30,7 +30,8 @@ def pair_adjacency(self_weight: float, device: torch.device | None = None) -> to
 class GCNLayer(nn.Module):
     """X' = σ(Â X W); Â is passed in already normalised, batched or not ([..., n, n] @ [..., n, d])."""
 
-    def __init__(self, in_dim: int, out_dim: int, activation: Callable[[torch.Tensor], torch.Tensor] = torch.relu, bias: bool = True):
+    def __init__(self, in_dim: int, out_dim: int, activation: Callable[[torch.Tensor], torch.Tensor] = torch.relu,
+                 bias: bool = True):
         super().__init__()
         self.linear = nn.Linear(in_dim, out_dim, bias=bias)
         self.activation = activation

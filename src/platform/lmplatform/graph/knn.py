@@ -43,7 +43,8 @@ def encode_words(
     for start in range(0, len(sentences), batch_size):
         index = order[start : start + batch_size]
         aligned = align_words(tokenizer, [sentences[i].tokens for i in index], max_length)
-        hidden = backbone(input_ids=aligned.input_ids.to(device), attention_mask=aligned.attention_mask.to(device)).last_hidden_state
+        hidden = backbone(input_ids=aligned.input_ids.to(device),
+                          attention_mask=aligned.attention_mask.to(device)).last_hidden_state
         hidden = hidden.float().cpu().numpy()
         for row, i in enumerate(index):
             vectors = np.full((len(sentences[i].tokens), hidden.shape[-1]), np.nan, dtype=np.float32)
@@ -158,7 +159,8 @@ class KNNExtractor:
         relations = KNNIndex(*relation_training_set(sentences, re_vectors, schema, entity_pooling))
         return cls(words, relations, schema, entity_pooling)
 
-    def predict_entities(self, sentences: Sequence[Sentence], vectors: Sequence[np.ndarray], k: int, max_k: int) -> list[list[Entity]]:
+    def predict_entities(self, sentences: Sequence[Sentence], vectors: Sequence[np.ndarray], k: int,
+                         max_k: int) -> list[list[Entity]]:
         stacked = np.concatenate(vectors)
         tags = self.words.vote(self.words.neighbours(stacked, max_k), k)
         out, offset = [], 0
@@ -184,7 +186,8 @@ class KNNExtractor:
         return [(sid, head, tail, label) for (sid, head, tail), label in zip(keys, labels) if label != NO_RELATION]
 
 
-def score_extraction(sentences: Sequence[Sentence], entities: Sequence[Sequence[Entity]], relations: Sequence[RelationKey]) -> dict[str, float]:
+def score_extraction(sentences: Sequence[Sentence], entities: Sequence[Sequence[Entity]],
+                     relations: Sequence[RelationKey]) -> dict[str, float]:
     predicted_entities = [(s.id, e.start, e.end, e.type) for s, found in zip(sentences, entities) for e in found]
     ner = strict_scores(gold_entities(sentences), predicted_entities)
     gold = gold_relations(sentences)

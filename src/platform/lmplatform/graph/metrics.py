@@ -64,7 +64,8 @@ def _overlap(a: Entity, b: Entity) -> bool:
     return a.start < b.end and b.start < a.end
 
 
-def boundary_free_relation_scores(gold: Sequence[RelationKey], predicted: Sequence[RelationKey]) -> dict[str, float | dict[str, Scores]]:
+def boundary_free_relation_scores(gold: Sequence[RelationKey],
+                                  predicted: Sequence[RelationKey]) -> dict[str, float | dict[str, Scores]]:
     """RE-: arguments match by word overlap (types of the arguments and boundaries ignored)."""
     gold_by_sentence: dict[str, list[RelationKey]] = defaultdict(list)
     for relation in set(gold):

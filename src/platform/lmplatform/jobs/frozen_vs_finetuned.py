@@ -58,7 +58,8 @@ def frozen_vs_finetuned(cfg: Any, test_texts: Sequence[str], test_labels: Sequen
     runs = {}
     for setting, frozen in (("frozen", True), ("fine-tuned", False)):
         run_cfg = cfg.model_copy(update={"objective": cfg.objective.model_copy(update={"freeze_encoder": frozen})})
-        result = run_training(run_cfg, parent_run_id=parent_run_id, extra_tags={"lmp.study": "frozen_vs_finetuned", "lmp.setting": setting})
+        result = run_training(run_cfg, parent_run_id=parent_run_id,
+                              extra_tags={"lmp.study": "frozen_vs_finetuned", "lmp.setting": setting})
         classifier = TextClassifier.from_pretrained(result.model_dir)
         metrics, png = evaluate_classifier(classifier, test_texts, test_labels, out_dir, title=setting)
         tracker = TrackedRun(result.tracking_uri, result.mlflow_run_id)

@@ -196,7 +196,8 @@ def run_training(
         )
         tracker.set_tags({"lmp.registered_model": registered, "lmp.model_version": version})
     tracker.finish()
-    print(f"[lmp] model saved to {model_dir}" + (f"; registered {registered} version {version}" if registered else ""), flush=True)
+    print(f"[lmp] model saved to {model_dir}" + (f"; registered {registered} version {version}" if registered else ""),
+          flush=True)
     return TrainingResult(
         run_name=run_name,
         mlflow_run_id=tracker.run_id,

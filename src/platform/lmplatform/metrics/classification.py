@@ -47,7 +47,8 @@ def classification_metrics(y_true: Sequence[str], proba: np.ndarray, labels: Seq
         out["roc_auc"] = float(roc_auc_score(true_ids, proba[:, 1])) if both else float("nan")
         out["roc_auc_classes"] = 2.0 if both else 0.0
     else:
-        aucs = [roc_auc_score(true_ids == c, proba[:, c]) for c in range(len(labels)) if 0 < (true_ids == c).sum() < len(true_ids)]
+        aucs = [roc_auc_score(true_ids == c, proba[:, c]) for c in range(len(labels))
+                if 0 < (true_ids == c).sum() < len(true_ids)]
         out["roc_auc"] = float(np.mean(aucs)) if aucs else float("nan")
         out["roc_auc_classes"] = float(len(aucs))
     return out

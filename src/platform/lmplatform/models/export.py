@@ -116,7 +116,8 @@ def write_sentence_transformers(encoder: "Encoder", out: Path, normalize: bool =
     out = encoder.save_pretrained(out)  # backbone only, tokenizer, lmplatform_encoder.json
     write_sentence_transformers_modules(encoder, out, normalize)
     return ExportResult("sentence-transformers", "bi-encoder", out, _files(out),
-                        [f"{encoder.pooling} pooling{', normalised' if normalize else ''}, max_seq_length {encoder.max_seq_length}"])
+                        [f"{encoder.pooling} pooling{', normalised' if normalize else ''}, "
+                         f"max_seq_length {encoder.max_seq_length}"])
 
 
 def write_sentence_transformers_modules(encoder: "Encoder", out: Path, normalize: bool) -> None:

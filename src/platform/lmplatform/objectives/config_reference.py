@@ -19,7 +19,8 @@ def _type_name(annotation: object) -> str:
         name = " \\| ".join(_type_name(a) for a in args)
         return f"{name} (optional)" if len(args) < len(typing.get_args(annotation)) else name
     if origin in (list, dict):
-        return getattr(annotation, "__name__", str(annotation)).replace("typing.", "") if not typing.get_args(annotation) else str(annotation).replace("typing.", "")
+        return (getattr(annotation, "__name__", str(annotation)).replace("typing.", "") if not typing.get_args(annotation)
+                else str(annotation).replace("typing.", ""))
     return getattr(annotation, "__name__", str(annotation).replace("typing.", ""))
 
 

@@ -178,7 +178,8 @@ def resolve_fisher_path(path_or_uri: str, tracking_uri: Optional[str] = None) ->
     from lmplatform.runtime import resolve_tracking_uri
 
     try:
-        return Path(mlflow.artifacts.download_artifacts(artifact_uri=path_or_uri, tracking_uri=resolve_tracking_uri(tracking_uri)))
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=path_or_uri,
+                                                        tracking_uri=resolve_tracking_uri(tracking_uri)))
     except Exception as exc:
         raise FileNotFoundError(f"ewc.fisher_path: cannot download {path_or_uri}: {exc}") from exc
 
@@ -208,7 +209,8 @@ class MatchReport:
     def summary(self) -> str:
         return (f"ewc: {self.matched_tensors}/{self.model_tensors} model tensors "
                 f"({self.matched_parameters} parameters) matched {self.fisher_tensors} Fisher tensors; "
-                f"{len(self.unmatched_model)} not penalised" + (f", {len(self.shape_mismatch)} shape mismatches" if self.shape_mismatch else ""))
+                f"{len(self.unmatched_model)} not penalised"
+                + (f", {len(self.shape_mismatch)} shape mismatches" if self.shape_mismatch else ""))
 
     def metrics(self) -> dict[str, float]:
         return {"ewc/matched_tensors": float(self.matched_tensors), "ewc/matched_parameters": float(self.matched_parameters),
@@ -248,7 +250,8 @@ class EWCPenalty(nn.Module):
                                   unmatched + mismatched, mismatched)
         if not self.param_names:
             raise ValueError("EWC: no parameter of the model matches the Fisher diagonal "
-                             f"(model names like {next(iter(params), '?')!r}, Fisher names like {next(iter(fisher.values), '?')!r})")
+                             f"(model names like {next(iter(params), '?')!r}, "
+                             f"Fisher names like {next(iter(fisher.values), '?')!r})")
 
     @classmethod
     def from_anchor_model(cls, model: nn.Module, fisher: FisherDiagonal, anchor_model: nn.Module, lambda_: float) -> "EWCPenalty":

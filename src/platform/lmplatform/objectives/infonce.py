@@ -60,7 +60,7 @@ class Temperature(nn.Module):
         self.log_tau.clamp_(math.log(self.min_value), math.log(self.max_value))
 
 
-def temperature_from_config(objective: Any) -> Temperature:  # noqa: ANN401 - a config with the temperature fields
+def temperature_from_config(objective: Any) -> Temperature:
     """The `Temperature` an objective config describes (`temperature`, `learnable_temperature`, `min_/max_temperature`)."""
     return Temperature(objective.temperature, objective.learnable_temperature,
                        objective.min_temperature, objective.max_temperature)

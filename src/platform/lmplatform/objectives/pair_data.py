@@ -13,7 +13,8 @@ def prepared_pairs(pairs: PairSet, datasets: dict, examples: int, extra_metrics:
     return PreparedData(
         datasets=datasets,
         train_examples=examples,
-        metrics=report.metrics() | {"data/train_pairs": float(len(pairs.train)), "data/validation_pairs": float(len(pairs.validation))}
+        metrics=report.metrics()
+        | {"data/train_pairs": float(len(pairs.train)), "data/validation_pairs": float(len(pairs.validation))}
         | (extra_metrics or {}),
         summary=report.summary().replace("documents", "pairs", 1) + extra_summary,
         fingerprint=report.fingerprint,

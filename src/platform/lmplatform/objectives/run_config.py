@@ -53,7 +53,8 @@ class RunConfig(Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     ewc: Optional[EWCConfig] = Field(None, description="Add an EWC penalty to the objective's loss.")
     retrieval_validation: Optional[RetrievalValidationConfig] = Field(
-        None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: biencoder, biencoder_distill, cross_encoder, declutr.")
+        None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: "
+        "biencoder, biencoder_distill, cross_encoder, declutr.")
 
     @model_validator(mode="before")
     @classmethod
@@ -76,7 +77,8 @@ class RunConfig(Section):
         # compared with the defaults, not `model_fields_set`: a config dumped and validated again (as workers
         # receive it) has every field set
         defaults = RetrievalValidationConfig.model_fields
-        if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default, defaults["candidates"].default):
+        if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default,
+                                                                           defaults["candidates"].default):
             raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
         if name == "cross_encoder" and rv.hybrid is not None:
             raise ValueError("retrieval_validation.hybrid fuses BM25 with a bi-encoder; a cross_encoder re-ranks "

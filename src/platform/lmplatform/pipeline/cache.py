@@ -87,7 +87,7 @@ def _model_fingerprint(reference: str) -> str:
         return reference
 
 
-def _canonical(value: Any, key: str = "") -> Any:  # noqa: ANN401 - a config value
+def _canonical(value: Any, key: str = "") -> Any:
     """The config with placements dropped and every local path or model replaced by its fingerprint."""
     if isinstance(value, dict):
         return {k: _canonical(v, k) for k, v in sorted(value.items()) if k not in PLACEMENT_KEYS}

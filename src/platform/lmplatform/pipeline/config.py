@@ -48,7 +48,8 @@ class StageEWCConfig(Section):
         if (self.data is None) == (self.fisher_path is None):
             raise ValueError("set exactly one of ewc.data (compute the Fisher) or ewc.fisher_path (reuse one)")
         if (self.anchor is None) == (self.anchor_model is None):
-            raise ValueError("set exactly one of ewc.anchor (an earlier stage) or ewc.anchor_model (a model outside the pipeline)")
+            raise ValueError("set exactly one of ewc.anchor (an earlier stage) "
+                             "or ewc.anchor_model (a model outside the pipeline)")
         return self
 
     @property
@@ -127,7 +128,8 @@ class PairsConfig(Section):
             raise ValueError(f"pairs.splits names a split twice: {self.splits}")
         if self.holdout is not None:
             if self.holdout.split not in self.splits:
-                raise ValueError(f"pairs.holdout.split {self.holdout.split!r} is not one of pairs.splits ({', '.join(self.splits)})")
+                raise ValueError(f"pairs.holdout.split {self.holdout.split!r} "
+                                 f"is not one of pairs.splits ({', '.join(self.splits)})")
             clash = set(self.holdout.into) & (set(self.splits) - {self.holdout.split})
             if clash or self.holdout.into[0] == self.holdout.into[1]:
                 raise ValueError(f"pairs.holdout.into {list(self.holdout.into)} must be two new names, distinct from the splits")
@@ -182,7 +184,8 @@ class SystemRegisterConfig(Section):
     """Where the chosen system is registered: the retriever's version carries the settings, the index and a link to
     the re-ranker's own version."""
 
-    name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Registered model of the retriever.")
+    name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="Registered model of the retriever.")
     reranker_name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                                          description="Registered model of the re-ranker (default: <name>-reranker).")
 
@@ -279,7 +282,8 @@ class PipelineConfig(Section):
         default_factory=list,
         description="Evaluations with a `task` run on the start model and after every stage: they fill R for A/BWT/FWT/REM.",
     )
-    base_dir: str = Field(".", description="Set by the loader: the pipeline file's folder; stage config paths are relative to it.")
+    base_dir: str = Field(
+        ".", description="Set by the loader: the pipeline file's folder; stage config paths are relative to it.")
 
     @model_validator(mode="after")
     def _references(self) -> "PipelineConfig":
@@ -323,7 +327,7 @@ def stage_run_data(pipeline: PipelineConfig, stage: StageConfig) -> dict[str, An
 DATA_PATH_FIELDS = ("train_paths", "validation_paths")
 
 
-def stage_references(value: Any) -> list[str]:  # noqa: ANN401 - a YAML value
+def stage_references(value: Any) -> list[str]:
     """Every `stage:<name>` and `stage:<name>/<output>` string in a (nested) config value, without the prefix."""
     if isinstance(value, str):
         return [value[len(STAGE_PREFIX):]] if value.startswith(STAGE_PREFIX) else []
@@ -334,7 +338,7 @@ def stage_references(value: Any) -> list[str]:  # noqa: ANN401 - a YAML value
     return []
 
 
-def resolve_references(value: Any, outputs: Mapping[str, str]) -> Any:  # noqa: ANN401 - a YAML value
+def resolve_references(value: Any, outputs: Mapping[str, str]) -> Any:
     """`value` with each `stage:<ref>` string whose ref is in `outputs` replaced by `outputs[ref]`: a finished
     stage's file (a mine stage's pairs, `<pairs stage>/<split>`) or model folder (a training stage)."""
     if isinstance(value, str):
@@ -353,7 +357,7 @@ def stage_data_references(data: dict[str, Any]) -> list[str]:
     return [ref for ref in stage_references(paths) if "/" not in ref]
 
 
-def _as_list(value: Any) -> list[Any]:  # noqa: ANN401 - a YAML value
+def _as_list(value: Any) -> list[Any]:
     return [] if value is None else value if isinstance(value, list) else [value]
 
 
@@ -469,7 +473,8 @@ def pipeline_config_from_dict(
                 name = value.removeprefix(STAGE_PREFIX)
                 if value.startswith(STAGE_PREFIX) and name not in earlier_trained:
                     raise ConfigError(f"{source}: stage {stage.name!r}: system.{field} names stage:{name}, which is not "
-                                      f"an earlier training stage (earlier training stages: {', '.join(earlier_trained) or 'none'})")
+                                      f"an earlier training stage "
+                                      f"(earlier training stages: {', '.join(earlier_trained) or 'none'})")
             continue
         if stage.mine is not None:
             earlier_mines.append(stage.name)
@@ -491,7 +496,7 @@ def pipeline_config_from_dict(
     return pipeline
 
 
-def _check_output_references(stage: str, content: Any, outputs: Mapping[str, list[str]], source: str) -> None:  # noqa: ANN401
+def _check_output_references(stage: str, content: Any, outputs: Mapping[str, list[str]], source: str) -> None:
     """Each `stage:<name>/<file>` in `content` names a file an earlier pairs stage writes."""
     for ref in stage_references(content):
         name, slash, output = ref.partition("/")

@@ -32,7 +32,7 @@ class PairsResult:
         return f"pairs per file: {parts}{skipped}"
 
 
-def holdout_part(group: Any, holdout: HoldoutConfig) -> int:  # noqa: ANN401 - a group id as the file holds it
+def holdout_part(group: Any, holdout: HoldoutConfig) -> int:
     """0 or 1: which part of the held-out split a duplicate group goes to (a stable hash of the group and seed)."""
     digest = hashlib.sha256(f"{holdout.seed}:{group}".encode()).digest()
     return int(int.from_bytes(digest[:8], "big") / 2**64 < holdout.fraction)

@@ -106,7 +106,7 @@ def _registry_problem(reference: str) -> Optional[str]:
             model_version_source(client, reference)
         else:
             client.get_run(reference[len("runs:/"):].split("/", 1)[0])
-    except Exception as exc:  # noqa: BLE001 - MLflow raises its own types, and connection errors, for a missing entry
+    except Exception as exc:  # MLflow raises its own types, and connection errors, for a missing entry
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"{reference} cannot be found in MLflow at {uri}: {first_line}"
     return None
@@ -126,7 +126,8 @@ def model_problems(reference: Optional[str], field: str, where: str, will_run: S
         if name in finished:
             folder = Path(finished[name])
             if not (folder / "config.json").is_file():
-                return [Problem(where, field, f"{reference} finished earlier, but its model folder {folder} is gone", str(folder))]
+                return [Problem(where, field, f"{reference} finished earlier, but its model folder {folder} is gone",
+                                str(folder))]
             return []
         if name in will_run:
             return []
@@ -244,7 +245,8 @@ def stage_problems(cfg: PipelineConfig, stage: StageConfig, will_run: Sequence[s
         problems += model_problems(getattr(run.objective, field.split(".", 1)[1]), field, where, will_run, finished)
     if stage.ewc is not None:
         ewc = stage.ewc
-        problems += model_problems(ewc.anchor_reference, "ewc.anchor" if ewc.anchor else "ewc.anchor_model", where, will_run, finished)
+        problems += model_problems(ewc.anchor_reference, "ewc.anchor" if ewc.anchor else "ewc.anchor_model", where,
+                                   will_run, finished)
         if ewc.data is not None:
             problems += data_problems(ewc.data.train_paths, "ewc.data.train_paths", where)
             problems += data_problems(ewc.data.validation_paths, "ewc.data.validation_paths", where)

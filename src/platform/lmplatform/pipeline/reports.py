@@ -15,7 +15,7 @@ class ReportLog(UserCallback):
     def __init__(self, path: Path):
         self.path = str(path)
 
-    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:  # noqa: ANN401
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
         row = {k: v for k, v in metrics[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as handle:

@@ -355,7 +355,7 @@ def _run_untrained_stage(cfg: PipelineConfig, stage: StageConfig, index: int, st
 
 
 def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: PipelineState, folder: Path,
-                tracking: tuple[Any, ...]) -> Any:  # noqa: ANN401 - a SystemResult
+                tracking: tuple[Any, ...]) -> Any:
     """Measure the system on its select set, and register it when the stage says so."""
     import ray
 
@@ -387,7 +387,8 @@ def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: Pipe
                                          tags={"objective": "biencoder", "lmp.pipeline_run": state.run_name})
         settings = publish_system(resolved, state.tracking_uri, resolved.register_as.name, version, retriever,
                                   result.settings, record.reranker_run_id, folder / stage.name)
-        record.registered_model, record.model_version, record.search = resolved.register_as.name, version, settings.model_dump(mode="json")
+        record.registered_model, record.model_version, record.search = (
+            resolved.register_as.name, version, settings.model_dump(mode="json"))
         print(f"[lmp] {label}: registered {resolved.register_as.name} version {version} with its index and settings", flush=True)
     return result
 
@@ -405,7 +406,7 @@ def _artifact_uri(tracking_uri: str, run_id: str) -> str:
     return MlflowClient(tracking_uri).get_run(run_id).info.artifact_uri
 
 
-def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):  # noqa: ANN202
+def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.pipeline.evaluations import run_stage_evaluation
 
@@ -455,7 +456,8 @@ def forgetting_table(cfg: PipelineConfig, state: PipelineState) -> list[dict[str
                 "ewc_lambda": record.ewc_lambda,
                 "mlm_loss_before": before.get("mlm_loss"),
                 "mlm_loss_after": after.get("mlm_loss"),
-                "mlm_loss_change": (after["mlm_loss"] - before["mlm_loss"]) if "mlm_loss" in after and "mlm_loss" in before else None,
+                "mlm_loss_change": ((after["mlm_loss"] - before["mlm_loss"])
+                                    if "mlm_loss" in after and "mlm_loss" in before else None),
                 "mlm_accuracy_before": before.get("mlm_accuracy"),
                 "mlm_accuracy_after": after.get("mlm_accuracy"),
             })
@@ -466,7 +468,7 @@ def format_table(rows: list[dict[str, object]]) -> str:
     if not rows:
         return "(no evaluations)"
     columns = list(rows[0])
-    cell = lambda v: "" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
+    cell = lambda v: "" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
     return markdown_table(columns, [[cell(r[c]) for c in columns] for r in rows])
 
 
@@ -478,7 +480,7 @@ def task_matrix(cfg: PipelineConfig, state: PipelineState) -> Optional[list[list
     return [[state.stages[s.name].task_scores.get(t, float("nan")) for t in tasks] for s in cfg.stages if s.kind == "train"]
 
 
-def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:  # noqa: ANN001
+def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:
     from lmplatform.metrics.continual import continual_metrics
 
     table = format_table(forgetting)
@@ -488,8 +490,8 @@ def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: 
     continual: dict[str, float] = {}
     matrix = task_matrix(cfg, state)
     if matrix is not None:
-        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.kind == "train"], "R": matrix,
-                         "baseline": state.baseline_task_scores}, "task_matrix.json")
+        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.kind == "train"],
+                         "R": matrix, "baseline": state.baseline_task_scores}, "task_matrix.json")
         if len(matrix) == len(matrix[0]):
             baseline = [state.baseline_task_scores.get(t.task) for t in cfg.tasks]  # type: ignore[arg-type]
             continual = continual_metrics(matrix, baseline if None not in baseline else None)

@@ -116,7 +116,8 @@ def publish_system(cfg: SystemConfig, tracking_uri: str, name: str, version: str
     print(f"[lmp] system: index of {len(built.index)} documents ({built.index.kind}, BM25 "
           f"{'yes' if built.bm25 else 'no'}) logged with {name} version {version}", flush=True)
     if settings.reranker is not None and reranker_run_id is not None:
-        reranker_name = (cfg.register_as.reranker_name if cfg.register_as and cfg.register_as.reranker_name else f"{name}-reranker")
+        reranker_name = (cfg.register_as.reranker_name if cfg.register_as and cfg.register_as.reranker_name
+                         else f"{name}-reranker")
         source = f"{client.get_run(reranker_run_id).info.artifact_uri}/model"
         reranker_version = register_model_version(tracking_uri, reranker_name, source, reranker_run_id,
                                                   tags={"objective": "cross_encoder", "lmp.reranks": f"{name}/{version}"})

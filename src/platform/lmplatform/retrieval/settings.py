@@ -69,7 +69,8 @@ class DistractorConfig(Section):
     `max_documents` is set) joins the pool each validation query is ranked against."""
 
     paths: list[str] = Field(..., min_length=1, description="JSONL/CSV/Parquet/text files (or folders) of documents.")
-    fields: list[str] = Field(["text"], min_length=1, description="Fields joined with '. ' into one document text (jsonl/csv/parquet).")
+    fields: list[str] = Field(
+        ["text"], min_length=1, description="Fields joined with '. ' into one document text (jsonl/csv/parquet).")
     max_documents: Optional[int] = Field(None, ge=1, description="A seeded random sample of this many documents.")
     seed: int = Field(13, description="Seeds the sample.")
 

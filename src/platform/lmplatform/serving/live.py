@@ -150,4 +150,5 @@ class LiveIndex:
                 digest.update(doc_id.encode("utf-8", "surrogatepass") + b"\0")
                 digest.update(rows[doc_id].astype("<f4").tobytes() if doc_id in rows else b"deleted")
             return {"seq": self.seq, "base_seq": self.base_seq, "documents": len(self.index), "applied": self.applied,
-                    "encoded": self.encoded, "touched": len(self.touched), "fingerprint": digest.hexdigest()[:16], "recent_found": found}
+                    "encoded": self.encoded, "touched": len(self.touched), "fingerprint": digest.hexdigest()[:16],
+                    "recent_found": found}

@@ -66,7 +66,8 @@ class ServeLimits(Section):
         if request.k <= 0 or request.k > self.max_k:
             raise RequestLimitError("k", f"must be between 1 and {self.max_k}, got {request.k}")
         if len(request.exclude_ids) > self.max_exclude_ids:
-            raise RequestLimitError("exclude_ids", f"has {len(request.exclude_ids)} ids; the limit is {self.max_exclude_ids}", 413)
+            raise RequestLimitError("exclude_ids", f"has {len(request.exclude_ids)} ids; the limit is {self.max_exclude_ids}",
+                                    413)
 
     def check_id(self, field: str, doc_id: str) -> None:
         if not doc_id.strip():
@@ -159,9 +160,11 @@ class SearchRequest(_Request):
     query: Text = Field(..., description="Search text (non-empty, at most limits.max_query_chars).")
     k: StrictInt = Field(10, description="Number of hits (1..limits.max_k).")
     rerank: Optional[StrictBool] = Field(None, description="Re-score the top candidates with the cross-encoder (if one is "
-                                         "deployed). Default: the model version's search settings (re-rank when they name a re-ranker).")
+                                         "deployed). Default: the model version's search settings "
+                                         "(re-rank when they name a re-ranker).")
     mode: Optional[Literal["dense", "hybrid"]] = Field(None, description="'dense' (bi-encoder) or 'hybrid' (BM25 fused with "
-                                                       "it; the index must have a BM25 index). Default: the version's search settings, else dense.")
+                                                       "it; the index must have a BM25 index). "
+                                                       "Default: the version's search settings, else dense.")
     bm25_weight: Optional[UnitInterval] = Field(None, description="mode 'hybrid': the BM25 weight w of the convex mix "
                                                 "(1-w)·minmax(dense) + w·minmax(bm25). Default: the version's search settings.")
     exclude_ids: list[Text] = Field(default_factory=list, description="Document ids never to return, left out before the "
@@ -193,7 +196,8 @@ class EmbeddingsRequest(_Request):
         ..., description="One text, or 1..limits.max_texts texts (each non-empty, at most limits.max_text_chars).")
     model: Text = Field(..., description="Any name; the response names the model that answered.")
     encoding_format: Literal["float", "base64"] = Field(
-        "float", description="'base64': each vector as little-endian float32 bytes, base64-encoded (what the OpenAI SDK asks for).")
+        "float", description="'base64': each vector as little-endian float32 bytes, base64-encoded "
+        "(what the OpenAI SDK asks for).")
     dimensions: Optional[StrictInt] = Field(None, description="If set, must equal the model's dimension (vectors are not cut).")
     user: Optional[Text] = Field(None, description="Accepted and ignored.")
 
@@ -235,7 +239,8 @@ class Hit(BaseModel):
                          "or, for a re-ranked hit, its mix with the re-ranker.")
     title: str = ""
     snippet: str = ""
-    retrieval_score: Optional[float] = Field(None, description="The first stage's score (cosine or fused) when the hit was re-ranked.")
+    retrieval_score: Optional[float] = Field(
+        None, description="The first stage's score (cosine or fused) when the hit was re-ranked.")
     rerank_score: Optional[float] = Field(None, description="The cross-encoder's score when the hit was re-ranked.")
 
 
@@ -304,7 +309,8 @@ class ModelInfo(BaseModel):
     index_built_at: Optional[str] = Field(None, description="When the index files were written (UTC, ISO 8601).")
     index_build_seconds: Optional[float] = None
     dim: int
-    encoder_backend: str = Field("torch", description="How the bi-encoder runs: torch, torch-int8, onnx, onnx-int8, openvino or openvino-int8.")
+    encoder_backend: str = Field(
+        "torch", description="How the bi-encoder runs: torch, torch-int8, onnx, onnx-int8, openvino or openvino-int8.")
     loaded_at: str
     reranker: Optional[str] = None
     classifier: str

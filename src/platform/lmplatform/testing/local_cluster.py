@@ -319,7 +319,7 @@ class LocalCluster:
 
     def _state_api(self, resource: str, query: str = "") -> list[dict[str, Any]]:
         url = f"{self.dashboard_url}/api/v0/{resource}?limit=10000&detail=true" + (f"&{query}" if query else "")
-        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (loopback only)
+        with urllib.request.urlopen(url, timeout=10) as response:
             body = json.load(response)
         return list(body["data"]["result"]["result"])
 
@@ -434,7 +434,7 @@ def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict
                     else:
                         raise ValueError(f"unknown op {body['op']!r}")
                     _write_json(reply, {"node": info})
-                except Exception as error:  # noqa: BLE001 (reported to the caller)
+                except Exception as error:  # reported to the caller
                     _write_json(reply, {"error": f"{type(error).__name__}: {error}"})
                 request.unlink()
             time.sleep(0.2)
@@ -442,7 +442,7 @@ def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict
         for node, _ in nodes.values():
             try:
                 cluster.remove_node(node, allow_graceful=False)
-            except Exception:  # noqa: BLE001 (already dead; keep tearing down)
+            except Exception:  # already dead; keep tearing down
                 pass
         cluster.shutdown()
 

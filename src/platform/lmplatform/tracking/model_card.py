@@ -68,7 +68,7 @@ def _model_config(tracking_uri: str, run_id: str) -> dict[str, Any]:
             path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="model/config.json", dst_path=tmp,
                                                        tracking_uri=tracking_uri)
             return json.loads(Path(path).read_text())
-    except Exception:  # noqa: BLE001 - a card without the width is still a card
+    except Exception:  # a card without the width is still a card
         return {}
 
 
@@ -134,7 +134,8 @@ def model_card(tracking_uri: str, name: str, version: str) -> str:
     out += ["## Training data", ""]
     out += [f"- Train: {params.get('data.train_paths', '?')}; validation: "
             + (params["data.validation_paths"] if params.get("data.validation_paths", "[]") != "[]"
-               else f"{params.get('data.validation_fraction', '?')} of it, split by a stable hash (seed {params.get('data.seed', '?')})"),
+               else f"{params.get('data.validation_fraction', '?')} of it, "
+               f"split by a stable hash (seed {params.get('data.seed', '?')})"),
             f"- Data fingerprint (file contents): `{run_tags.get('lmp.data_fingerprint', 'not recorded')}`"]
     if run_tags.get("lmp.retrieval_validation_fingerprint"):
         out.append(f"- Retrieval validation set fingerprint: `{run_tags['lmp.retrieval_validation_fingerprint']}`")
@@ -200,7 +201,7 @@ def try_write_model_card(tracking_uri: str, name: str, version: str) -> Optional
     """`write_model_card`, or None with a warning: a card must never fail the registration it documents."""
     try:
         return write_model_card(tracking_uri, name, version)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         logger.warning("model card of %s version %s not written: %s: %s", name, version, type(exc).__name__, exc)
         return None
 

@@ -124,7 +124,7 @@ class Prefetcher:
         self._thread = threading.Thread(target=self._run, name="lmp-prefetch", daemon=True)
         self._thread.start()
 
-    def _put(self, item: Any) -> bool:  # noqa: ANN401
+    def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
@@ -143,13 +143,13 @@ class Prefetcher:
                     out = _END if item is _END else self._produce(item)
                 if not self._put(out) or out is _END:
                     return
-        except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it
+        except BaseException as error:  # handed to the consumer, which raises it
             self._put(_Failed(error))
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
-    def __next__(self) -> Any:  # noqa: ANN401
+    def __next__(self) -> Any:
         if self._done:
             raise StopIteration
         item = self._queue.get()

@@ -39,7 +39,7 @@ NumpyBatch = dict[str, np.ndarray]
 _RAY_OWN_DEPRECATION = ".*ExecutionOptions.exclude_resources.*"
 
 
-def ingest_options() -> Any:  # noqa: ANN401 - ray.data.ExecutionOptions, imported lazily
+def ingest_options() -> Any:
     """Ray Train's default ingest options (the driver's DataContext), with the order preserved."""
     from ray.train import DataConfig
 
@@ -50,7 +50,7 @@ def ingest_options() -> Any:  # noqa: ANN401 - ray.data.ExecutionOptions, import
     return options
 
 
-def ingest_config() -> Any:  # noqa: ANN401 - ray.train.DataConfig
+def ingest_config() -> Any:
     """Ray Train's dataset config for training runs (`TorchTrainer(dataset_config=...)`)."""
     from ray.train import DataConfig
 
@@ -67,7 +67,7 @@ def shuffle_seed(seed: int, epoch: int, rank: int) -> int:
     return seed + 7919 * epoch + rank
 
 
-def shard_epoch(shard: Any, batch_size: int, seed: int, epoch: int, rank: int) -> Iterable[NumpyBatch]:  # noqa: ANN401
+def shard_epoch(shard: Any, batch_size: int, seed: int, epoch: int, rank: int) -> Iterable[NumpyBatch]:
     """One epoch of a Ray Train dataset shard as numpy batches, locally shuffled with a fixed seed (lazy:
     the epoch starts when the first batch is asked for)."""
     return shard.iter_batches(
@@ -127,7 +127,8 @@ def rank_slices(size: int, world: int) -> list[slice]:
     return [slice(int(bounds[r]), int(bounds[r + 1])) for r in range(world)]
 
 
-def planned_rank_rows(rows: Sequence[dict[str, Any]], epochs: Sequence[Sequence[Sequence[int]]], world: int) -> list[list[dict[str, Any]]]:
+def planned_rank_rows(rows: Sequence[dict[str, Any]], epochs: Sequence[Sequence[Sequence[int]]],
+                      world: int) -> list[list[dict[str, Any]]]:
     """Per rank, one row per local batch: {'epoch', 'batch'}, 'batch' holding the batch's columns as JSON.
 
     `rows` are the training rows (dicts of the same columns), `epochs[e]` the global batches of epoch e as
@@ -163,7 +164,7 @@ def _numpy_batch(columns: dict[str, list[Any]]) -> NumpyBatch:
     return out
 
 
-def planned_epoch(shard: Any, epoch: int) -> Iterator[NumpyBatch]:  # noqa: ANN401 - a Ray DataIterator
+def planned_epoch(shard: Any, epoch: int) -> Iterator[NumpyBatch]:
     """One epoch of a rank's planned batches, in plan order, as numpy batches (the rows of earlier epochs
     are read and passed over; reading stops at the next epoch's first row)."""
     for row in shard.iter_rows():

@@ -32,7 +32,7 @@ def reported_metrics(cfg: RunConfig) -> set[str]:
     return names | set(LOOP_METRICS)
 
 
-def pipeline_reported_metrics(pipeline: Any) -> set[str]:  # noqa: ANN401 - a PipelineConfig
+def pipeline_reported_metrics(pipeline: Any) -> set[str]:
     """What a pipeline trial reports: each training and system stage's metrics as `<stage>/<metric>`."""
     from lmplatform.pipeline.config import build_stage_config
     from lmplatform.pipeline.system import system_metric_names
@@ -42,7 +42,8 @@ def pipeline_reported_metrics(pipeline: Any) -> set[str]:  # noqa: ANN401 - a Pi
         if stage.system is not None:
             names |= {f"{stage.name}/{metric}" for metric in system_metric_names(stage.system)}
         if stage.kind == "train":
-            cfg = build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
+            cfg = build_stage_config(pipeline, stage, "default", "runs", "check",
+                                     ewc_anchor_model="default" if stage.ewc else None)
             names |= {f"{stage.name}/{metric}" for metric in reported_metrics(cfg)}
     return names
 

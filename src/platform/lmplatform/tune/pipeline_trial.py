@@ -38,7 +38,7 @@ class StageTuneReportCallback(TuneReportCallback):
         super().__init__()
         self.stage = stage
 
-    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:  # noqa: ANN401
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
         super().after_report(run_context, [stage_metrics(self.stage, metrics[0])], None)
 
 
@@ -85,7 +85,7 @@ def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: lis
     tune.report({**final, RUN_ID_KEY: result.parent_run_id})
 
 
-def stage_cpus(pipeline: Any) -> float:  # noqa: ANN401 - a PipelineConfig
+def stage_cpus(pipeline: Any) -> float:
     """CPUs the largest stage of a pipeline reserves at once (training workers, mining actors, a system stage's
     task or index encoder): what one trial needs to make progress."""
 
@@ -96,18 +96,19 @@ def stage_cpus(pipeline: Any) -> float:  # noqa: ANN401 - a PipelineConfig
         elif stage.system is not None:
             needs.append(max(stage.system.cpus, stage.system.index.cpus_per_actor if stage.system.index else 0.0))
         elif stage.kind == "train":
-            run = build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
+            run = build_stage_config(pipeline, stage, "default", "runs", "check",
+                                     ewc_anchor_model="default" if stage.ewc else None)
             needs.append(run.scaling.num_workers * run.scaling.cpus_per_worker)
     return max(needs)
 
 
-def concurrent_trials(pipeline: Any, cluster_cpus: float) -> int:  # noqa: ANN401 - a PipelineConfig
+def concurrent_trials(pipeline: Any, cluster_cpus: float) -> int:
     """How many trials the cluster holds at once, each at its largest stage (at least one)."""
     need = stage_cpus(pipeline)
     return max(1, int(cluster_cpus // need)) if need > 0 else max(1, int(cluster_cpus))
 
 
-def trial_state_folder(loaded: Any, study: str, trial_id: str) -> Path:  # noqa: ANN401 - a LoadedSpace
+def trial_state_folder(loaded: Any, study: str, trial_id: str) -> Path:
     """Where the pipeline of a study's trial keeps its state."""
 
     return Path(resolve_storage_path(loaded.base_pipeline.storage_path)) / trial_pipeline_name(study, trial_id)

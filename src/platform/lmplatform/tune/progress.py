@@ -57,7 +57,7 @@ class TrialStatusLines(ProgressReporter):
             self._printed[trial.trial_id] = (status, reports)
         return lines
 
-    def should_report(self, trials: list, done: bool = False) -> bool:  # noqa: FBT001,FBT002 - Tune's signature
+    def should_report(self, trials: list, done: bool = False) -> bool:
         self._pending += self._changes(trials)
         return bool(self._pending)
 

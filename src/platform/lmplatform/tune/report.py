@@ -71,7 +71,7 @@ def save_plots(loaded: LoadedSpace, rows: list[dict[str, Any]], folder: Path) ->
             figure.savefig(path, dpi=100, bbox_inches="tight")
             plt.close(figure)
             plots.append(path)
-        except Exception as exc:  # noqa: BLE001 - a plot must never fail a finished study
+        except Exception as exc:  # a plot must never fail a finished study
             # e.g. importances when every trial drew the same value: say so, do not fail the study
             notes.append(f"{name}: skipped ({exc})")
     return plots, notes

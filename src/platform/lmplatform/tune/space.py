@@ -418,7 +418,8 @@ def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
     try:
         loaded.base = load_run_config(base_path, loaded.base_overrides)
     except ConfigError as exc:
-        raise SpaceError(f"{_where(source, lines, ('overrides',))}: the base run config with the space's overrides is invalid:\n{exc}") from None
+        raise SpaceError(f"{_where(source, lines, ('overrides',))}: "
+                         f"the base run config with the space's overrides is invalid:\n{exc}") from None
     for name, param in space.parameters.items():
         for value in param.sample_values():
             try:

@@ -135,7 +135,8 @@ def knn_relations(k_ner: int, k_re: int, data: str, folds_file: str, fold: int =
     train, _ = split_fold(sentences, read_folds(folds_path), fold)
     if len(train) < 2:
         raise ValueError(f"fold {fold} of {folds_path}: {len(train)} training sentences, need at least 2")
-    vectors = dict(zip((s.id for s in train), _cached_word_vectors(model, str(data_path), fold, train, max_seq_length, cache_dir)))
+    vectors = dict(zip((s.id for s in train),
+                       _cached_word_vectors(model, str(data_path), fold, train, max_seq_length, cache_dir)))
     fit_part, val_part = split_validation(train, validation_fraction, seed)
     fit_vectors, val_vectors = [vectors[s.id] for s in fit_part], [vectors[s.id] for s in val_part]
     extractor = KNNExtractor.fit(fit_part, fit_vectors, fit_vectors, entity_pooling)  # type: ignore[arg-type]

@@ -144,7 +144,8 @@ def _search_and_schedule(loaded: LoadedSpace, max_concurrent: int) -> tuple[Any,
         # ASHA compares an intermediate metric; the study's own comes at the end (Tune takes one or the other).
         scheduler = ASHAScheduler(
             time_attr="training_iteration", grace_period=space.scheduler.grace_period, metric=space.scheduler.metric,
-            mode=space.scheduler.mode or space.mode, reduction_factor=space.scheduler.reduction_factor, max_t=space.scheduler.max_t,
+            mode=space.scheduler.mode or space.mode, reduction_factor=space.scheduler.reduction_factor,
+            max_t=space.scheduler.max_t,
         )
         tune_metric = {}
     elif space.scheduler.name == "asha":
@@ -211,7 +212,8 @@ def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
     if rv is not None and rv.distractors is not None:
         paths = [str(resolve_project_path(p)) for p in rv.distractors.paths]
         absolute.append(f"retrieval_validation.distractors.paths={json.dumps(paths)}")
-    if rv is not None and "://" not in rv.first_stage and rv.first_stage != "bm25" and resolve_project_path(rv.first_stage).exists():
+    if (rv is not None and "://" not in rv.first_stage and rv.first_stage != "bm25"
+            and resolve_project_path(rv.first_stage).exists()):
         absolute.append(f"retrieval_validation.first_stage={resolve_project_path(rv.first_stage)}")
     return [*loaded.base_overrides, *absolute]
 
@@ -502,7 +504,8 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
     system = SystemConfig.model_validate(resolve_references(stage.system.model_dump(mode="json"), outputs)) \
         if stage.system is not None else None
     source = next(s for s in trained if s.name == stage.system.retriever.removeprefix("stage:")) if stage.system else stage
-    name = spec.registered_model or (system.register_as.name if system and system.register_as else f"{pipeline.name}-{stage.name}")
+    name = spec.registered_model or (system.register_as.name if system and system.register_as
+                                     else f"{pipeline.name}-{stage.name}")
     base_model = state.stages[source.name].init_model or "default"
     gate = None
     if spec.confirm is not None:

@@ -41,7 +41,8 @@ def read_classification_splits(ds: ClassificationDataset) -> tuple[dict[str, Spl
         for key, value in (("train", ds.train_split), ("dev", ds.dev_split), ("test", ds.test_split)):
             if value is not None:
                 splits[key] = data.split(value)
-        source = {key: f"{ds.path} ({ds.split_field}={value!r})" for key, value in (("train", ds.train_split), ("test", ds.test_split))}
+        source = {key: f"{ds.path} ({ds.split_field}={value!r})"
+                  for key, value in (("train", ds.train_split), ("test", ds.test_split))}
     else:
         for key in ("train", "dev", "test"):
             path = getattr(ds, key)
@@ -80,7 +81,8 @@ class TaskClassifiers:
     def __init__(self, encoder: Any, model: str, splits: dict[str, Split], task: ClassificationTask, batch_size: int = 32):
         self.encoder, self.model, self.splits, self.task = encoder, model, splits, task
         start = time.perf_counter()
-        self.cached = {key: encoder.encode(texts, batch_size, normalize=False, show_progress=True) for key, (texts, _) in splits.items()}
+        self.cached = {key: encoder.encode(texts, batch_size, normalize=False, show_progress=True)
+                       for key, (texts, _) in splits.items()}
         self.encode_seconds = round(time.perf_counter() - start, 2)
         self.unit = {key: v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12) for key, v in self.cached.items()}
         train_classes = set(splits["train"][1])
@@ -121,7 +123,8 @@ class TaskClassifiers:
         from lmplatform.evaluation.finetune import finetune_classifier
         from lmplatform.models.classifier import count_parameters
 
-        classifier, info = finetune_classifier(self.model, *self._train(rows), *self.dev, self.task.head, self.task.finetune, seed)
+        classifier, info = finetune_classifier(self.model, *self._train(rows), *self.dev, self.task.head, self.task.finetune,
+                                               seed)
         test_texts = self.splits["test"][0]
         proba = classifier.predict_proba([test_texts[i] for i in self.known])
         return classifier.labels, proba, {"trainable_parameters": count_parameters(classifier.model, trainable_only=True),
@@ -211,7 +214,8 @@ def run_classification_task(task: ClassificationTask, output_dir: Path, models: 
             results += rows
             if task.few_shot is not None:
                 curves.append({"dataset": ds.name, "encoder": spec.name} | few_shot_section(classifiers, rows, output_dir, title))
-    flat = {f"{r['dataset']}.{r['encoder']}.{r['classifier']}.{name}": value for r in results for name, value in r["metrics"].items()}
+    flat = {f"{r['dataset']}.{r['encoder']}.{r['classifier']}.{name}": value
+            for r in results for name, value in r["metrics"].items()}
     for curve in curves:
         for r in curve["summary"]:
             for name, value in r.items():

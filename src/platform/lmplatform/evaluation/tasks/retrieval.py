@@ -67,7 +67,8 @@ def run_retrieval_task(task: RetrievalTask, output_dir: Path, models: Optional[M
                     row = {
                         "dataset": ds.name, "scenario": scenario.name, "retriever": name, "kind": spec.kind,
                         "corpus_size": len(inputs.corpus_ids), "index_seconds": round(index_seconds, 3),
-                        "search_seconds": round(search_seconds, 3), "queries_per_second": round(len(inputs.query_ids) / max(search_seconds, 1e-9), 2),
+                        "search_seconds": round(search_seconds, 3),
+                        "queries_per_second": round(len(inputs.query_ids) / max(search_seconds, 1e-9), 2),
                         **report.to_dict(), "dataset_counts": data.counts,
                     }
                     if "hybrid" in (spec.kind, spec.first_stage if spec.kind == "two_stage" else None):
@@ -80,7 +81,8 @@ def run_retrieval_task(task: RetrievalTask, output_dir: Path, models: Optional[M
         for r in results for name, value in r["metrics"].items()
     }
     artifacts = plot_recall_curves(results, task.ks, output_dir)
-    return TaskResult("retrieval", metrics, retrieval_section(results), {"results": results, "ks": task.ks, "mrr_ks": task.mrr_ks}, artifacts)
+    return TaskResult("retrieval", metrics, retrieval_section(results),
+                      {"results": results, "ks": task.ks, "mrr_ks": task.mrr_ks}, artifacts)
 
 
 def retrieval_section(results: list[dict[str, Any]]) -> str:

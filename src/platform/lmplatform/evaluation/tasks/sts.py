@@ -50,7 +50,8 @@ def score_sts(encoder: Any, pairs: STSPairs, fit: Optional[STSPairs] = None, bat
     cosines = cosine_scores(encoder, pairs.sentence1, pairs.sentence2, batch_size)
     metrics = sts_metrics(cosines, pairs.scores, pairs.scale, CosineToScale(pairs.scale, "linear", cosine_range))
     if fit is not None:
-        mapping = CosineToScale(pairs.scale, "isotonic").fit(cosine_scores(encoder, fit.sentence1, fit.sentence2, batch_size), fit.scores)
+        mapping = CosineToScale(pairs.scale, "isotonic").fit(cosine_scores(encoder, fit.sentence1, fit.sentence2, batch_size),
+                                                             fit.scores)
         metrics["edrm_isotonic"] = sts_metrics(cosines, pairs.scores, pairs.scale, mapping)["edrm"]
     return metrics, cosines
 

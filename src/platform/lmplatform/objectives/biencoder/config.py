@@ -19,7 +19,9 @@ class BiencoderObjectiveConfig(Section):
     """In-batch negatives InfoNCE (multiple-negatives ranking); the pairs' fields are named in `data`."""
 
     name: Literal["biencoder"] = "biencoder"
-    temperature: float = Field(0.05, gt=0.0, le=1.0, description="Softmax temperature; the 'scale' of sentence-transformers is 1/temperature (0.05 = scale 20).")
+    temperature: float = Field(
+        0.05, gt=0.0, le=1.0,
+        description="Softmax temperature; the 'scale' of sentence-transformers is 1/temperature (0.05 = scale 20).")
     learnable_temperature: bool = Field(False, description=LEARNABLE_DESCRIPTION)
     min_temperature: float = MIN_TEMPERATURE
     max_temperature: float = MAX_TEMPERATURE
@@ -29,8 +31,10 @@ class BiencoderObjectiveConfig(Section):
         "pairs of one duplicate group (data.group_field, or the pairs' duplicate links) or one text twice: no false "
         "in-batch negatives. Rows are ordered on the driver per epoch; each worker takes its slice of each global batch.")
     symmetric: bool = Field(False, description="Also rank queries for each document and average both losses.")
-    max_hard_negatives: int = Field(1, ge=0, description="Hard negatives used per pair (from data.hard_negative_field); 0 ignores them.")
-    gather_across_workers: bool = Field(True, description="Negatives from the global batch (all workers), not only the local one.")
+    max_hard_negatives: int = Field(
+        1, ge=0, description="Hard negatives used per pair (from data.hard_negative_field); 0 ignores them.")
+    gather_across_workers: bool = Field(
+        True, description="Negatives from the global batch (all workers), not only the local one.")
     mini_batch_size: Optional[int] = Field(
         None, ge=1, description="GradCache (cached InfoNCE): embed texts this many at a time, so activation memory follows "
         "this size while the in-batch negatives still come from the whole optim.batch_size; the same loss and gradients, "

@@ -1,10 +1,10 @@
 """The bi-encoder's group-aware batches (`objective.group_aware_batches`), planned on the driver.
 
 The pairs are ordered per epoch (`data.group_batches.conflict_free_batches`, seeded by `optim.seed`,
-length-grouped with `data.length_grouping`) into global batches of `optim.batch_size x scaling.num_workers` rows that hold no two pairs of one
-duplicate group and no text twice, for as many epochs as the run's steps need; each worker reads its
-contiguous slice of every global batch (`train.ingest.planned_rank_rows`), so the batch the
-bi-encoder gathers its negatives from is exactly one planned batch.
+length-grouped with `data.length_grouping`) into global batches of `optim.batch_size x scaling.num_workers`
+rows that hold no two pairs of one duplicate group and no text twice, for as many epochs as the run's
+steps need; each worker reads its contiguous slice of every global batch (`train.ingest.planned_rank_rows`),
+so the batch the bi-encoder gathers its negatives from is exactly one planned batch.
 """
 from __future__ import annotations
 

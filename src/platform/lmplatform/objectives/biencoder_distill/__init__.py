@@ -1,4 +1,4 @@
-"""Bi-encoder distillation: a cross-encoder teacher's scores on (query, positive, hard negatives), learnt by MarginMSE or listwise KL."""
+"""Bi-encoder distillation: a cross-encoder teacher's scores on (query, positive, hard negatives), learnt by MarginMSE or listwise KL."""  # noqa: E501 - the model card shows this first line whole
 from lmplatform.objectives.biencoder_distill.config import BiencoderDistillObjectiveConfig
 from lmplatform.objectives.spec import ObjectiveSpec
 

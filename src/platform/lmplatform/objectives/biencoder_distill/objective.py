@@ -296,7 +296,8 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     reference = teacher_reference(objective.teacher)
     pairs = read_pairs(cfg.data)
     wanted = objective.max_hard_negatives
-    rows = {split: distill_rows(split_pairs, wanted) for split, split_pairs in ((TRAIN, pairs.train), (VALIDATION, pairs.validation))}
+    rows = {split: distill_rows(split_pairs, wanted)
+            for split, split_pairs in ((TRAIN, pairs.train), (VALIDATION, pairs.validation))}
     skipped = len(pairs.train) + len(pairs.validation) - len(rows[TRAIN]) - len(rows[VALIDATION])
     if not rows[TRAIN]:
         with_any = sum(bool(p.hard_negatives) for p in pairs.train)

@@ -47,7 +47,8 @@ class ClassificationEvaluator:
     """Validation loss and accuracy as (sum, count), which reduce exactly across workers.
     The caller sets eval and inference mode and places the batches (the training loop does)."""
 
-    def __call__(self, model: ClassifierModel, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
+    def __call__(self, model: ClassifierModel, batches: Iterable[dict[str, torch.Tensor]],
+                 rank: int = 0) -> dict[str, tuple[float, float]]:
         loss_sum = correct = count = 0.0
         for batch in batches:
             logits = model(batch["input_ids"], batch["attention_mask"])
@@ -157,7 +158,8 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     metrics = data.metrics() | params | {f"data/class_count/{labels[c]}": float(n) for c, n in sorted(counts.items())}
     summary = data.summary() + (
         f"\ndata: {len(labels)} classes: " + ", ".join(f"{labels[c]} {n}" for c, n in sorted(counts.items()))
-        + f"\nmodel: {int(params['model/trainable_parameters']):,} trainable of {int(params['model/total_parameters']):,} parameters"
+        + f"\nmodel: {int(params['model/trainable_parameters']):,} trainable "
+        f"of {int(params['model/total_parameters']):,} parameters"
         + (" (encoder frozen)" if cfg.objective.freeze_encoder else "")
     )
     data.train = train

@@ -21,12 +21,14 @@ class CrossEncoderObjectiveConfig(Section):
     head_lr: Optional[float] = Field(
         None, gt=0.0, le=1.0, description="Learning rate of the relevance head (the classifier and the backbone's pooler; "
         "default optim.lr). A head initialised at random (training from an encoder such as MiniLM) barely moves at an "
-        "encoder's rate such as 2e-5 over a few hundred steps: the loss stays at the label prior. Warm-up and decay apply to it too.")
+        "encoder's rate such as 2e-5 over a few hundred steps: the loss stays at the label prior. "
+        "Warm-up and decay apply to it too.")
     negatives_per_positive: int = Field(3, ge=1, description="Negative documents scored with each (query, positive) pair.")
     negatives: Literal["random", "mined"] = Field(
         "random", description="'random': other documents of the split; 'mined': top-k of miner_model that are not a positive."
     )
-    miner_model: Optional[str] = Field(None, description="Bi-encoder used to mine negatives: 'default', a folder or models:/name@alias.")
+    miner_model: Optional[str] = Field(
+        None, description="Bi-encoder used to mine negatives: 'default', a folder or models:/name@alias.")
     mining_top_k: int = Field(10, ge=1, description="Mined negatives are drawn from this many top-ranked non-positive documents.")
     use_hard_negatives: bool = Field(True, description="Put the pairs' own hard negatives (data.hard_negative_field) first.")
     seed: int = Field(0, description="Seeds the choice of negatives (drawn once, on the driver).")
@@ -36,5 +38,6 @@ class CrossEncoderObjectiveConfig(Section):
         if self.negatives == "mined" and not self.miner_model:
             raise ValueError("negatives='mined' needs miner_model (a bi-encoder: 'default', a folder or models:/name@alias)")
         if self.negatives == "mined" and self.mining_top_k < self.negatives_per_positive:
-            raise ValueError(f"mining_top_k ({self.mining_top_k}) must be >= negatives_per_positive ({self.negatives_per_positive})")
+            raise ValueError(f"mining_top_k ({self.mining_top_k}) must be >= "
+                             f"negatives_per_positive ({self.negatives_per_positive})")
         return self

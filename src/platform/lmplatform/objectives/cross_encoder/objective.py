@@ -155,7 +155,8 @@ def choose_negatives(
     for index, (pair, own) in enumerate(zip(pairs, group_texts(pairs))):
         chosen = [n for n in pair.hard_negatives if n not in own][:k] if use_hard_negatives else []
         if mined is not None:
-            pool = [documents[i] for i in mined[index] if i >= 0 and documents[i] not in own and documents[i] not in chosen][:top_k]
+            pool = [documents[i] for i in mined[index]
+                    if i >= 0 and documents[i] not in own and documents[i] not in chosen][:top_k]
             need = min(k - len(chosen), len(pool))
             if need > 0:
                 chosen += [pool[i] for i in sorted(rng.choice(len(pool), size=need, replace=False))]  # keep rank order

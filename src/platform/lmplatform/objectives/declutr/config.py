@@ -25,8 +25,8 @@ class DeclutrObjectiveConfig(Section):
     num_anchors: int = Field(2, ge=1, description="Anchor spans per document (A_N).")
     num_positives: int = Field(1, ge=1, description="Positive spans per anchor (P); several are averaged into one key.")
     min_span: int = Field(8, ge=1, description="Shortest span in tokens (special tokens not counted).")
-    max_span: int = Field(32, ge=1, description="Longest span in tokens; documents under 2*num_anchors*max_span tokens are dropped. "
-                          "Must fit model.max_seq_length - 2.")
+    max_span: int = Field(32, ge=1, description="Longest span in tokens; "
+                          "documents under 2*num_anchors*max_span tokens are dropped. Must fit model.max_seq_length - 2.")
     temperature: float = Field(0.05, gt=0.0, le=1.0, description="Initial (or fixed) InfoNCE temperature.")
     learnable_temperature: bool = Field(True, description=LEARNABLE_DESCRIPTION)
     min_temperature: float = MIN_TEMPERATURE

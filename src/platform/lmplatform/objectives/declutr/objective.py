@@ -138,7 +138,8 @@ class DeclutrObjective(nn.Module):
         keys = vectors[n_anchors:].view(n_anchors, self.num_positives, -1).mean(1)
         return info_nce(anchors, keys, self.temperature(), symmetric=True, gather=gather)
 
-    def mlm(self, model: MaskedLanguageModel, batch: Batch, generator: Optional[torch.Generator] = None) -> dict[str, torch.Tensor]:
+    def mlm(self, model: MaskedLanguageModel, batch: Batch,
+            generator: Optional[torch.Generator] = None) -> dict[str, torch.Tensor]:
         n_anchors = self.split(batch)
         ids, mask = batch["input_ids"][:n_anchors], batch["attention_mask"][:n_anchors]
         inputs, labels = self.masker(ids, mask, None, generator)
@@ -204,7 +205,7 @@ def check_span_fits(cfg: RunConfig) -> None:
 
 
 @functools.lru_cache(maxsize=2)
-def _cached_tokenizer(path: str) -> Any:  # noqa: ANN401
+def _cached_tokenizer(path: str) -> Any:
     return load_tokenizer(path)
 
 

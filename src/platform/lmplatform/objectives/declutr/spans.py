@@ -95,7 +95,7 @@ def count_sampleable(token_lengths: Sequence[int], num_anchors: int, max_span: i
 _TOKENIZE_CHUNK = 512
 
 
-def token_lengths(texts: Iterable[str], tokenizer: Any) -> list[int]:  # noqa: ANN401 - any HF tokenizer
+def token_lengths(texts: Iterable[str], tokenizer: Any) -> list[int]:
     """Tokens per text without special tokens, tokenised in chunks."""
     lengths: list[int] = []
     chunk: list[str] = []
@@ -109,7 +109,7 @@ def token_lengths(texts: Iterable[str], tokenizer: Any) -> list[int]:  # noqa: A
     return lengths
 
 
-def span_report(corpus: CorpusPlan, tokenizer: Any, num_anchors: int, max_spans: Sequence[int]) -> dict[str, list[SpanCounts]]:  # noqa: ANN401
+def span_report(corpus: CorpusPlan, tokenizer: Any, num_anchors: int, max_spans: Sequence[int]) -> dict[str, list[SpanCounts]]:
     """For each split and max span: documents that can / cannot be sampled."""
     report = {}
     for split in (TRAIN, VALIDATION):

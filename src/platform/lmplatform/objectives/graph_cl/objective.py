@@ -192,7 +192,8 @@ class GraphContrastiveObjective(nn.Module):
             return self._clgs(tokens, batch, features)
         return self._cldr(tokens, batch, features)
 
-    def _clgs(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor], features: torch.Tensor) -> tuple[torch.Tensor, float, int, int]:
+    def _clgs(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor],
+              features: torch.Tensor) -> tuple[torch.Tensor, float, int, int]:
         rel_sentence = batch["rel_sentence"]
         sentences = sorted(set(rel_sentence.tolist()))
         z = batch["neg_nodes"].shape[1]
@@ -212,14 +213,16 @@ class GraphContrastiveObjective(nn.Module):
         valid = [torch.ones(len(sentences), 1, dtype=torch.bool, device=graphs.device), valid_hard]
         if self.in_batch_negatives and len(sentences) > 1:
             others = ~torch.eye(len(sentences), dtype=torch.bool, device=graphs.device)
-            index = torch.arange(len(sentences), device=graphs.device).repeat(len(sentences), 1)[others].reshape(len(sentences), -1)
+            index = (torch.arange(len(sentences), device=graphs.device).repeat(len(sentences), 1)[others]
+                     .reshape(len(sentences), -1))
             candidates.append(graphs[index])
             valid.append(torch.ones_like(index, dtype=torch.bool))
         losses = candidate_info_nce(text, torch.cat(candidates, 1), torch.cat(valid, 1), self.temperature)
         correct, scored = _positive_beats_hard(text, graphs, hard, valid_hard)
         return losses.mean(), correct, scored, len(sentences) - scored
 
-    def _cldr(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor], features: torch.Tensor) -> tuple[torch.Tensor, float, int, int]:
+    def _cldr(self, tokens: torch.Tensor, batch: dict[str, torch.Tensor],
+              features: torch.Tensor) -> tuple[torch.Tensor, float, int, int]:
         text_nodes = gather_nodes(tokens, batch["node_index"], batch["node_weight"])
         rel, neg, valid_hard = batch["rel_nodes"], batch["neg_nodes"], batch["neg_valid"]
         graph_pos = self.head.relation_graphs(features[rel])  # [R, 2d]
@@ -238,7 +241,8 @@ class GraphContrastiveObjective(nn.Module):
         return loss, correct, scored, len(rel) - scored
 
 
-def _positive_beats_hard(anchor: torch.Tensor, positive: torch.Tensor, hard: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, int]:
+def _positive_beats_hard(anchor: torch.Tensor, positive: torch.Tensor, hard: torch.Tensor,
+                         valid: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(anchors whose positive beats every valid hard negative: a 0-dim float tensor, left unread; anchors with
     at least one valid hard negative: an int).
 

@@ -61,7 +61,8 @@ class MLMEvaluator:
         self.pppl_sentences = pppl_sentences
         self.pppl_chunk = pppl_chunk
 
-    def __call__(self, model: MaskedLanguageModel, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
+    def __call__(self, model: MaskedLanguageModel, batches: Iterable[dict[str, torch.Tensor]],
+                 rank: int = 0) -> dict[str, tuple[float, float]]:
         generator = torch.Generator().manual_seed(self.seed + rank)
         loss_sum = correct = masked = 0.0
         pppl_nll = pppl_tokens = 0.0
@@ -84,7 +85,8 @@ class MLMEvaluator:
             metrics["pseudo_log_likelihood"] = (pppl_nll, pppl_tokens)
         return metrics
 
-    def _pseudo_log_likelihood(self, model: MaskedLanguageModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[float, float]:
+    def _pseudo_log_likelihood(self, model: MaskedLanguageModel, input_ids: torch.Tensor,
+                               attention_mask: torch.Tensor) -> tuple[float, float]:
         nll, tokens = 0.0, 0
         allowed = self.masker.maskable(input_ids, attention_mask)
         for row in range(input_ids.shape[0]):
@@ -127,7 +129,7 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     )
 
 
-def build_masker(cfg: RunConfig, tokenizer: Any) -> DynamicMasker:  # noqa: ANN401 - any HF tokenizer
+def build_masker(cfg: RunConfig, tokenizer: Any) -> DynamicMasker:
     objective = cfg.objective
     return DynamicMasker(
         tokenizer,

@@ -66,7 +66,8 @@ class STSEvaluator:
     """Spearman and Pearson of cosine vs gold over the whole validation split (all workers).
     The caller sets eval and inference mode and places the batches (the training loop does)."""
 
-    def __call__(self, model: Encoder, batches: Iterable[dict[str, torch.Tensor]], rank: int = 0) -> dict[str, tuple[float, float]]:
+    def __call__(self, model: Encoder, batches: Iterable[dict[str, torch.Tensor]],
+                 rank: int = 0) -> dict[str, tuple[float, float]]:
         cos: list[float] = []
         gold: list[float] = []
         for batch in batches:
