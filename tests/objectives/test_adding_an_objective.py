@@ -1,8 +1,11 @@
 """Adding an objective is its folder and one registry line: the toy objective of tests/objectives/toy/
-registers, its config validates as `RunConfig.objective`, its metrics pass the tune metric check, and
-it trains through the generic loop (`Trainer` with a `FolderReporter`, no Ray)."""
+registers, its config validates as `RunConfig.objective`, its metrics pass the tune metric check, it
+trains through the generic loop (`Trainer` with a `FolderReporter`, no Ray), and a model it trained gets
+a model card and goes through the champion gate, all from what its spec declares."""
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 import subprocess
 import sys
@@ -51,6 +54,17 @@ def test_a_registered_objective_is_known_by_name_and_validated_as_the_run_config
         _config(tiny_bert, "objective.target_norm=-1")
     with pytest.raises(ConfigError, match=r"objective\.mask_probability: unknown key"):
         _config(tiny_bert, "objective.mask_probability=0.2")
+    # its spec says its recipe ranks no texts: the built-in objectives that do are named
+    with pytest.raises(ConfigError, match="retrieval_validation applies to objectives biencoder, biencoder_distill, "
+                                          "cross_encoder, declutr, not 'toy_norm'"):
+        _config(tiny_bert, "retrieval_validation.pairs={train_paths: [pairs.jsonl]}")
+
+
+def test_a_spec_that_declares_an_unknown_model_kind_or_data_field_fails_where_it_is_declared() -> None:
+    with pytest.raises(ValueError, match=r"model_kind 'bi_encoder' is not one of \('encoder', 'cross_encoder', 'classifier'\)"):
+        dataclasses.replace(TOY, model_kind="bi_encoder")
+    with pytest.raises(ValueError, match=r"data_fields \['negatives'\] are not fields of the data section"):
+        dataclasses.replace(TOY, data_fields=(("negatives", "its hard negatives"),))
 
 
 def test_unregistered_it_is_unknown_again(tiny_bert: Path) -> None:
@@ -84,7 +98,6 @@ def test_its_metrics_are_what_a_study_may_target(toy_registered: None, tiny_bert
         load_space(space)
 
 
-
 def test_it_trains_through_the_generic_loop_without_ray(toy_registered: None, tiny_bert: Path, tmp_path: Path) -> None:
     cfg = _config(tiny_bert, "objective.target_norm=2", "tracking.log_every_n_steps=1")
     recipe = registry.objective_spec("toy_norm").build_recipe(cfg)
@@ -104,6 +117,47 @@ def test_it_trains_through_the_generic_loop_without_ray(toy_registered: None, ti
     assert summary["val_norm_error"] < summary["val_norm_error_initial"]  # lr 1e-3 moves the norms towards 2
     reported = set().union(*reporter.reports)
     assert reported_metrics(cfg) <= reported  # every metric the tune check allows is reported
+
+
+def test_a_model_it_trained_gets_a_model_card_and_goes_through_the_champion_gate(
+    toy_registered: None, tiny_bert: Path, mlflow_uri: str, tmp_path: Path
+) -> None:
+    from lmplatform.config.schema import DataConfig
+    from lmplatform.models.encoder import Encoder
+    from lmplatform.retrieval.settings import RetrievalValidationConfig
+    from lmplatform.tracking.mlflow_tracking import TrackedRun
+    from lmplatform.tracking.model_card import read_model_card
+    from lmplatform.tune.champion import GateInputs, register_and_maybe_promote
+    from lmplatform.tune.gate import check_held_out, general_probes, load_ranker, reranks
+    from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
+
+    # The gate goes by the spec's model kind: an encoder, loaded as one and probed by its embeddings.
+    assert not reranks("toy_norm") and isinstance(load_ranker(tiny_bert, "toy_norm"), Encoder)
+    (sts,) = general_probes(GeneralPackSpec(sts=ScoredPairsSpec(path="data/general/sts_pairs.jsonl", limit=20)),
+                            tiny_bert, tiny_bert, "toy_norm")
+    assert sts.name == "sts_spearman" and sts.drop == pytest.approx(0.0, abs=1e-9)  # measured: the same model twice
+
+    confirm = tmp_path / "confirm.jsonl"
+    words = "apple river mountain cloud music garden yellow window".split()
+    confirm.write_text("".join(json.dumps({"query": f"{a} {b}", "document": f"{a} {b} ."}) + "\n"
+                               for a, b in zip(words, words[1:] + words[:1])))
+    spec = ChampionSpec(confirm=RetrievalValidationConfig(
+        pairs=DataConfig(train_paths=[str(confirm)], validation_fraction=0.0), split="all", relevance="pair"))
+    check_held_out(spec, _config(tiny_bert))  # its data holds no pairs, so it is not read (unused.jsonl does not exist)
+
+    run = TrackedRun.start(mlflow_uri, "toy", "toy-run", {"lmp.objective": "toy_norm", "lmp.model_source": str(tiny_bert)})
+    run.log_artifacts(tiny_bert, "model")
+    run.finish()
+    decision = register_and_maybe_promote(mlflow_uri, "toy-model", run.run_id, "model", "val_norm_error", "min", 0.1, "fp",
+                                          {}, tags={"objective": "toy_norm"},
+                                          gate=GateInputs(spec, "ir_mrr_at_10", "toy_norm", str(tiny_bert)))
+    assert not decision.moved and decision.reason.startswith("no gain"), decision.reason  # the base model against itself
+    assert decision.verdict is not None and decision.verdict.comparison.queries == len(words)
+
+    card = read_model_card(mlflow_uri, "toy-model", decision.version)
+    for expected in ("Objective: `toy_norm`: Toy objective: the squared error between each pooled text vector's length",
+                     f"## Intended use\n\n{TOY.card.use}", f"- {TOY.card.limits}", "**refused**: no gain"):
+        assert expected in card, (expected, card)
 
 
 def test_importing_the_configs_and_the_registry_imports_no_torch() -> None:

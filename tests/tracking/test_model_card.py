@@ -82,9 +82,16 @@ def test_lmp_models_card_prints_it_and_names_a_missing_one(tiny_bert: Path, corp
     assert missing.exit_code == 2 and "no model card for card-cli version 7" in missing.output
 
 
-@pytest.mark.parametrize("objective,use", [("cross_encoder", "Re-ranking"), ("biencoder", "Text embeddings for semantic search")])
+@pytest.mark.parametrize("objective,use", [("cross_encoder", "Re-ranking"), ("biencoder", "Text embeddings for semantic search"),
+                                           ("no_such_objective", "Text embeddings for semantic search")])
 def test_intended_use_follows_the_objective(objective: str, use: str) -> None:
-    from lmplatform.tracking.model_card import DEFAULT_USE, USES, _objective_line
+    from lmplatform.tracking.model_card import card_text
 
-    assert USES.get(objective, DEFAULT_USE)[0].startswith(use)
-    assert _objective_line(objective)  # every shipped objective describes itself in one line
+    assert card_text(objective).use.startswith(use)
+
+
+def test_every_shipped_objective_describes_itself_in_one_line() -> None:
+    from lmplatform.objectives.registry import objective_names
+    from lmplatform.tracking.model_card import _objective_line
+
+    assert all(_objective_line(name) for name in objective_names())

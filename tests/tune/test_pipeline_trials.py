@@ -144,5 +144,8 @@ def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
     assert settings.mode == "hybrid" and settings.bm25_weight == best.stages["system"].search["bm25_weight"]
     assert settings.reranker == "models:/pipe-winner-reranker/1" and settings.rerank_depth == 5
     assert client.get_model_version("pipe-winner-reranker", "1").run_id == best.stages["rerank"].model_run_id
+    # each version names the objective its training run trained: the system's is its retriever's
+    assert version.tags["objective"] == "biencoder"
+    assert client.get_model_version("pipe-winner-reranker", "1").tags["objective"] == "cross_encoder"
     served = {a.path for a in client.list_artifacts(version.run_id, "index")}
     assert {"index/index.faiss", "index/documents.jsonl", "index/bm25"} <= served

@@ -95,11 +95,15 @@ def read_labelled(cfg: DataConfig, extract: Extractor, split_field: Optional[str
     return data
 
 
+def labelled_rows(data: LabelledData, columns: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Rows {'train', 'validation'} holding only `columns` of each example."""
+    return {split: [{c: ex[c] for c in columns} for ex in examples]
+            for split, examples in ((TRAIN, data.train), (VALIDATION, data.validation))}
+
+
 def labelled_datasets(data: LabelledData, columns: list[str]) -> dict[str, Any]:
-    """Ray datasets {'train', 'validation'} holding only `columns` of each example."""
+    """Ray datasets {'train', 'validation'} of `labelled_rows` (no 'validation' without validation examples)."""
     import ray.data
 
-    out = {TRAIN: ray.data.from_items([{c: ex[c] for c in columns} for ex in data.train])}
-    if data.validation:
-        out[VALIDATION] = ray.data.from_items([{c: ex[c] for c in columns} for ex in data.validation])
-    return out
+    return {split: ray.data.from_items(rows) for split, rows in labelled_rows(data, columns).items()
+            if rows or split == TRAIN}

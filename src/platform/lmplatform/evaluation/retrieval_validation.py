@@ -31,7 +31,9 @@ from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
 from lmplatform.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, rank_by_score, recall_at_k
+from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.objectives.spec import CROSS_ENCODER
 from lmplatform.retrieval.fusion import fuse
 from lmplatform.retrieval.retrievers import BM25Retriever
 from lmplatform.retrieval.settings import DistractorConfig, FusionSettings, RetrievalValidationConfig, hybrid_metric_name
@@ -349,7 +351,7 @@ def prepare_retrieval_set(cfg: RunConfig) -> Optional[RetrievalSet]:
     if rv is None:
         return None
     rset = build_retrieval_set(rv, cfg.data)
-    return attach_first_stage(rset, rv) if cfg.objective.name == "cross_encoder" else rset
+    return attach_first_stage(rset, rv) if objective_spec(cfg.objective.name).model_kind == CROSS_ENCODER else rset
 
 
 def attach_first_stage(rset: RetrievalSet, cfg: RetrievalValidationConfig) -> RetrievalSet:

@@ -15,6 +15,8 @@ import numpy as np
 from lmplatform.evaluation.plots import confusion_matrix_png
 from lmplatform.markdown import markdown_table
 from lmplatform.metrics.classification import TABLE_COLUMNS, classification_metrics
+from lmplatform.objectives.registry import objective_spec, objective_specs
+from lmplatform.objectives.spec import CLASSIFIER
 
 
 def evaluate_classifier(classifier: Any, texts: Sequence[str], labels: Sequence[str], out_dir: Optional[Path] = None,
@@ -51,8 +53,10 @@ def frozen_vs_finetuned(cfg: Any, test_texts: Sequence[str], test_labels: Sequen
     from lmplatform.models.classifier import TextClassifier
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
-    if cfg.objective.name != "classifier":
-        raise ValueError(f"frozen_vs_finetuned needs objective.name=classifier, got {cfg.objective.name!r}")
+    if objective_spec(cfg.objective.name).model_kind != CLASSIFIER:
+        raise ValueError(f"frozen_vs_finetuned needs a classifier objective (objective.name: "
+                         f"{', '.join(s.name for s in objective_specs() if s.model_kind == CLASSIFIER)}), "
+                         f"got {cfg.objective.name!r}")
     out_dir = Path(out_dir)
     rows: list[dict[str, Any]] = []
     runs = {}

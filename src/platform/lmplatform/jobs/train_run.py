@@ -20,6 +20,7 @@ from lmplatform.runtime import project_root, resolve_storage_path, resolve_track
 from lmplatform.tracking.exports import export_and_log
 from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
 from lmplatform.tracking.registry import register_model_version
+from lmplatform.tracking.version_tags import OBJECTIVE_TAG, RUN_OBJECTIVE_TAG
 from lmplatform.train.ingest import ingest_config
 from lmplatform.train.optim import total_optimizer_steps
 from lmplatform.train.state import FINAL_MODEL_DIR
@@ -112,7 +113,7 @@ def run_training(
     def new_run_tags() -> dict[str, str]:
         return {
             RUN_TAG: run_name,
-            "lmp.objective": cfg.objective.name,
+            RUN_OBJECTIVE_TAG: cfg.objective.name,
             "lmp.git_commit": git_commit(),
             "lmp.data_fingerprint": data.fingerprint,
             **({"lmp.retrieval_validation_fingerprint": data.retrieval_set.fingerprint()} if data.retrieval_set else {}),
@@ -192,7 +193,7 @@ def run_training(
     if registered:
         version = register_model_version(
             tracking_uri, registered, artifact_uri, tracker.run_id,
-            tags={"objective": cfg.objective.name, "train_run": run_name},
+            tags={OBJECTIVE_TAG: cfg.objective.name, "train_run": run_name},
         )
         tracker.set_tags({"lmp.registered_model": registered, "lmp.model_version": version})
     tracker.finish()

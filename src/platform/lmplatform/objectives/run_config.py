@@ -26,6 +26,7 @@ from lmplatform.config.schema import (
 )
 from lmplatform.objectives import registry
 from lmplatform.objectives.mlm.config import MLMObjectiveConfig
+from lmplatform.objectives.spec import CROSS_ENCODER
 from lmplatform.retrieval.settings import RetrievalValidationConfig
 
 
@@ -38,7 +39,9 @@ def objective_configs() -> tuple[type[Section], ...]:
 ObjectiveConfig = Annotated[Union[objective_configs()], Field(discriminator="name")]
 
 
-RETRIEVAL_VALIDATED_OBJECTIVES = ("biencoder", "biencoder_distill", "cross_encoder", "declutr")
+def retrieval_validated_objectives() -> tuple[str, ...]:
+    """The registered objectives a run may validate by corpus-level retrieval (`ObjectiveSpec.retrieval_validated`)."""
+    return tuple(spec.name for spec in registry.objective_specs() if spec.retrieval_validated)
 
 
 class RunConfig(Section):
@@ -54,7 +57,7 @@ class RunConfig(Section):
     ewc: Optional[EWCConfig] = Field(None, description="Add an EWC penalty to the objective's loss.")
     retrieval_validation: Optional[RetrievalValidationConfig] = Field(
         None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: "
-        "biencoder, biencoder_distill, cross_encoder, declutr.")
+        f"{', '.join(retrieval_validated_objectives())}.")
 
     @model_validator(mode="before")
     @classmethod
@@ -68,20 +71,23 @@ class RunConfig(Section):
         rv, name = self.retrieval_validation, self.objective.name
         if rv is None:
             return self
-        if name not in RETRIEVAL_VALIDATED_OBJECTIVES:
-            raise ValueError(f"retrieval_validation applies to objectives {', '.join(RETRIEVAL_VALIDATED_OBJECTIVES)}, "
+        spec = registry.objective_spec(name)
+        if not spec.retrieval_validated:
+            raise ValueError(f"retrieval_validation applies to objectives {', '.join(retrieval_validated_objectives())}, "
                              f"not {name!r}; remove the section")
-        if name == "declutr" and rv.pairs is None:
-            raise ValueError("retrieval_validation.pairs is required for declutr (its training data has no pairs): "
+        if not spec.pair_data and rv.pairs is None:
+            raise ValueError(f"retrieval_validation.pairs is required for {name} (its training data has no pairs): "
                              "name a pair file, e.g. {train_paths: [data/demo/pairs.jsonl], validation_fraction: 0.2}")
         # compared with the defaults, not `model_fields_set`: a config dumped and validated again (as workers
         # receive it) has every field set
         defaults = RetrievalValidationConfig.model_fields
-        if name != "cross_encoder" and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default,
-                                                                           defaults["candidates"].default):
-            raise ValueError("retrieval_validation.first_stage and .candidates apply to cross_encoder only")
-        if name == "cross_encoder" and rv.hybrid is not None:
-            raise ValueError("retrieval_validation.hybrid fuses BM25 with a bi-encoder; a cross_encoder re-ranks "
+        reranks = spec.model_kind == CROSS_ENCODER
+        if not reranks and (rv.first_stage, rv.candidates) != (defaults["first_stage"].default,
+                                                                defaults["candidates"].default):
+            rerankers = [s.name for s in registry.objective_specs() if s.model_kind == CROSS_ENCODER]
+            raise ValueError(f"retrieval_validation.first_stage and .candidates apply to {', '.join(rerankers)} only")
+        if reranks and rv.hybrid is not None:
+            raise ValueError(f"retrieval_validation.hybrid fuses BM25 with a bi-encoder; a {name} re-ranks "
                              "retrieval_validation.first_stage instead: remove hybrid")
         return self
 
@@ -92,10 +98,10 @@ class RunConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _distillation_has_hard_negatives(self) -> "RunConfig":
-        if self.objective.name == "biencoder_distill" and self.data.hard_negative_field is None:
-            raise ValueError("objective biencoder_distill needs data.hard_negative_field: the column of each pair's hard "
-                             "negatives the teacher scores (a mine stage writes it as `hard_negatives`)")
+    def _data_has_the_objective_fields(self) -> "RunConfig":
+        for field, reads in registry.objective_spec(self.objective.name).data_fields:
+            if getattr(self.data, field) is None:
+                raise ValueError(f"objective {self.objective.name} needs data.{field}: {reads}")
         return self
 
     @model_validator(mode="after")
@@ -108,7 +114,7 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _exports_fit(self) -> "RunConfig":
         graphs = [f for f in self.tracking.exports if f != "sentence-transformers"]
-        if self.objective.name == "cross_encoder" and graphs:
+        if registry.objective_spec(self.objective.name).model_kind == CROSS_ENCODER and graphs:
             raise ValueError(f"tracking.exports {graphs}: a cross-encoder exports as sentence-transformers only "
                              "(the ONNX graph ends in a sentence embedding)")
         return self

@@ -358,10 +358,12 @@ def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: Pipe
                 tracking: tuple[Any, ...]) -> Any:
     """Measure the system on its select set, and register it when the stage says so."""
     import ray
+    from mlflow.tracking import MlflowClient
 
     from lmplatform.pipeline.config import SystemConfig
     from lmplatform.pipeline.system import publish_system, run_system_stage
     from lmplatform.tracking.registry import register_model_version
+    from lmplatform.tracking.version_tags import objective_tag
 
     record, system = state.stage(stage.name), stage.system
     assert system is not None
@@ -382,9 +384,10 @@ def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: Pipe
         if record.model_run_id is None:
             raise ValueError(f"stage {stage.name!r}: system.register_as needs system.retriever to be a training stage of this "
                              "pipeline (its MLflow run holds the model the version is registered from)")
-        source = f"{_artifact_uri(state.tracking_uri, record.model_run_id)}/model"
-        version = register_model_version(state.tracking_uri, resolved.register_as.name, source, record.model_run_id,
-                                         tags={"objective": "biencoder", "lmp.pipeline_run": state.run_name})
+        run = MlflowClient(state.tracking_uri).get_run(record.model_run_id)
+        version = register_model_version(state.tracking_uri, resolved.register_as.name, f"{run.info.artifact_uri}/model",
+                                         record.model_run_id,
+                                         tags={**objective_tag(run.data.tags), "lmp.pipeline_run": state.run_name})
         settings = publish_system(resolved, state.tracking_uri, resolved.register_as.name, version, retriever,
                                   result.settings, record.reranker_run_id, folder / stage.name)
         record.registered_model, record.model_version, record.search = (
@@ -398,12 +401,6 @@ def _source_run(reference: Optional[str], state: PipelineState) -> Optional[str]
     if not reference or not reference.startswith(STAGE_PREFIX):
         return None
     return state.stages[reference[len(STAGE_PREFIX):]].model_run_id
-
-
-def _artifact_uri(tracking_uri: str, run_id: str) -> str:
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri).get_run(run_id).info.artifact_uri
 
 
 def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):

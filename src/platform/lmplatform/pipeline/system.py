@@ -106,6 +106,7 @@ def publish_system(cfg: SystemConfig, tracking_uri: str, name: str, version: str
     from lmplatform.retrieval.index import IndexParams
     from lmplatform.serving.release import publish_index
     from lmplatform.tracking.registry import register_model_version, register_search_settings
+    from lmplatform.tracking.version_tags import objective_tag
 
     assert cfg.index is not None
     client = MlflowClient(tracking_uri)
@@ -118,8 +119,9 @@ def publish_system(cfg: SystemConfig, tracking_uri: str, name: str, version: str
     if settings.reranker is not None and reranker_run_id is not None:
         reranker_name = (cfg.register_as.reranker_name if cfg.register_as and cfg.register_as.reranker_name
                          else f"{name}-reranker")
-        source = f"{client.get_run(reranker_run_id).info.artifact_uri}/model"
-        reranker_version = register_model_version(tracking_uri, reranker_name, source, reranker_run_id,
-                                                  tags={"objective": "cross_encoder", "lmp.reranks": f"{name}/{version}"})
+        run = client.get_run(reranker_run_id)
+        reranker_version = register_model_version(tracking_uri, reranker_name, f"{run.info.artifact_uri}/model",
+                                                  reranker_run_id,
+                                                  tags={**objective_tag(run.data.tags), "lmp.reranks": f"{name}/{version}"})
         settings = settings.model_copy(update={"reranker": f"models:/{reranker_name}/{reranker_version}"})
     return register_search_settings(tracking_uri, name, version, settings)

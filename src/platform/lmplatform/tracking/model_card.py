@@ -21,7 +21,16 @@ from typing import Any, Optional
 
 from lmplatform.markdown import markdown_table
 from lmplatform.objectives.registry import objective_spec
-from lmplatform.tracking.version_tags import DECISION_TAG, GATE_PREFIX, METRIC_TAG, REASON_TAG, VALUE_TAG
+from lmplatform.objectives.spec import EMBEDDING_CARD, ModelCardText
+from lmplatform.tracking.version_tags import (
+    DECISION_TAG,
+    GATE_PREFIX,
+    METRIC_TAG,
+    OBJECTIVE_TAG,
+    REASON_TAG,
+    RUN_OBJECTIVE_TAG,
+    VALUE_TAG,
+)
 
 logger = logging.getLogger(__name__)
 CARD_FILE = "MODEL_CARD.md"
@@ -30,24 +39,17 @@ CARD_TAG = "lmp.model_card"
 HYPERPARAMETER_PREFIXES = ("model.pooling", "model.max_seq_length", "objective.", "optim.", "scaling.num_workers",
                            "ewc.lambda", "ewc.samples", "ewc.loss")
 
-USES = {
-    "mlm": ("A domain-adapted encoder: the starting point for a sentence-embedding, re-ranking or classification "
-            "stage on this domain's texts.",
-            "Not trained to make sentence vectors comparable: its pooled vectors are not a tuned similarity."),
-    "cross_encoder": ("Re-ranking: scoring (query, document) pairs of this domain, e.g. the top hits of a retriever "
-                      "(`reranker:` in serve/config.yaml).",
-                      "Scores pairs, one forward pass each: too slow to search a corpus by itself; not a text embedder."),
-    "classifier": ("Classifying texts of this domain into the labels of its training data (labels.json).",
-                   "Only the trained labels; a text of another kind still gets one of them."),
-}
-DEFAULT_USE = ("Text embeddings for semantic search, duplicate detection, clustering and nearest-neighbour "
-               "classification of texts like its training data (`lmp serve`: /v1/search, /v1/embed, /v1/embeddings; "
-               "`lmp export` for sentence-transformers, TEI or ONNX Runtime).",
-               "Vectors are comparable only with vectors of this same version: re-index when the version changes.")
-
-
 def card_artifact(name: str, version: str) -> str:
     return f"model_cards/{name}/{version}"
+
+
+def card_text(objective: str) -> ModelCardText:
+    """What the card says a model of this objective is for and where it stops (its spec's `card`); an objective
+    this installation does not know gets the text of an embedding model."""
+    try:
+        return objective_spec(objective).card
+    except KeyError:
+        return EMBEDDING_CARD
 
 
 def _objective_line(objective: str) -> str:
@@ -110,11 +112,11 @@ def model_card(tracking_uri: str, name: str, version: str) -> str:
     run = client.get_run(mv.run_id)
     params, metrics, run_tags, tags = run.data.params, run.data.metrics, run.data.tags, mv.tags
     aliases = sorted(a for a, v in client.get_registered_model(name).aliases.items() if str(v) == str(version))
-    objective = run_tags.get("lmp.objective") or tags.get("objective") or params.get("objective.name", "unknown")
+    objective = run_tags.get(RUN_OBJECTIVE_TAG) or tags.get(OBJECTIVE_TAG) or params.get("objective.name", "unknown")
     base = run_tags.get("lmp.model_source") or params.get("model.name_or_path", "unknown")
     base_shown = "all-MiniLM-L6-v2 (the packaged default)" if base == "default" else base
     config = _model_config(tracking_uri, mv.run_id)
-    use, limit = USES.get(objective, DEFAULT_USE)
+    intended = card_text(objective)
     created = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(mv.creation_timestamp / 1000))
 
     out = [f"# {name}, version {version}", ""]
@@ -162,9 +164,9 @@ def model_card(tracking_uri: str, name: str, version: str) -> str:
                 "number is optimistic; a gate with a confirmation set (below, when one ran) measures on data no trial saw.", ""]
     out += ["### Champion gate", ""] + _gate_section(tags) + [""]
 
-    out += ["## Intended use", "", use, ""]
+    out += ["## Intended use", "", intended.use, ""]
     out += ["## Limits", "",
-            f"- {limit}",
+            f"- {intended.limits}",
             f"- Measured only on the data above (fingerprint `{run_tags.get('lmp.data_fingerprint', '?')}`) and, where a "
             "gate ran, its held-out split and general probes; other domains, languages and text kinds are not measured.",
             f"- Inherits the base model's limits ({base_shown}: its languages, its pre-training data and biases).",

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
+from lmplatform.objectives.registry import objective_spec
+from lmplatform.objectives.spec import CROSS_ENCODER
 from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
 
 if TYPE_CHECKING:
@@ -132,9 +134,14 @@ def decide(comparison: Optional[PairedComparison], probes: Sequence[ProbeResult]
 
 
 # -- measuring ---------------------------------------------------------------------------------------
+def reranks(objective: str) -> bool:
+    """Whether the objective trains a re-ranker (a `CrossEncoder`, no embeddings) rather than an encoder."""
+    return objective_spec(objective).model_kind == CROSS_ENCODER
+
+
 def load_ranker(model_dir: str | Path, objective: str) -> object:
     """The model as the gate scores it: a CrossEncoder for re-rankers, an Encoder otherwise."""
-    if objective == "cross_encoder":
+    if reranks(objective):
         from lmplatform.models.cross_encoder import CrossEncoder
 
         return CrossEncoder.from_pretrained(model_dir)
@@ -195,7 +202,7 @@ def general_probes(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_
                    objective: str) -> list[ProbeResult]:
     """Every probe of the pack for both models (candidate first)."""
     probes: list[ProbeResult] = []
-    embedding = objective != "cross_encoder"
+    embedding = not reranks(objective)
     encoders = [load_ranker(candidate_dir, objective), load_ranker(comparator_dir, objective)] if embedding else []
     if pack.sts is not None:
         if embedding:
@@ -243,7 +250,7 @@ def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str
         return decide(None, [], 0.0, compared_with)
     assert spec.confirm is not None
     rset = build_retrieval_set(spec.confirm)
-    if objective == "cross_encoder":
+    if reranks(objective):
         attach_first_stage(rset, spec.confirm)
     if searches is not None:
         from lmplatform.evaluation.system import load_scorer
@@ -272,7 +279,7 @@ def check_held_out(spec: ChampionSpec, base: "RunConfig") -> None:
     if spec.confirm is None:
         return
     confirm = set(build_retrieval_set(spec.confirm).query_texts)
-    sources = [base.data] if base.objective.name in ("biencoder", "biencoder_distill", "cross_encoder") else []
+    sources = [base.data] if objective_spec(base.objective.name).pair_data else []
     if base.retrieval_validation is not None and base.retrieval_validation.pairs is not None:
         sources.append(base.retrieval_validation.pairs)
     seen: set[str] = set()

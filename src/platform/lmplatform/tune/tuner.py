@@ -507,6 +507,8 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
     name = spec.registered_model or (system.register_as.name if system and system.register_as
                                      else f"{pipeline.name}-{stage.name}")
     base_model = state.stages[source.name].init_model or "default"
+    # a system is registered, gated and tagged as its retriever, the training stage `source`
+    objective = build_stage_config(pipeline, source, "default", "runs", "gate", None, outputs).objective.name
     gate = None
     if spec.confirm is not None:
         for other in trained:
@@ -514,8 +516,7 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
         if system is not None:
             check_system_held_out(spec, system.select)
         search = SearchSettings.model_validate(record.search) if system is not None else None
-        gate = GateInputs(spec, gate_metric(space), "biencoder" if system else build_stage_config(
-            pipeline, stage, "default", "runs", "gate", None, outputs).objective.name, base_model, search)
+        gate = GateInputs(spec, gate_metric(space), objective, base_model, search)
 
     def make_servable(version: str) -> None:
         if system is not None and system.index is not None:
@@ -527,8 +528,8 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
         tracking_uri, name, record.model_run_id or record.mlflow_run_id, "model", space.metric, space.mode, value,
         f"pipeline:{pipeline.name}:{space.metric}",
         {k: v for k, v in best["metrics"].items() if k.startswith(f"{stage.name}/") and "ir_" in k},
-        tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": gate.objective if gate else
-              "biencoder", "lmp.pipeline_run": state.run_name, **{f"param.{k}": str(v) for k, v in best["params"].items()}},
+        tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": objective,
+              "lmp.pipeline_run": state.run_name, **{f"param.{k}": str(v) for k, v in best["params"].items()}},
         alias=spec.alias, gate=gate, before_decision=make_servable,
     )
 

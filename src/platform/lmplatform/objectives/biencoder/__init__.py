@@ -8,4 +8,6 @@ SPEC = ObjectiveSpec(
     validation_metrics=("ranking_loss", "inbatch_accuracy", "inbatch_mrr", "inbatch_candidates"),
     evaluation_keys=("objective.max_hard_negatives", "optim.batch_size"),
     implementation="lmplatform.objectives.biencoder.objective",
+    retrieval_validated=True,
+    pair_data=True,
 )

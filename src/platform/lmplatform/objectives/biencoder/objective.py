@@ -9,7 +9,7 @@ With `objective.mini_batch_size` the loss is computed with GradCache (objectives
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from lmplatform.config.loader import ConfigError
+from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.pairs import pair_datasets, read_pairs
 from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.biencoder.group_batches import group_aware_data
@@ -185,6 +187,15 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
     if cfg.objective.group_aware_batches:
         return group_aware_data(pairs, cfg)
     return prepared_pairs(pairs, pair_datasets(pairs), len(pairs.train))
+
+
+def rows(cfg: RunConfig) -> dict[str, list[dict[str, Any]]]:
+    """The pairs' rows per split, read in this process."""
+    if cfg.objective.group_aware_batches:
+        raise ConfigError("objective.group_aware_batches: the driver plans each rank's batches in Ray Data; "
+                          "read without Ray, set it to false")
+    pairs = read_pairs(cfg.data)
+    return {split: pairs.rows(split) for split in (TRAIN, VALIDATION)}
 
 
 def save_encoder(trained: Encoder, folder: Path) -> None:

@@ -11,4 +11,8 @@ SPEC = ObjectiveSpec(
                      "objective.max_hard_negatives", "objective.teacher_max_seq_length", "optim.batch_size"),
     implementation="lmplatform.objectives.biencoder_distill.objective",
     model_references=("teacher",),
+    retrieval_validated=True,
+    pair_data=True,
+    data_fields=(("hard_negative_field", "the column of each pair's hard negatives the teacher scores (a mine stage "
+                                         "writes it as `hard_negatives`)"),),
 )

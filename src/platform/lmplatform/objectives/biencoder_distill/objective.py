@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmplatform.data.corpus import TRAIN, VALIDATION
-from lmplatform.data.pairs import Pair, pair_datasets, read_pairs
+from lmplatform.data.pairs import Pair, PairSet, pair_datasets, read_pairs
 from lmplatform.data.readers import DataError
 from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.biencoder.objective import InBatchRetrievalEvaluator, QueryDocumentCollator, embed, pair_encoder_recipe
@@ -291,35 +291,49 @@ def distill_rows(pairs: Sequence[Pair], max_hard_negatives: int) -> list[dict[st
             for p in pairs if len(p.hard_negatives) >= max_hard_negatives]
 
 
-def prepare_data(cfg: RunConfig) -> PreparedData:
+def scored_rows(cfg: RunConfig, pairs: PairSet) -> tuple[dict[str, list[dict[str, Any]]], int, bool, str]:
+    """({split: `distill_rows` with the teacher's scores}, pairs left out for too few hard negatives, whether the
+    scores came from the cache, how they came)."""
     objective = cfg.objective
     reference = teacher_reference(objective.teacher)
-    pairs = read_pairs(cfg.data)
     wanted = objective.max_hard_negatives
-    rows = {split: distill_rows(split_pairs, wanted)
-            for split, split_pairs in ((TRAIN, pairs.train), (VALIDATION, pairs.validation))}
-    skipped = len(pairs.train) + len(pairs.validation) - len(rows[TRAIN]) - len(rows[VALIDATION])
-    if not rows[TRAIN]:
+    scored = {split: distill_rows(split_pairs, wanted)
+              for split, split_pairs in ((TRAIN, pairs.train), (VALIDATION, pairs.validation))}
+    skipped = len(pairs.train) + len(pairs.validation) - len(scored[TRAIN]) - len(scored[VALIDATION])
+    if not scored[TRAIN]:
         with_any = sum(bool(p.hard_negatives) for p in pairs.train)
         raise DataError(
             f"objective biencoder_distill: none of the {len(pairs.train)} training pairs in {', '.join(cfg.data.train_paths)} "
             f"has {wanted} hard negative(s) in data.hard_negative_field={cfg.data.hard_negative_field!r} "
             f"({with_any} have any). Distillation scores each pair's hard negatives: name the right field, use a mine "
             "stage's pairs.jsonl (its `hard_negatives`), or lower objective.max_hard_negatives")
-    ordered = rows[TRAIN] + rows[VALIDATION]
+    ordered = scored[TRAIN] + scored[VALIDATION]
     start = time.perf_counter()
     scores, cached, path = teacher_scores(cfg, reference, ordered)
     for row, row_scores in zip(ordered, scores):
         row[TEACHER_SCORES] = row_scores.tolist()
     how = "cached" if cached else f"computed in {time.perf_counter() - start:.1f} s"
-    print(f"[lmp] teacher scores: {how}: {len(ordered)} rows x {1 + wanted} scores ({len(rows[TRAIN])} train, "
-          f"{len(rows[VALIDATION])} validation) from {objective.teacher}; {path}", flush=True)
+    print(f"[lmp] teacher scores: {how}: {len(ordered)} rows x {1 + wanted} scores ({len(scored[TRAIN])} train, "
+          f"{len(scored[VALIDATION])} validation) from {objective.teacher}; {path}", flush=True)
+    return scored, skipped, cached, how
+
+
+def rows(cfg: RunConfig) -> dict[str, list[dict[str, Any]]]:
+    """The scored rows per split, made in this process."""
+    return scored_rows(cfg, read_pairs(cfg.data))[0]
+
+
+def prepare_data(cfg: RunConfig) -> PreparedData:
+    wanted = cfg.objective.max_hard_negatives
+    pairs = read_pairs(cfg.data)
+    scored, skipped, cached, how = scored_rows(cfg, pairs)
+    ordered = scored[TRAIN] + scored[VALIDATION]
     metrics = {"data/distill_rows": float(len(ordered)), "data/distill_skipped_rows": float(skipped),
                "data/teacher_scores_cached": float(cached)}
     summary = (f"\ndata: {len(ordered)} pairs with {wanted} hard negative(s) each, teacher scores {how}"
                + (f"; {skipped} pair(s) with fewer hard negatives left out" if skipped else ""))
-    datasets = pair_datasets(pairs, {split: split_rows for split, split_rows in rows.items() if split_rows})
-    return prepared_pairs(pairs, datasets, len(rows[TRAIN]), metrics, summary)
+    datasets = pair_datasets(pairs, {split: split_rows for split, split_rows in scored.items() if split_rows})
+    return prepared_pairs(pairs, datasets, len(scored[TRAIN]), metrics, summary)
 
 
 def build_recipe(cfg: RunConfig) -> TrainingRecipe:

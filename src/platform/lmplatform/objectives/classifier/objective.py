@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmplatform.data.fields import labelled_text
-from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled
+from lmplatform.data.labelled import LabelledData, labelled_datasets, labelled_rows, read_labelled
 from lmplatform.data.readers import DataError
 from lmplatform.models.classifier import ClassifierModel, MLPHead, count_parameters
 from lmplatform.objectives.run_config import RunConfig
@@ -148,6 +148,16 @@ def record_classes(cfg: RunConfig, labels: list[str], counts: dict[int, int]) ->
         objective.class_weights = [round(w, 6) for w in class_weights(counts, len(labels)).tolist()]
     if objective.class_weights is not None and len(objective.class_weights) != len(labels):
         raise DataError(f"objective.class_weights has {len(objective.class_weights)} values for {len(labels)} classes ({labels})")
+
+
+def rows(cfg: RunConfig) -> dict[str, list[dict[str, Any]]]:
+    """The labelled texts per split, read in this process; like `prepare_data`, it resamples the training texts
+    when asked and records the classes in `cfg` (`record_classes`) for the recipe."""
+    data, labels = read_classification_data(cfg)
+    record_classes(cfg, labels, Counter(ex["label"] for ex in data.train))
+    if cfg.objective.class_balance == "resample":
+        data.train = oversample(data.train, cfg.optim.seed)
+    return labelled_rows(data, ["text", "label"])
 
 
 def prepare_data(cfg: RunConfig) -> PreparedData:

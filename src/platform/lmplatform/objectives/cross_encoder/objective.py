@@ -18,7 +18,7 @@ from torch import nn
 
 from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.groups import group_texts
-from lmplatform.data.pairs import Pair, pair_datasets, read_pairs
+from lmplatform.data.pairs import Pair, PairSet, pair_datasets, read_pairs
 from lmplatform.models.cross_encoder import CrossEncoder
 from lmplatform.objectives.pair_data import prepared_pairs
 from lmplatform.objectives.run_config import RunConfig
@@ -176,11 +176,11 @@ def negative_groups(pairs: Sequence[Pair], negatives: list[list[str]]) -> list[d
     return [{"query": p.query, "document": p.document, "negatives": n} for p, n in zip(pairs, negatives) if n]
 
 
-def prepare_data(cfg: RunConfig) -> PreparedData:
+def group_rows(cfg: RunConfig, pairs: PairSet) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """({split: `negative_groups` rows} of the splits that have pairs, how many pairs got fewer negatives than asked)."""
     objective = cfg.objective
-    pairs = read_pairs(cfg.data)
     rng = np.random.default_rng(objective.seed)
-    rows: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     short = 0
     for split, split_pairs in ((TRAIN, pairs.train), (VALIDATION, pairs.validation)):
         if not split_pairs:
@@ -193,10 +193,23 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
         negatives = choose_negatives(split_pairs, objective.negatives_per_positive, rng, objective.use_hard_negatives,
                                      mined, documents, objective.mining_top_k)
         short += sum(len(n) < objective.negatives_per_positive for n in negatives)
-        rows[split] = negative_groups(split_pairs, negatives)
+        groups[split] = negative_groups(split_pairs, negatives)
+    return groups, short
+
+
+def rows(cfg: RunConfig) -> dict[str, list[dict[str, Any]]]:
+    """The groups (a pair and its negatives) per split, made in this process."""
+    groups, _ = group_rows(cfg, read_pairs(cfg.data))
+    return {split: groups.get(split, []) for split in (TRAIN, VALIDATION)}
+
+
+def prepare_data(cfg: RunConfig) -> PreparedData:
+    objective = cfg.objective
+    pairs = read_pairs(cfg.data)
+    groups, short = group_rows(cfg, pairs)
     summary = (f"\ndata: {objective.negatives} negatives, {objective.negatives_per_positive} per positive"
                + (f"; {short} pair(s) got fewer (too few other documents)" if short else ""))
-    return prepared_pairs(pairs, pair_datasets(pairs, rows), len(rows[TRAIN]),
+    return prepared_pairs(pairs, pair_datasets(pairs, groups), len(groups[TRAIN]),
                           {"data/pairs_with_fewer_negatives": float(short)}, summary)
 
 

@@ -10,4 +10,5 @@ SPEC = ObjectiveSpec(
                      "objective.mask_probability", "objective.replace_with_mask", "objective.replace_with_random",
                      "optim.batch_size"),
     implementation="lmplatform.objectives.declutr.objective",
+    retrieval_validated=True,  # on retrieval_validation.pairs: its corpus has none
 )

@@ -19,13 +19,13 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from lmplatform.config.loader import ConfigError
-from lmplatform.data.corpus import TRAIN, VALIDATION, corpus_datasets, scan_corpus
+from lmplatform.data.corpus import TRAIN, VALIDATION, corpus_datasets, local_documents, scan_corpus
 from lmplatform.data.readers import DataError
 from lmplatform.models.encoder import Encoder, load_tokenizer
 from lmplatform.models.masked_lm import MaskedLanguageModel
 from lmplatform.models.pooling import pool
 from lmplatform.models.resolve import resolve_model_path
-from lmplatform.objectives.declutr.spans import DeclutrSpanSampler, span_report, token_lengths
+from lmplatform.objectives.declutr.spans import DeclutrSpanSampler, count_sampleable, span_report, token_lengths
 from lmplatform.objectives.infonce import (
     InfoNCEOutput,
     Temperature,
@@ -267,6 +267,21 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
         fingerprint=report.fingerprint,
         report=report.__dict__ | {"bad_total": report.bad_total, "declutr": {s: c.__dict__ for s, c in counts.items()}},
     )
+
+
+def rows(cfg: RunConfig) -> dict[str, list[dict[str, Any]]]:
+    """The corpus's texts long enough for the spans, per split, read in this process (as `prepare_data`'s
+    datasets keep them)."""
+    check_span_fits(cfg)
+    corpus = scan_corpus(cfg.data, use_ray=False)
+    model_path = str(resolve_model_path(cfg.model.name_or_path))
+    needed = count_sampleable([], cfg.objective.num_anchors, cfg.objective.max_span).min_tokens
+    out: dict[str, list[dict[str, Any]]] = {}
+    for split in (TRAIN, VALIDATION):
+        texts = list(local_documents(corpus, split))
+        kept = keep_sampleable({"text": np.array(texts, dtype=object)}, model_path, needed)["text"] if texts else []
+        out[split] = [{"text": text} for text in kept]
+    return out
 
 
 def build_recipe(cfg: RunConfig) -> TrainingRecipe:

@@ -306,6 +306,16 @@ def load_sentences(cfg: RunConfig) -> tuple[list[Sentence], list[Sentence], AdeR
     return train, validation, report
 
 
+def sentence_rows(sentences: list[Sentence]) -> list[dict[str, Any]]:
+    return [{"sentence": s.to_json()} for s in sentences]
+
+
+def rows(cfg: RunConfig) -> dict[str, list[dict[str, Any]]]:
+    """The sentences per split, read in this process."""
+    train, validation, _ = load_sentences(cfg)
+    return {"train": sentence_rows(train), "validation": sentence_rows(validation)}
+
+
 def prepare_data(cfg: RunConfig) -> PreparedData:
     import ray.data
 
@@ -315,9 +325,9 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
 
         raise DataError("no training sentences left after the fold and validation split")
     _check_frozen_layers(cfg)
-    datasets = {"train": ray.data.from_items([{"sentence": s.to_json()} for s in train])}
+    datasets = {"train": ray.data.from_items(sentence_rows(train))}
     if validation:
-        datasets["validation"] = ray.data.from_items([{"sentence": s.to_json()} for s in validation])
+        datasets["validation"] = ray.data.from_items(sentence_rows(validation))
     fingerprint = hashlib.sha1("\n".join(s.id for s in train).encode()).hexdigest()[:16]
     metrics = report.metrics() | {"data/train_sentences": len(train), "data/validation_sentences": len(validation)}
     return PreparedData(

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lmplatform.data.corpus import corpus_datasets, scan_corpus
+from lmplatform.data.corpus import TRAIN, VALIDATION, corpus_datasets, local_documents, scan_corpus
 from lmplatform.models.encoder import load_tokenizer
 from lmplatform.models.masked_lm import IGNORE_INDEX, MaskedLanguageModel
 from lmplatform.models.resolve import resolve_model_path
@@ -127,6 +127,12 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
         fingerprint=report.fingerprint,
         report=report.__dict__ | {"bad_total": report.bad_total},
     )
+
+
+def rows(cfg: RunConfig) -> dict[str, list[dict[str, Any]]]:
+    """The corpus's texts per split, read in this process (`prepare_data`'s datasets read them lazily)."""
+    corpus = scan_corpus(cfg.data, use_ray=False)
+    return {split: [{"text": text} for text in local_documents(corpus, split)] for split in (TRAIN, VALIDATION)}
 
 
 def build_masker(cfg: RunConfig, tokenizer: Any) -> DynamicMasker:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmplatform.data.fields import scored_pair
-from lmplatform.data.labelled import LabelledData, labelled_datasets, read_labelled
+from lmplatform.data.labelled import LabelledData, labelled_datasets, labelled_rows, read_labelled
 from lmplatform.metrics.sts import pearson, spearman
 from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.run_config import RunConfig
@@ -126,10 +126,18 @@ def read_sts_data(cfg: RunConfig) -> LabelledData:
     return read_labelled(cfg.data, extract, objective.split_field)
 
 
+COLUMNS = ["sentence1", "sentence2", "score"]
+
+
+def rows(cfg: RunConfig) -> dict[str, list[dict[str, Any]]]:
+    """The scored pairs per split, read in this process."""
+    return labelled_rows(read_sts_data(cfg), COLUMNS)
+
+
 def prepare_data(cfg: RunConfig) -> PreparedData:
     data = read_sts_data(cfg)
     return PreparedData(
-        datasets=labelled_datasets(data, ["sentence1", "sentence2", "score"]),
+        datasets=labelled_datasets(data, COLUMNS),
         train_examples=len(data.train),
         metrics=data.metrics(),
         summary=data.summary(),
