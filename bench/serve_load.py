@@ -307,6 +307,7 @@ def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: 
                 if not urls:
                     raise SystemExit("direct ingress is not active: no ingress replica address")
                 url = urls[0]
+                print(f"  direct ingress addresses: {urls}", flush=True)
             key = f"{ingress}-{mode}"
             runs[f"{key}-handle"] = [retriever_handle(name, url, queries, args.requests)]
             print(f"{key + '-handle':16s} c=1   {json.dumps(runs[f'{key}-handle'][0])}", flush=True)

@@ -279,9 +279,13 @@ def direct_ingress_urls(name: str = DEFAULT_APP) -> list[str]:
     import ray
     from ray.serve._private.common import RequestProtocol
 
-    groups = ray.get(_client()._controller.get_target_groups.remote(name))
+    controller = _client()._controller
+    groups = ray.get(controller.get_target_groups.remote(name))
+    # A replica's server binds the HTTP options' host, while its target names the node's IP: served on 127.0.0.1
+    # (`lmp serve run`'s default), the node's IP is refused.
+    host = ray.get(controller.get_http_config.remote()).host
     # Without direct ingress the controller answers with the proxies' group, which names no ingress deployment.
-    return [f"http://{t.ip}:{t.port}" for g in groups
+    return [f"http://{t.ip if host in ('0.0.0.0', '::') else host}:{t.port}" for g in groups
             if g.protocol == RequestProtocol.HTTP and g.app_name == name and g.ingress_deployment_name
             for t in g.targets]
 
