@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from lmplatform.tracking.version_tags import OBJECTIVE_TAG
 from lmplatform.tune.champion import ChampionDecision, GateInputs, evaluation_fingerprint, register_and_maybe_promote
 from lmplatform.tune.gate import check_held_out, check_system_held_out
 from lmplatform.tune.report import print_summary, save_plots
@@ -458,6 +459,12 @@ def summarize_study(
     return out
 
 
+def _winner_tags(study_name: str, best: dict[str, Any], objective: str) -> dict[str, str]:
+    """The tags a study's winning version is registered with: its study, trial, objective and parameters."""
+    return {STUDY_TAG: study_name, TRIAL_TAG: best["trial_id"], OBJECTIVE_TAG: objective,
+            **{f"param.{k}": str(v) for k, v in best["params"].items()}}
+
+
 def _champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, study_name: str) -> ChampionDecision:
     from mlflow.tracking import MlflowClient
 
@@ -474,8 +481,7 @@ def _champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: str, stud
     return register_and_maybe_promote(
         tracking_uri, name, best["mlflow_run_id"], "model", space.metric, space.mode,
         best["metrics"][space.metric], fingerprint, val_metrics,
-        tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": cfg.objective.name,
-              **{f"param.{k}": str(v) for k, v in best["params"].items()}},
+        tags=_winner_tags(study_name, best, cfg.objective.name),
         alias=space.champion.alias, gate=gate,
     )
 
@@ -528,8 +534,7 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
         tracking_uri, name, record.model_run_id or record.mlflow_run_id, "model", space.metric, space.mode, value,
         f"pipeline:{pipeline.name}:{space.metric}",
         {k: v for k, v in best["metrics"].items() if k.startswith(f"{stage.name}/") and "ir_" in k},
-        tags={"lmp.tune_study": study_name, "lmp.tune_trial": best["trial_id"], "objective": objective,
-              "lmp.pipeline_run": state.run_name, **{f"param.{k}": str(v) for k, v in best["params"].items()}},
+        tags={**_winner_tags(study_name, best, objective), "lmp.pipeline_run": state.run_name},
         alias=spec.alias, gate=gate, before_decision=make_servable,
     )
 
