@@ -101,8 +101,8 @@ class OpenOfficeRetrieval:
     def __init__(self, data: Path, limit: int = 0):
         """limit: a smoke run's size, 0 for the protocol: that many queries per split, searched among their
         duplicate groups and `limit` x 10 other reports."""
-        from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
-        from lmplatform.evaluation.tasks.retrieval_data import ScenarioInputs, load_retrieval_data, scenario_inputs
+        from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset, RetrievalScenario
+        from lmplatform.evaluation.tasks.retrieval.data import ScenarioInputs, load_retrieval_data, scenario_inputs
 
         scenario = RetrievalScenario(name="report_to_corpus", query_fields=["title", "description"],
                                      corpus_fields=["title", "description"], corpus_scope="all")

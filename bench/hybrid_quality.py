@@ -44,8 +44,8 @@ def main() -> None:
     parser.add_argument("--name", default="hybrid_quality")
     args = parser.parse_args()
 
-    from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
-    from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
+    from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset, RetrievalScenario
+    from lmplatform.evaluation.tasks.retrieval.data import load_retrieval_data, scenario_inputs
     from lmplatform.metrics.retrieval import retrieval_report
     from lmplatform.models.encoder import Encoder
     from lmplatform.models.resolve import resolve_model_path

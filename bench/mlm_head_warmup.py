@@ -120,7 +120,7 @@ def main() -> None:
     import os
 
     os.chdir(REPO)  # the config's paths (../shared/data, data/demo) are relative to the repository root
-    from lmplatform.evaluation.old_domain_mlm import old_domain_mlm_loss
+    from lmplatform.evaluation.tasks.old_domain_mlm.task import old_domain_mlm_loss
     from lmplatform.objectives.run_config import load_run_config
 
     cfg = load_run_config(args.config, args.overrides)

@@ -171,8 +171,8 @@ def peer_timing(peer: dict[str, Any]) -> dict[str, Any]:
 # -- data ---------------------------------------------------------------------------------------------------
 def pair_files(data: Path, out: Path, limit: Optional[int]) -> dict[str, Path]:
     """train / dev / test pair files (query, document, group) as `lmp data pairs` writes them, and the corpus."""
-    from lmplatform.evaluation.config import RetrievalDataset
-    from lmplatform.evaluation.tasks.retrieval_data import write_split_pairs
+    from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
+    from lmplatform.evaluation.tasks.retrieval.data import write_split_pairs
 
     oo = data / "duplicate_bug_reports" / "openoffice"
     dataset = RetrievalDataset(name="openoffice", corpus=str(oo / "corpus.jsonl"), relations=str(oo / "pairs.jsonl"))

@@ -33,7 +33,9 @@ RETRIEVAL_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "hit@1", 
 
 
 def task_configs(data: Path, limit: Optional[int], limit_queries: Optional[int], max_seq_length: int) -> dict[str, Any]:
-    from lmplatform.evaluation.config import ClassificationTask, RetrievalTask, StsTask
+    from lmplatform.evaluation.tasks.classification.config import ClassificationTask
+    from lmplatform.evaluation.tasks.retrieval.config import RetrievalTask
+    from lmplatform.evaluation.tasks.sts.config import StsTask
 
     oo = data / "duplicate_bug_reports" / "openoffice"
     encoder = {"name": "minilm", "model": "default", "max_seq_length": max_seq_length}
@@ -85,10 +87,8 @@ def main() -> None:
 
     import torch
 
-    from lmplatform.evaluation.tasks.classification import run_classification_task
+    from lmplatform.evaluation.registry import evaluation_spec
     from lmplatform.evaluation.tasks.common import ModelCache
-    from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
-    from lmplatform.evaluation.tasks.sts import run_sts_task
 
     torch.set_num_threads(args.threads)
     tasks = task_configs(Path(args.data), args.limit, args.limit_queries, args.max_seq_length)
@@ -96,9 +96,9 @@ def main() -> None:
     models = ModelCache()  # one MiniLM for all three parts
     seconds: dict[str, float] = {}
     results = {}
-    for name, runner in (("retrieval", run_retrieval_task), ("sts", run_sts_task), ("classification", run_classification_task)):
+    for name in ("retrieval", "sts", "classification"):
         start = time.perf_counter()
-        results[name] = runner(tasks[name], out, models)
+        results[name] = evaluation_spec(name).run(tasks[name], out, models)
         seconds[name] = round(time.perf_counter() - start, 1)
         print(f"{name}: {seconds[name]} s", flush=True)
 

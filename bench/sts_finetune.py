@@ -61,7 +61,7 @@ class Scorer:
         self.max_seq_length = max_seq_length
 
     def cosines(self, model: str) -> np.ndarray:
-        from lmplatform.evaluation.tasks.sts import cosine_scores
+        from lmplatform.evaluation.tasks.sts.task import cosine_scores
         from lmplatform.models.encoder import Encoder
 
         return cosine_scores(Encoder.from_pretrained(model, max_seq_length=self.max_seq_length),

@@ -299,8 +299,8 @@ def run_spec(spec: dict[str, Any], out: Path, args: argparse.Namespace) -> Any:
 
 def retrieval_rows(models: dict[str, str], corpus: Path, pairs: Path, limit_queries: Optional[int], out: Path,
                    max_seq_length: int) -> dict[str, dict[str, Any]]:
-    from lmplatform.evaluation.config import RetrievalTask
-    from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
+    from lmplatform.evaluation.tasks.retrieval.config import RetrievalTask
+    from lmplatform.evaluation.tasks.retrieval.task import run as run_retrieval
 
     retrievers = [{"name": "bm25", "kind": "bm25"}]
     retrievers += [{"name": name, "kind": "dense", "model": path, "max_seq_length": max_seq_length}
@@ -312,7 +312,7 @@ def retrieval_rows(models: dict[str, str], corpus: Path, pairs: Path, limit_quer
                        "corpus_fields": ["title", "description"]}],
         "retrievers": retrievers, "ks": [1, 10, 20], "mrr_ks": [10],
     })
-    result = run_retrieval_task(task, out / "retrieval")
+    result = run_retrieval(task, out / "retrieval")
     return {r["retriever"]: {"queries": r["queries_evaluated"], "corpus": r["corpus_size"],
                              "seconds": round(r["index_seconds"] + r["search_seconds"], 1),
                              **{m: r["metrics"][m] for m in RETRIEVAL_METRICS}} for r in result.details["results"]}

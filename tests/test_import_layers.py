@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "platform" / "lmplatform
 
 # Bottom to top. A subpackage may import from any layer below its own; never from its own layer or one above.
 LAYERS: list[list[str]] = [
-    ["__init__", "runtime", "markdown", "result_files", "metrics"],  # utilities; metrics: pure functions of numbers
+    ["__init__", "runtime", "markdown", "result_files", "metrics", "registry"],  # utilities; metrics: pure functions of numbers
     ["ray_runtime"],  # starting or joining Ray
     ["config"],  # the sections of a run config, YAML loading
     ["data"],  # readers, cleaning, pairs, batching plans

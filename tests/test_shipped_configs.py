@@ -14,15 +14,12 @@ import pytest
 from pydantic import BaseModel
 
 from lmplatform.config.loader import parse_config, read_yaml
-from lmplatform.evaluation.config import (
-    ClassificationDataset,
-    EncoderSpec,
-    RetrievalDataset,
-    RetrieverSpec,
-    StsDataset,
-    load_evaluation_config,
-)
+from lmplatform.evaluation.config import load_evaluation_config
 from lmplatform.evaluation.relations import RelationEvalConfig
+from lmplatform.evaluation.tasks.classification.config import ClassificationDataset
+from lmplatform.evaluation.tasks.common import EncoderSpec
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset, RetrieverSpec
+from lmplatform.evaluation.tasks.sts.config import StsDataset
 from lmplatform.objectives.run_config import load_run_config
 from lmplatform.pipeline.config import load_pipeline_config
 from lmplatform.pipeline.preflight import (

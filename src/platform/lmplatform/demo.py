@@ -19,7 +19,16 @@ from typing import Any, Optional
 from rich.console import Console
 from rich.table import Table
 
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalTask
+from lmplatform.evaluation.tasks.retrieval.task import run as run_retrieval
+from lmplatform.pipeline.config import load_pipeline_config
+from lmplatform.pipeline.runner import run_pipeline
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.result_files import write_result_file
 from lmplatform.runtime import project_root
+from lmplatform.serving.demo import serve_and_query
+from lmplatform.tracking.mlflow_tracking import TrackedRun
+from lmplatform.tune.tuner import run_study
 
 DEMO_PIPELINE = Path("configs/pipelines/demo.yaml")
 DEMO_SPACE = Path("tune_spaces/demo_temperature.yaml")
@@ -60,9 +69,6 @@ def heldout_relations(out: Path) -> Path:
 
 def evaluate_retrieval(models: dict[str, str], out: Path) -> list[dict[str, Any]]:
     """Duplicate retrieval (title + text of the new report -> the reports) for each model, BM25 and the base."""
-    from lmplatform.evaluation.config import RetrievalTask
-    from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
-
     relations = heldout_relations(out / "duplicates_split.jsonl")
     retrievers = [{"name": "bm25", "kind": "bm25"}, {"name": "base MiniLM", "kind": "dense", "model": "default"}]
     retrievers += [{"name": name, "kind": "dense", "model": model} for name, model in models.items()]
@@ -74,7 +80,7 @@ def evaluate_retrieval(models: dict[str, str], out: Path) -> list[dict[str, Any]
                        "corpus_fields": ["title", "text"]}],
         "retrievers": retrievers, "ks": [1, 5, 10], "mrr_ks": [5],
     })
-    return run_retrieval_task(task, out).details["results"]
+    return run_retrieval(task, out).details["results"]
 
 
 def _gate_numbers(decision: Any) -> str:
@@ -87,11 +93,6 @@ def _gate_numbers(decision: Any) -> str:
 
 def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool = True,  # type: ignore[assignment]
              tune: bool = True, resume: Optional[str] = None, results_file: Optional[Path] = None) -> DemoSummary:
-    from lmplatform.pipeline.config import load_pipeline_config
-    from lmplatform.pipeline.runner import run_pipeline
-    from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.tracking.mlflow_tracking import TrackedRun
-
     demo_started = time.perf_counter()
     ensure_ray(serving=serve)  # one Ray for the whole demo: its service's metrics need Ray's collection on
     console = Console()
@@ -135,8 +136,6 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
 
     served = stages["pairs_ewc"].model_dir
     if tune:
-        from lmplatform.tune.tuner import run_study
-
         started = time.perf_counter()
         console.rule("[bold]5-6. Tune the InfoNCE temperature (Ray Tune + Optuna), then the champion gate")
         study = run_study(project_root() / DEMO_SPACE, [f"model.name_or_path={stages['declutr'].model_dir}"],
@@ -163,8 +162,6 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
                 served = f"models:/{decision.registered_model}@{decision.alias}"
 
     if serve:
-        from lmplatform.serving.demo import serve_and_query
-
         started = time.perf_counter()
         console.rule(f"[bold]7. Serve {served} over the reports, query it over HTTP, shut down")
         answers = serve_and_query(served, project_root() / DEMO_REPORTS, tracking_uri=result.tracking_uri,
@@ -182,7 +179,5 @@ def run_demo(data: Optional[Path] = None, overrides: list[str] = (), serve: bool
     console.print(f"Every run is in MLflow ({result.tracking_uri}); browse it with:")
     console.print(f"  .venv/bin/mlflow ui --backend-store-uri {result.tracking_uri}", soft_wrap=True)
     if results_file is not None:
-        from lmplatform.result_files import write_result_file
-
         console.print(f"Result file: {write_result_file(results_file, summary.result(time.perf_counter() - demo_started))}")
     return summary

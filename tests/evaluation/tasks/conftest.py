@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from lmplatform.evaluation.config import RetrievalDataset
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
 from tests.evaluation.tasks.toy_reports import PAIRS, REPORTS, write_jsonl
 
 

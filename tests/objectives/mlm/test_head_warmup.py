@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from lmplatform.evaluation.old_domain_mlm import load_mlm_for_evaluation
+from lmplatform.evaluation.tasks.old_domain_mlm.task import load_mlm_for_evaluation
 from lmplatform.models.masked_lm import MaskedLanguageModel, untrained_mlm_head
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import load_run_config

@@ -16,7 +16,7 @@ def test_sts_on_two_workers_reports_global_spearman(ray_session, tiny_bert, mlfl
     from mlflow.tracking import MlflowClient
 
     from lmplatform.data.sts_pairs import STSPairs
-    from lmplatform.evaluation.tasks.sts import score_sts
+    from lmplatform.evaluation.tasks.sts.task import score_sts
     from lmplatform.models.encoder import Encoder
 
     rng = random.Random(0)

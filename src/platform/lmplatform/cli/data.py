@@ -96,8 +96,8 @@ def pairs_command(
 ) -> None:
     """Pair files for the bi-encoder and cross-encoder: one row per duplicate relation of each split, with the
     duplicate group (over all splits) in `group`, for data.group_field."""
-    from lmplatform.evaluation.config import RetrievalDataset
-    from lmplatform.evaluation.tasks.retrieval_data import write_split_pairs
+    from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
+    from lmplatform.evaluation.tasks.retrieval.data import write_split_pairs
 
     dataset = RetrievalDataset(name="pairs", corpus=str(corpus), relations=str(relations), id_field=id_field,
                                query_id_field=query_id_field, target_id_field=target_id_field, split_field=split_field)

@@ -33,12 +33,11 @@ def evaluate_run(
         extra.append(f"tracking.run_id={run_id}")
     try:
         cfg = load_evaluation_config(config, extra)
-        for task in cfg.tasks:
+        for task in cfg.tasks:  # each dataset takes the limits its task's config has a field for
             for dataset in task.datasets:
-                if limit_queries and task.task == "retrieval":
-                    dataset.limit_queries = limit_queries
-                if limit and task.task in ("sts", "classification"):
-                    dataset.limit = limit
+                for field, value in (("limit_queries", limit_queries), ("limit", limit)):
+                    if value and field in type(dataset).model_fields:
+                        setattr(dataset, field, value)
         result = run_evaluation(cfg)
     except user_errors() as exc:
         fail(str(exc))

@@ -4,12 +4,11 @@ from __future__ import annotations
 import random
 
 from lmplatform.config.schema import DataConfig
+from lmplatform.data.corpus import local_documents, scan_corpus
 
 
 def sample_texts(data: DataConfig, n: int, seed: int, split: str = "train") -> list[str]:
     """Up to `n` documents of one split of `data` (the same hash split training uses), a seeded sample."""
-    from lmplatform.data.corpus import local_documents, scan_corpus
-
     texts = list(local_documents(scan_corpus(data, use_ray=False), split))
     if len(texts) > n:
         texts = random.Random(seed).sample(texts, n)

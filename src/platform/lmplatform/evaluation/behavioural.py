@@ -33,6 +33,7 @@ import numpy as np
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from lmplatform.config.base import Section
+from lmplatform.config.loader import ConfigError, read_yaml
 from lmplatform.markdown import markdown_table
 
 MAX_FAILING_EXAMPLES = 10
@@ -169,8 +170,6 @@ def parse_suite(data: Any, source: str = "<suite>") -> tuple[str, list[Any]]:
 
 
 def load_suite(path: str | Path) -> tuple[str, list[Any]]:
-    from lmplatform.config.loader import ConfigError, read_yaml
-
     try:
         data = read_yaml(path)
     except ConfigError as exc:

@@ -34,8 +34,9 @@ from lmplatform.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k,
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.objectives.spec import CROSS_ENCODER
+from lmplatform.retrieval.faiss_import import exact_search
 from lmplatform.retrieval.fusion import fuse
-from lmplatform.retrieval.retrievers import BM25Retriever
+from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever
 from lmplatform.retrieval.settings import DistractorConfig, FusionSettings, RetrievalValidationConfig, hybrid_metric_name
 
 T = TypeVar("T", bound=Hashable)
@@ -118,8 +119,6 @@ def summarize(per_query: dict[str, np.ndarray], rset: RetrievalSet) -> dict[str,
 # -- rankings from a model's outputs ------------------------------------------------------------------
 def dense_rankings(query_vectors: np.ndarray, candidate_vectors: np.ndarray, rset: RetrievalSet, depth: int) -> list[list[int]]:
     """Exact inner-product search (FAISS flat), then tie-aware ranking; vectors [q, d] and [n, d], normalised."""
-    from lmplatform.retrieval.faiss_import import exact_search
-
     pool = len(rset.candidate_texts)
     # One beyond the deepest cut-off shows whether the last kept score is shared further down.
     width = min(pool, depth + 1 + max((len(e) for e in rset.excluded), default=0))
@@ -357,8 +356,6 @@ def prepare_retrieval_set(cfg: RunConfig) -> Optional[RetrievalSet]:
 def attach_first_stage(rset: RetrievalSet, cfg: RetrievalValidationConfig) -> RetrievalSet:
     """Give each query the first-stage retriever's ranking, deep enough for every cut-off and for the
     `cfg.candidates` a re-ranker re-orders (cross-encoder validation)."""
-    from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever
-
     retriever = (BM25Retriever() if cfg.first_stage == "bm25"
                  else DenseRetriever.from_pretrained(cfg.first_stage, batch_size=cfg.batch_size))
     ids = [str(i) for i in range(len(rset.candidate_texts))]

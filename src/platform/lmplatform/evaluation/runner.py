@@ -1,8 +1,7 @@
 """Run an `EvaluationConfig`: each task writes its part, the runner writes the report and logs to MLflow.
 
-Extension point: a task is `TASK_RUNNERS[task_name](task_config, output_dir, models) -> TaskResult`
-(see `tasks.common.TaskResult`; `models` is a `ModelCache` shared by all tasks of one
-evaluation). Register new tasks here next to their config class in `evaluation/config.py`.
+A task runs by its registered spec (`evaluation/registry.py`): `run(task_config, output_dir, models) -> TaskResult`
+(`tasks.common.TaskResult`; `models` is a `ModelCache` shared by all tasks of one evaluation).
 """
 from __future__ import annotations
 
@@ -11,23 +10,17 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 from lmplatform.data.readers import DataError
 from lmplatform.evaluation.config import EvaluationConfig
-from lmplatform.evaluation.tasks.classification import run_classification_task
+from lmplatform.evaluation.registry import evaluation_spec
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
-from lmplatform.evaluation.tasks.retrieval import run_retrieval_task
-from lmplatform.evaluation.tasks.sts import run_sts_task
+from lmplatform.runtime import resolve_tracking_uri
+from lmplatform.tracking.mlflow_tracking import TrackedRun
 
 logger = logging.getLogger(__name__)
 
-TaskRunner = Callable[[Any, Path, ModelCache], TaskResult]
-TASK_RUNNERS: dict[str, TaskRunner] = {
-    "retrieval": run_retrieval_task,
-    "sts": run_sts_task,
-    "classification": run_classification_task,
-}
 # Dataset fields that name input files, checked for every task before any task starts.
 DATA_FILE_FIELDS = ("corpus", "relations", "path", "fit_path", "train", "dev", "test")
 
@@ -79,15 +72,12 @@ def check_data_files(cfg: EvaluationConfig) -> None:
 
 
 def run_evaluation(cfg: EvaluationConfig) -> EvaluationResult:
-    from lmplatform.runtime import resolve_tracking_uri
-    from lmplatform.tracking.mlflow_tracking import TrackedRun
-
     output_dir = Path(cfg.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     check_data_files(cfg)
     started = time.time()
     models = ModelCache()
-    results = [TASK_RUNNERS[task.task](task, output_dir, models) for task in cfg.tasks]
+    results = [evaluation_spec(task.task).run(task, output_dir, models) for task in cfg.tasks]
     metrics = {f"{r.task}.{k}": v for r in results for k, v in r.metrics.items()}
     report = {
         "name": cfg.name, "config": cfg.model_dump(mode="json"), "seconds": round(time.time() - started, 2),

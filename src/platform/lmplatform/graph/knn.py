@@ -22,6 +22,7 @@ from lmplatform.graph.data import (
 )
 from lmplatform.graph.metrics import RelationKey, boundary_free_relation_scores, strict_scores
 from lmplatform.graph.negatives import sample_negative_graph
+from lmplatform.retrieval.faiss_import import import_faiss
 
 NO_RELATION = "none"
 
@@ -73,8 +74,6 @@ class KNNIndex:
     """Cosine nearest neighbours (exact, FAISS inner product over normalised vectors) with majority vote."""
 
     def __init__(self, vectors: np.ndarray, labels: Sequence[str]):
-        from lmplatform.retrieval.faiss_import import import_faiss
-
         faiss = import_faiss()
         self.labels = np.asarray(labels, dtype=object)
         self.index = faiss.IndexFlatIP(vectors.shape[1])

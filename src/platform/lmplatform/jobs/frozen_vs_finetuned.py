@@ -17,6 +17,7 @@ from lmplatform.markdown import markdown_table
 from lmplatform.metrics.classification import TABLE_COLUMNS, classification_metrics
 from lmplatform.objectives.registry import objective_spec, objective_specs
 from lmplatform.objectives.spec import CLASSIFIER
+from lmplatform.tracking.mlflow_tracking import TrackedRun
 
 
 def evaluate_classifier(classifier: Any, texts: Sequence[str], labels: Sequence[str], out_dir: Optional[Path] = None,
@@ -51,7 +52,6 @@ def frozen_vs_finetuned(cfg: Any, test_texts: Sequence[str], test_labels: Sequen
     """
     from lmplatform.jobs.train_run import run_training
     from lmplatform.models.classifier import TextClassifier
-    from lmplatform.tracking.mlflow_tracking import TrackedRun
 
     if objective_spec(cfg.objective.name).model_kind != CLASSIFIER:
         raise ValueError(f"frozen_vs_finetuned needs a classifier objective (objective.name: "

@@ -10,6 +10,9 @@ import torch
 from lmplatform.evaluation.retrieval_validation import CorpusRetrievalValidator
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.objectives.trainer import build_trainer
+from lmplatform.ray_runtime import HelperPriority, quiet_train_reports
+from lmplatform.runtime import apply_runtime_defaults
+from lmplatform.tracking.mlflow_tracking import TrackedRun
 from lmplatform.train.ingest import NumpyBatch, length_grouped, planned_epoch, rank_dataset_name, resume_batches, shard_epoch
 from lmplatform.train.recipe import Batch, TrainingRecipe
 
@@ -57,10 +60,6 @@ def train_batch_source(cfg: RunConfig, rank: int, planned: bool,
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
-
-    from lmplatform.ray_runtime import HelperPriority, quiet_train_reports
-    from lmplatform.runtime import apply_runtime_defaults
-    from lmplatform.tracking.mlflow_tracking import TrackedRun
 
     apply_runtime_defaults()
     quiet_train_reports()

@@ -40,8 +40,15 @@ from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from lmplatform.models.graph import GraphSession
-from lmplatform.models.onnx_backend import OnnxSession, export_onnx, has_onnx_graph, quantize_onnx
-from lmplatform.models.openvino_backend import has_openvino_model
+from lmplatform.models.onnx_backend import OnnxGraphConfig, OnnxSession, export_onnx, has_onnx_graph, quantize_onnx
+from lmplatform.models.openvino_backend import (
+    OPENVINO_KEEP_FP32,
+    OpenVinoModelConfig,
+    OpenVinoSession,
+    export_openvino,
+    has_openvino_model,
+    quantize_openvino,
+)
 from lmplatform.models.pooling import Pooling, pool
 from lmplatform.models.precision import Precision, autocast, resolve_precision
 from lmplatform.models.quiet import quiet_transformers
@@ -135,8 +142,6 @@ class Encoder(nn.Module):
     @classmethod
     def _from_onnx(cls, path: Path, quantize: Optional[Quantization], max_seq_length: Optional[int]) -> "Encoder":
         """The ONNX backend over `path`'s graph, or over a graph exported from `path` now (kept in memory only)."""
-        from lmplatform.models.onnx_backend import OnnxGraphConfig
-
         with tempfile.TemporaryDirectory(prefix="lmp-onnx-") as tmp:
             folder = path
             if not has_onnx_graph(path):
@@ -156,14 +161,6 @@ class Encoder(nn.Module):
     def _from_openvino(cls, path: Path, quantize: Optional[Quantization], max_seq_length: Optional[int],
                        calibration: Optional[Sequence[str]]) -> "Encoder":
         """The OpenVINO backend over `path`'s model, or over one converted from `path` now (kept in memory only)."""
-        from lmplatform.models.openvino_backend import (
-            OPENVINO_KEEP_FP32,
-            OpenVinoModelConfig,
-            OpenVinoSession,
-            export_openvino,
-            quantize_openvino,
-        )
-
         exported_int8 = has_openvino_model(path) and OpenVinoModelConfig.read(path).quantization is not None
         if quantize == "int8" and not calibration and not exported_int8:
             raise ValueError("backend='openvino', quantize='int8' is static int8: give calibration texts of the "

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Optional, Sequence
 
+from lmplatform.models.onnx_backend import export_onnx, quantize_onnx
 from lmplatform.models.resolve import resolve_model_path
 
 if TYPE_CHECKING:
@@ -167,8 +168,6 @@ def write_cross_encoder(source: Path, out: Path, max_seq_length: int) -> ExportR
 
 def write_onnx(encoder: "Encoder", out: Path, int8: bool, keep_fp32: Sequence[str] = ()) -> ExportResult:
     """`encoder` as an ONNX folder: the fp32 graph, or only its int8 variant."""
-    from lmplatform.models.onnx_backend import export_onnx, quantize_onnx
-
     if not int8:
         config = export_onnx(encoder, out)
         return ExportResult("onnx", "bi-encoder", out, _files(out), [f"{config.pooling} pooling and normalisation in the graph"])

@@ -33,6 +33,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import numpy as np
 
+from lmplatform.data.fields import join_fields
+from lmplatform.data.readers import DataError
+from lmplatform.models.export import write_sentence_transformers_modules
 from lmplatform.models.graph import (
     OUTPUT,
     TOKEN_OUTPUT,
@@ -92,7 +95,6 @@ def export_openvino(encoder: "Encoder", folder: str | Path, normalize: bool = Tr
     ov = require("openvino")
     import torch
 
-    from lmplatform.models.export import write_sentence_transformers_modules
 
     sample, names = trace_inputs(encoder)
     folder = Path(folder)
@@ -211,9 +213,6 @@ def read_calibration_texts(path: str | Path, fields: Sequence[str] = CALIBRATION
     report is indexed (title. description), or plain text, one text a line. A line that is not JSON in a .jsonl
     file is a `DataError` naming the file and line."""
     import json
-
-    from lmplatform.data.fields import join_fields
-    from lmplatform.data.readers import DataError
 
     path = Path(path)
     texts, skipped = [], 0

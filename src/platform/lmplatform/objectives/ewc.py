@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lmplatform.runtime import resolve_tracking_uri
+
 logger = logging.getLogger(__name__)
 
 FISHER_FILE = "fisher.safetensors"
@@ -175,7 +177,6 @@ def resolve_fisher_path(path_or_uri: str, tracking_uri: Optional[str] = None) ->
         return local
     import mlflow.artifacts
 
-    from lmplatform.runtime import resolve_tracking_uri
 
     try:
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=path_or_uri,

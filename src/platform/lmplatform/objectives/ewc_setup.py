@@ -14,8 +14,11 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
+from lmplatform.config.loader import ConfigError
 from lmplatform.config.schema import DataConfig, EWCConfig
 from lmplatform.data.sampling import sample_texts
+from lmplatform.models.quiet import quiet_transformers
+from lmplatform.models.resolve import resolve_model_path
 from lmplatform.objectives.ewc import (
     FISHER_FILE,
     EWCPenalty,
@@ -45,9 +48,7 @@ def check_fisher_anchor(cfg: RunConfig) -> None:
     The model whose Fisher `fisher_from` computes is `ewc.anchor_model`, or `model.name_or_path` when unset.
     A `fisher_path` Fisher was computed elsewhere and is not checked here.
     """
-    from lmplatform.config.loader import ConfigError
     from lmplatform.models.masked_lm import untrained_mlm_head
-    from lmplatform.models.resolve import resolve_model_path
 
     ewc = cfg.ewc
     if ewc is None or ewc.fisher_from is None:
@@ -70,7 +71,6 @@ def compute_fisher_file(
     """Compute the MLM Fisher diagonal of `model_path` on `samples` train documents of `data`; save it."""
     from lmplatform.models.encoder import load_tokenizer
     from lmplatform.models.masked_lm import MaskedLanguageModel
-    from lmplatform.models.resolve import resolve_model_path
     from lmplatform.objectives.masking import DynamicMasker
     from lmplatform.train.collate import TextCollator
 
@@ -135,9 +135,6 @@ def prepare_ewc(cfg: RunConfig, tracker: Any, run_dir: Path) -> RunConfig:
 def load_anchor_parameters(model_path: str) -> dict[str, torch.Tensor]:
     """θ* by canonical name from a model folder; head tensors the folder does not hold are left out."""
     from transformers import AutoModel, AutoModelForMaskedLM
-
-    from lmplatform.models.quiet import quiet_transformers
-    from lmplatform.models.resolve import resolve_model_path
 
     path = resolve_model_path(model_path)
     with quiet_transformers():

@@ -25,6 +25,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+import lmplatform
+from lmplatform.models.resolve import model_version_source, resolve_model_path
+from lmplatform.runtime import resolve_tracking_uri
+from lmplatform.tracking.mlflow_tracking import git_commit
+
 # Config keys that name places, runs or registry entries: they change nothing a stage produces.
 PLACEMENT_KEYS = frozenset({"tracking_uri", "experiment", "run_name", "registered_model", "register_model", "storage_path"})
 MODEL_KEYS = frozenset({"init_from", "name_or_path", "anchor_model", "teacher", "miner_model", "cross_encoder", "first_stage"})
@@ -73,13 +78,9 @@ def _model_fingerprint(reference: str) -> str:
     if reference.startswith("models:/"):  # an alias moves: pin it to the artifacts of the version it names now
         from mlflow.tracking import MlflowClient
 
-        from lmplatform.models.resolve import model_version_source
-        from lmplatform.runtime import resolve_tracking_uri
-
         return model_version_source(MlflowClient(resolve_tracking_uri(None)), reference)
     if reference.startswith("runs:/"):
         return reference
-    from lmplatform.models.resolve import resolve_model_path
 
     try:
         return fingerprint_path(Path(resolve_model_path(reference)))
@@ -104,9 +105,6 @@ def _canonical(value: Any, key: str = "") -> Any:
 
 @lru_cache(maxsize=1)
 def code_version() -> str:
-    import lmplatform
-    from lmplatform.tracking.mlflow_tracking import git_commit
-
     return f"{getattr(lmplatform, '__version__', '?')}+{git_commit() or 'nogit'}"
 
 

@@ -14,8 +14,9 @@ from pydantic import ConfigDict, Field, model_validator
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
 from lmplatform.config.schema import DataConfig
+from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
+from lmplatform.objectives.registry import objective_names, objective_spec
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.pipeline.evaluations import StageEvaluationConfig
 from lmplatform.retrieval.settings import DistractorConfig, RetrievalValidationConfig, SearchSettings
 
 STAGE_PREFIX = "stage:"
@@ -364,8 +365,6 @@ def _as_list(value: Any) -> list[Any]:
 def objective_model_references(data: dict[str, Any]) -> list[tuple[str, str]]:
     """(field, stage name) of each `stage:<name>` in the objective's model fields (`ObjectiveSpec.model_references`,
     e.g. biencoder_distill's `teacher`) of a run config dict."""
-    from lmplatform.objectives.registry import objective_names, objective_spec
-
     section = data.get("objective")
     if not isinstance(section, dict) or section.get("name") not in objective_names():
         return []

@@ -23,8 +23,14 @@ import numpy as np
 
 from lmplatform.data.groups import group_texts
 from lmplatform.data.pairs import Pair, read_pairs
+from lmplatform.evaluation.retrieval_validation import read_distractors
+from lmplatform.models.resolve import resolve_model_path
+from lmplatform.pipeline.cache import fingerprint_path
 from lmplatform.pipeline.config import MineConfig
+from lmplatform.retrieval.build import encode_corpus_to_shards, iter_shards
+from lmplatform.retrieval.faiss_import import exact_search
 from lmplatform.retrieval.mining import MiningRules, ScorePairs, Selection, select_negatives
+from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 
 PAIRS_FILE = "pairs.jsonl"
 ARTIFACT_DIR = "mined"
@@ -47,8 +53,6 @@ class MineResult:
 
 def encode_texts(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: Path) -> np.ndarray:
     """Vectors [len(texts), dim] in the order of `texts`, encoded on Ray actors through parquet shards."""
-    from lmplatform.retrieval.build import encode_corpus_to_shards, iter_shards
-
     source = work_dir / "texts.jsonl"
     with source.open("w", encoding="utf-8") as handle:
         for index, text in enumerate(texts):
@@ -84,7 +88,6 @@ def cached_vectors(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: 
         return encode_texts(texts, model, cfg, work_dir)
     import hashlib
 
-    from lmplatform.pipeline.cache import fingerprint_path
 
     digest = hashlib.sha256(json.dumps([fingerprint_path(Path(model)), cfg.max_seq_length, cfg.precision,
                                         list(texts)]).encode()).hexdigest()[:24]
@@ -102,9 +105,6 @@ def cached_vectors(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: 
 def mine_pairs(cfg: MineConfig, model: str, work_dir: Path, vector_cache: Optional[Path] = None,
                ) -> tuple[list[Pair], list[Selection], dict[str, float]]:
     """The pairs of `cfg.pairs`, one `Selection` per pair, and the counts (`mine/...`)."""
-    from lmplatform.evaluation.retrieval_validation import read_distractors
-    from lmplatform.retrieval.faiss_import import exact_search
-
     # every pair is mined: the training stage splits the file as its own config says
     read = read_pairs(cfg.pairs.model_copy(update={"validation_fraction": 0.0}))
     pairs = read.train + read.validation
@@ -172,9 +172,6 @@ def run_mine_stage(cfg: MineConfig, model: str, folder: Path, tracking_uri: str,
     """Mine, write `folder/pairs.jsonl` and log it (artifact `mined/pairs.jsonl`), the counts and the config
     in a new MLflow run nested under `parent_run_id`; `vector_cache` keeps the encodings for a later mining of the
     same texts with the same model (`cached_vectors`)."""
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
-
     model_path = str(resolve_model_path(model))
     folder.mkdir(parents=True, exist_ok=True)
     tracker = TrackedRun.start(tracking_uri, experiment, run_name, {**tags, "lmp.stage_kind": "mine", "lmp.model_source": model},

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
+from lmplatform.evaluation.tasks.retrieval.data import write_split_pairs
 from lmplatform.pipeline.config import HoldoutConfig, PairsConfig
+from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 
 ARTIFACT_DIR = "pairs"
 
@@ -54,9 +57,6 @@ def split_by_group(path: Path, holdout: HoldoutConfig) -> dict[str, Path]:
 
 def write_pairs(cfg: PairsConfig, folder: Path) -> tuple[dict[str, Path], dict[str, float], list[str]]:
     """The stage's files by output name, the counts (`pairs/...`) and the skipped rows (file:line: why)."""
-    from lmplatform.evaluation.config import RetrievalDataset
-    from lmplatform.evaluation.tasks.retrieval_data import write_split_pairs
-
     dataset = RetrievalDataset(name="pairs", format=cfg.format, corpus=cfg.corpus, relations=cfg.relations,
                                id_field=cfg.id_field, query_id_field=cfg.query_id_field,
                                target_id_field=cfg.target_id_field, split_field=cfg.split_field)
@@ -80,8 +80,6 @@ def run_pairs_stage(cfg: PairsConfig, folder: Path, tracking_uri: str, experimen
                     parent_run_id: str, tags: Mapping[str, str]) -> PairsResult:
     """Write the files under `folder` and log them (artifacts `pairs/`), the counts and the config in a new MLflow
     run nested under `parent_run_id`."""
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
-
     folder.mkdir(parents=True, exist_ok=True)
     tracker = TrackedRun.start(tracking_uri, experiment, run_name, {**tags, "lmp.stage_kind": "pairs"}, parent_run_id)
     try:

@@ -19,10 +19,13 @@ from pydantic import BaseModel
 
 from lmplatform.config.loader import ConfigError
 from lmplatform.config.schema import DataConfig
+from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
+from lmplatform.models.resolve import ModelNotFoundError, model_version_source, resolve_model_path
+from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, build_stage_config
-from lmplatform.pipeline.evaluations import StageEvaluationConfig
 from lmplatform.retrieval.settings import DistractorConfig
+from lmplatform.runtime import resolve_tracking_uri
 
 REGISTRY_PREFIXES = ("models:/", "runs:/")
 NOT_YET = "that stage has not run by the time this is needed"
@@ -96,9 +99,6 @@ def _registry_problem(reference: str) -> Optional[str]:
     """
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.models.resolve import model_version_source
-    from lmplatform.runtime import resolve_tracking_uri
-
     uri = resolve_tracking_uri(None)
     try:
         client = MlflowClient(uri)
@@ -116,8 +116,6 @@ def model_problems(reference: Optional[str], field: str, where: str, will_run: S
                    finished: Optional[Mapping[str, str]] = None, not_yet: str = NOT_YET) -> list[Problem]:
     """A model reference: stage:<name> (a stage in `will_run`, or a finished one whose folder is still
     there), models:/ or runs:/ (in the registry), 'default', a local folder or a Hugging Face cache id."""
-    from lmplatform.models.resolve import ModelNotFoundError, resolve_model_path
-
     if reference is None:
         return []
     finished = finished or {}
@@ -180,8 +178,6 @@ def data_config_problems(config: BaseModel, where: str, skip: Sequence[str] = ()
 
 def objective_model_fields(run: RunConfig) -> list[str]:
     """`objective.<field>` of each model reference the run's objective declares (`ObjectiveSpec.model_references`)."""
-    from lmplatform.objectives.registry import objective_spec
-
     return [f"objective.{name}" for name in objective_spec(run.objective.name).model_references]
 
 

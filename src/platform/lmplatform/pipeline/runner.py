@@ -16,12 +16,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig, run_stage_evaluation
 from lmplatform.markdown import markdown_table
+from lmplatform.metrics.continual import continual_metrics
+from lmplatform.models.resolve import resolve_model_path
 from lmplatform.pipeline.cache import CachedStage, StageCache, stage_key
-from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, build_stage_config, resolve_references
-from lmplatform.pipeline.evaluations import StageEvaluationConfig
+from lmplatform.pipeline.config import (
+    STAGE_PREFIX,
+    MineConfig,
+    PipelineConfig,
+    StageConfig,
+    SystemConfig,
+    build_stage_config,
+    resolve_references,
+)
+from lmplatform.pipeline.mine import run_mine_stage
+from lmplatform.pipeline.pairs import run_pairs_stage
 from lmplatform.pipeline.preflight import preflight_pipeline
 from lmplatform.pipeline.state import FAILED, FINISHED, RUNNING, PipelineState, StageState
+from lmplatform.pipeline.system import publish_system, run_system_stage
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
+from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
+from lmplatform.tracking.registry import register_model_version
+from lmplatform.tracking.version_tags import objective_tag
 
 PIPELINE_TAG = "lmp.pipeline_run"
 STAGE_TAG = "lmp.pipeline_stage"
@@ -67,10 +85,6 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name:
     `run_name` names a new run, or continues it when its state exists (a study's trial run again after a
     restore); `parent_run_id` nests the pipeline's MLflow run (a study's run), `tags` and `params` (a trial's
     values) are logged on it; `reporter` receives the stages' reports as they happen."""
-    from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
-
     root = Path(resolve_storage_path(cfg.storage_path))
     if run_name and not resume and PipelineState.path(root / run_name).is_file():
         resume = run_name
@@ -141,8 +155,6 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name:
 
 def _cache_folder(cfg: PipelineConfig, folder: Path) -> Path:
     """Where reused stages (and reused encodings) are kept: `reuse.path`, or `stage-cache` beside the pipeline runs."""
-    from lmplatform.runtime import resolve_storage_path
-
     return Path(resolve_storage_path(cfg.reuse.path)) if cfg.reuse.path else folder.parent / "stage-cache"
 
 
@@ -220,8 +232,6 @@ def _run_or_reuse(cache: StageCache, cfg: PipelineConfig, stage: StageConfig, in
 def _reuse_stage(hit: CachedStage, cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState,
                  folder: Path, parent: Any, reporter: Optional[StageReporter]) -> None:
     """Take over a cached stage's outputs and results; its own MLflow run points at the run that made them."""
-    from lmplatform.tracking.mlflow_tracking import TrackedRun
-
     record = state.stage(stage.name)
     record.started_at = time.time()
     for name in REUSED_FIELDS:
@@ -327,17 +337,12 @@ def _run_untrained_stage(cfg: PipelineConfig, stage: StageConfig, index: int, st
     start = time.perf_counter()
     try:
         if stage.mine is not None:
-            from lmplatform.pipeline.config import MineConfig
-            from lmplatform.pipeline.mine import run_mine_stage
-
             print(f"[lmp] {label}: mining hard negatives with {init}", flush=True)
             mine = MineConfig.model_validate(resolve_references(stage.mine.model_dump(mode="json"), stage_outputs(state)))
             vectors = _cache_folder(cfg, folder) / "vectors" if cfg.reuse.enabled else None
             result: Any = run_mine_stage(mine, init, folder / stage.name, *tracking, vector_cache=vectors)  # type: ignore[arg-type]
             record.output_path = str(result.path)
         elif stage.pairs is not None:
-            from lmplatform.pipeline.pairs import run_pairs_stage
-
             print(f"[lmp] {label}: pairs files from {stage.pairs.relations}", flush=True)
             result = run_pairs_stage(stage.pairs, folder / stage.name, *tracking)
             record.outputs = {name: str(path) for name, path in result.files.items()}
@@ -359,11 +364,6 @@ def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: Pipe
     """Measure the system on its select set, and register it when the stage says so."""
     import ray
     from mlflow.tracking import MlflowClient
-
-    from lmplatform.pipeline.config import SystemConfig
-    from lmplatform.pipeline.system import publish_system, run_system_stage
-    from lmplatform.tracking.registry import register_model_version
-    from lmplatform.tracking.version_tags import objective_tag
 
     record, system = state.stage(stage.name), stage.system
     assert system is not None
@@ -404,9 +404,6 @@ def _source_run(reference: Optional[str], state: PipelineState) -> Optional[str]
 
 
 def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.pipeline.evaluations import run_stage_evaluation
-
     head = _resolve_model(evaluation.mlm_head_from, state) if evaluation.mlm_head_from else init
     return run_stage_evaluation(str(resolve_model_path(model)), evaluation, str(resolve_model_path(head)))
 
@@ -478,8 +475,6 @@ def task_matrix(cfg: PipelineConfig, state: PipelineState) -> Optional[list[list
 
 
 def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:
-    from lmplatform.metrics.continual import continual_metrics
-
     table = format_table(forgetting)
     print("[lmp] old-domain MLM loss before/after each stage:\n" + table, flush=True)
     parent.log_dict({"rows": forgetting}, "forgetting.json")

@@ -16,8 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from lmplatform.evaluation.retrieval_validation import build_retrieval_set
+from lmplatform.evaluation.system import load_scorer
 from lmplatform.pipeline.config import SystemConfig
+from lmplatform.retrieval.build import build_index_folder
+from lmplatform.retrieval.index import IndexParams
 from lmplatform.retrieval.settings import SearchSettings
+from lmplatform.serving.release import publish_index
+from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
+from lmplatform.tracking.registry import register_model_version, register_search_settings
+from lmplatform.tracking.version_tags import objective_tag
 
 SETTINGS_FILE = "search_settings.json"
 ARTIFACT_DIR = "system"
@@ -43,9 +51,6 @@ class SystemResult:
 
 def measure_system(cfg: SystemConfig, retriever: str, reranker: Optional[str]) -> tuple[SearchSettings, dict[str, float], list]:
     """(the chosen settings, their metrics on `select` with the dense and first-stage baselines, every try)."""
-    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
-    from lmplatform.evaluation.system import load_scorer
-
     rset = build_retrieval_set(cfg.select)
     print(f"[lmp] system: {rset.summary()}", flush=True)
     scorer = load_scorer(retriever, rset, cfg.select, reranker, cfg.max_seq_length)
@@ -77,8 +82,6 @@ def run_system_stage(cfg: SystemConfig, retriever: str, reranker: Optional[str],
                      experiment: str, run_name: str, parent_run_id: str, tags: Mapping[str, str]) -> SystemResult:
     """Choose and measure the system, write `folder/search_settings.json` and log it, the metrics and every try in a
     new MLflow run nested under `parent_run_id`."""
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
-
     folder.mkdir(parents=True, exist_ok=True)
     tracker = TrackedRun.start(tracking_uri, experiment, run_name, {**tags, "lmp.stage_kind": "system"}, parent_run_id)
     try:
@@ -101,12 +104,6 @@ def publish_system(cfg: SystemConfig, tracking_uri: str, name: str, version: str
     and log it to the version's run, register the re-ranker (from its training run) and link it, and attach the
     settings. Returns the settings as registered (their `reranker` a models:/ URI)."""
     from mlflow.tracking import MlflowClient
-
-    from lmplatform.retrieval.build import build_index_folder
-    from lmplatform.retrieval.index import IndexParams
-    from lmplatform.serving.release import publish_index
-    from lmplatform.tracking.registry import register_model_version, register_search_settings
-    from lmplatform.tracking.version_tags import objective_tag
 
     assert cfg.index is not None
     client = MlflowClient(tracking_uri)

@@ -23,6 +23,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
+from lmplatform.data.fields import join_fields
+from lmplatform.data.readers import BadRow, detect_format, read_rows
 from lmplatform.retrieval.index import IndexParams, VectorIndex
 from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
 from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
@@ -45,7 +47,6 @@ class EncodeBatch:
     def __call__(self, batch: dict[str, np.ndarray]) -> Any:
         import pyarrow as pa
 
-        from lmplatform.data.fields import join_fields
 
         n = len(batch[self.id_field])
         rows = ({f: batch[f][i] for f in self.text_fields if f in batch} for i in range(n))
@@ -172,9 +173,6 @@ def build_bm25_index(corpus: str | Sequence[str], index_dir: str | Path, text_fi
 
     Returns {documents, seconds, bytes}. Rows without an id are skipped, as the encoding skips them.
     """
-    from lmplatform.data.fields import join_fields
-    from lmplatform.data.readers import BadRow, detect_format, read_rows
-
     start = time.perf_counter()
     ids, texts = [], []
     for path in [corpus] if isinstance(corpus, (str, Path)) else corpus:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from lmplatform.data.fields import join_fields
 from lmplatform.data.readers import BadRow, DataError, detect_format, read_rows
 
 DOCUMENTS_FILE = "documents.jsonl"
@@ -74,8 +75,6 @@ def write_document_store(corpus: str | Path | Iterable[str | Path], out_file: st
                          title_field: str = "title", text_fields: Sequence[str] = ("text",),
                          label_field: Optional[str] = None) -> int:
     """Copy id, title, text (text fields joined with '. ') and label of a corpus into a store; returns rows written."""
-    from lmplatform.data.fields import join_fields
-
     paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)

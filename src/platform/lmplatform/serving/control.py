@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 from lmplatform.serving.app import INGRESS, MODEL_DEPLOYMENTS, WRITER, ingress_user_config, model_user_config
 from lmplatform.serving.rebuild import rebuild_index
 from lmplatform.serving.release import Release, alias_version, check_release, collection_for, release_for
+from lmplatform.serving.replicas import lacking
 from lmplatform.serving.settings import ServeSettings, parse_settings
 
 IMPORT_PATH = "lmplatform.serving.app:build_app"
@@ -236,8 +237,6 @@ def _writer(name: str) -> Any:
 
 def _replicas_lacking(name: str, release_id: str) -> list[str]:
     """Every running replica of the model deployments, asked by its id, that does not hold the release."""
-    from lmplatform.serving.replicas import lacking
-
     app = details()["applications"][name]
     return [problem for deployment in MODEL_DEPLOYMENTS for problem in lacking(app, deployment, release_id)]
 

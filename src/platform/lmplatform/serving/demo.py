@@ -13,6 +13,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from lmplatform.data.fields import join_fields
+from lmplatform.data.readers import Record, read_rows
+from lmplatform.models.resolve import resolve_model_path
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.retrieval.index import VectorIndex
+from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
+from lmplatform.runtime import resolve_tracking_uri
+from lmplatform.serving.release import fetch, resolve_release
 from lmplatform.serving.settings import ServeSettings
 
 DEMO_QUERIES = (
@@ -35,12 +43,7 @@ def curl_command(base_url: str, path: str, body: dict[str, Any]) -> str:
 def build_demo_index(model: str, corpus: str | Path, out: Path, text_fields: Sequence[str] = ("title", "text"),
                      label_field: Optional[str] = "component") -> Path:
     """Encode `corpus` (JSONL with id and text fields) with `model`; save index + document store in `out`."""
-    from lmplatform.data.fields import join_fields
-    from lmplatform.data.readers import Record, read_rows
     from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
-
     rows = [r.fields for r in read_rows(str(corpus), "jsonl") if isinstance(r, Record) and r.fields.get("id") is not None]
     texts = [join_fields(r, list(text_fields)) for r in rows]
     vectors = Encoder.from_pretrained(model).encode(texts, show_progress=True)
@@ -57,11 +60,7 @@ def serve_and_query(model: str, corpus: str | Path, queries: Sequence[str] = DEM
     import httpx
     from ray import serve
 
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.runtime import resolve_tracking_uri
     from lmplatform.serving import control
-    from lmplatform.serving.release import fetch, resolve_release
 
     work = Path(work_dir or tempfile.mkdtemp(prefix="lmp-serve-demo-"))
     if model.startswith("models:/"):

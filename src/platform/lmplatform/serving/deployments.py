@@ -29,7 +29,7 @@ from lmplatform.retrieval.settings import FusionSettings
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
 from lmplatform.serving.live import LiveIndex, index_seq
-from lmplatform.serving.metrics import record_batch
+from lmplatform.serving.metrics import record_applied, record_batch, record_index_sizes
 from lmplatform.serving.release import Release, ReleaseError, fetch, has_bm25, load_bm25, load_index_and_store
 
 logger = logging.getLogger("ray.serve")
@@ -212,8 +212,6 @@ class RetrieverDeployment:
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Hold the listed releases; with live updates on, a release loaded now replays the change log before the
         replica reports it held (a restarted replica, a reload, a redeployed application)."""
-        from lmplatform.serving.metrics import record_index_sizes
-
         self.releases.reconfigure(user_config)
         await self._catch_up(self.releases.ids())
         record_index_sizes({rid: len(self.releases.get(rid).index) for rid in self.releases.ids()})
@@ -243,8 +241,6 @@ class RetrieverDeployment:
                 await asyncio.to_thread(self._apply, release_id, loaded, committed, changes)
 
     def _apply(self, release_id: str, loaded: _LoadedRetriever, committed: int, changes: list[Any]) -> None:
-        from lmplatform.serving.metrics import record_applied
-
         loaded.live.apply(committed, changes, lambda texts: loaded.encoder.encode(texts, batch_size=self.max_batch_size))
         record_applied({rid: self.releases.get(rid).live.seq for rid in self.releases.ids()})
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from lmplatform.retrieval.build import build_bm25_index, build_index_from_shards, encode_corpus_to_shards
+from lmplatform.retrieval.index import META_FILE, IndexParams
 from lmplatform.retrieval.store import DOCUMENTS_FILE
 from lmplatform.serving.changelog import Change
 from lmplatform.serving.live import LIVE_FILE, index_seq
@@ -28,6 +30,7 @@ from lmplatform.serving.release import (
     LIVE_INDEX_TAG,
     Release,
     ReleaseError,
+    cache_root,
     collection_for,
     fetch,
     has_bm25,
@@ -76,9 +79,6 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
     import ray
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.retrieval.build import build_bm25_index, build_index_from_shards, encode_corpus_to_shards
-    from lmplatform.retrieval.index import META_FILE, IndexParams
-
     say = progress or (lambda _line: None)
     if settings.index:
         raise ReleaseError(f"index: the app serves the folder {settings.index} as it is; a rebuilt index is logged with "
@@ -122,8 +122,6 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
 
 
 def _work_root(settings: ServeSettings) -> str:
-    from lmplatform.serving.release import cache_root
-
     root = cache_root(settings.cache_dir) / "rebuild"
     root.mkdir(parents=True, exist_ok=True)
     return str(root)

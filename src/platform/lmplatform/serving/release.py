@@ -21,10 +21,16 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from lmplatform.models.resolve import download_model, resolve_model_path
 from lmplatform.retrieval.index import INDEX_FILE, META_FILE, VectorIndex
 from lmplatform.retrieval.retrievers import BM25_DIR, BM25_META_FILE, BM25Retriever
 from lmplatform.retrieval.settings import SearchSettings, SearchSettingsError
 from lmplatform.retrieval.store import DOCUMENTS_FILE, DocumentStore
+from lmplatform.runtime import resolve_tracking_uri
+from lmplatform.serving.changelog import ensure_collection
+from lmplatform.serving.live import index_seq
+from lmplatform.serving.settings import ServeConfigError
+from lmplatform.tracking.registry import search_settings_from_tags
 
 if TYPE_CHECKING:
     from lmplatform.serving.settings import ServeSettings
@@ -62,9 +68,6 @@ def _folder_stamp(path: Path) -> str:
 
 def collection_for(settings: "ServeSettings") -> Optional[str]:
     """The collection id of the settings' change log (None with live updates off)."""
-    from lmplatform.serving.changelog import ensure_collection
-    from lmplatform.serving.settings import ServeConfigError
-
     try:
         return ensure_collection(settings.live.dir) if settings.live.dir else None
     except OSError as exc:
@@ -84,9 +87,6 @@ def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optio
 
     live_collection: the change log the app follows; a registered version's index rebuilt from it (`rebuild`,
     tagged `LIVE_INDEX_TAG` + collection) is then preferred to the run's `index_artifact`."""
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.runtime import resolve_tracking_uri
-
     index_path = Path(index).expanduser().resolve() if index else None
     if index_path is not None and not (index_path / INDEX_FILE).is_file():
         raise ReleaseError(f"index: {index_path} is not a saved VectorIndex ({INDEX_FILE} is missing); "
@@ -122,8 +122,6 @@ def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optio
 
 
 def _registered_search(found: Any, name: str) -> Optional[SearchSettings]:
-    from lmplatform.tracking.registry import search_settings_from_tags
-
     try:
         return search_settings_from_tags(found.tags or {}, f"models:/{name}/{found.version}")
     except SearchSettingsError as exc:
@@ -157,8 +155,6 @@ def _pin_registry_version(model_uri: str, tracking_uri: str) -> tuple[str, Optio
 
 def alias_version(model_uri: str, tracking_uri: Optional[str]) -> Optional[str]:
     """The version an alias points at now (None for a path or a pinned version)."""
-    from lmplatform.runtime import resolve_tracking_uri
-
     if not model_uri.startswith("models:/") or "@" not in model_uri:
         return None
     return str(_pin_registry_version(model_uri, resolve_tracking_uri(tracking_uri))[2].version)
@@ -183,8 +179,6 @@ def fetch(uri: str, tracking_uri: Optional[str], cache_dir: Optional[str] = None
     staging = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=target.parent))
     try:
         if uri.startswith("models:/"):
-            from lmplatform.models.resolve import download_model
-
             local = download_model(uri, tracking_uri, dst=staging / "download")
         else:
             import mlflow.artifacts
@@ -247,7 +241,6 @@ def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Opt
     """
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.runtime import resolve_tracking_uri
 
     index_dir = Path(index_dir)
     if not (index_dir / INDEX_FILE).is_file():
@@ -267,8 +260,6 @@ def check_release(release: Release, cache_dir: Optional[str] = None, live_collec
     artifact, an index whose ids lack documents, or an index built with a model of
     another width (its vectors could never match the queries).
     """
-    from lmplatform.serving.live import index_seq
-
     index, store, folder = load_index_and_store(release, cache_dir)
     built_from, _ = index_seq(folder)
     if live_collection and built_from not in (None, live_collection):

@@ -5,6 +5,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from lmplatform.tracking.mlflow_tracking import get_or_create_experiment
+from lmplatform.tracking.registry import register_model_version
+
 
 @dataclass
 class RegisteredVersion:
@@ -17,9 +20,6 @@ def register_with_index(tracking_uri: str, name: str, model_dir: Path, index_dir
     """One MLflow run holding model/ and index/ artifacts (none: a version without an index), registered as a new
     version of `name`."""
     from mlflow.tracking import MlflowClient
-
-    from lmplatform.tracking.mlflow_tracking import get_or_create_experiment
-    from lmplatform.tracking.registry import register_model_version
 
     client = MlflowClient(tracking_uri)
     run = client.create_run(get_or_create_experiment(tracking_uri, experiment))

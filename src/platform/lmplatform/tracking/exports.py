@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from lmplatform.models.export import ExportFormat, ExportResult, export_model
+from lmplatform.runtime import resolve_tracking_uri
 
 EXPORT_ARTIFACTS = {"sentence-transformers": "model-sentence-transformers", "onnx": "model-onnx",
                     "onnx-int8": "model-onnx-int8"}
@@ -44,7 +45,6 @@ def source_run(uri: str, tracking_uri: Optional[str] = None) -> Optional[str]:
     """The MLflow run behind models:/name@alias, models:/name/version or runs:/id/path; None for a folder."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.runtime import resolve_tracking_uri
 
     if uri.startswith("runs:/"):
         return uri[len("runs:/"):].split("/", 1)[0]

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Optional
 
 from lmplatform.retrieval.settings import SearchSettings, SearchSettingsError, parse_search_settings
 from lmplatform.runtime import resolve_tracking_uri
+from lmplatform.tracking.model_card import try_write_model_card
 
 SEARCH_SETTINGS_TAG = "lmp.search_settings"  # model-version tag: the version's SearchSettings as JSON
 
@@ -27,7 +28,6 @@ def register_model_version(
     version = client.create_model_version(
         name, source=source, run_id=run_id, tags={k: str(v) for k, v in (tags or {}).items()}, description=description
     )
-    from lmplatform.tracking.model_card import try_write_model_card
 
     try_write_model_card(tracking_uri, name, str(version.version))  # every version has a card from the start
     return str(version.version)

@@ -27,8 +27,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from lmplatform.models.resolve import download_model, resolve_model_path
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.retrieval.settings import SearchSettings
+from lmplatform.tracking.mlflow_tracking import flatten
+from lmplatform.tracking.model_card import try_write_model_card
+from lmplatform.tracking.registry import read_search_settings, register_model_version
 from lmplatform.tracking.version_tags import DECISION_TAG, FINGERPRINT_TAG, METRIC_TAG, MODE_TAG, REASON_TAG, VALUE_TAG
+from lmplatform.tune.gate import decide, run_gate
 from lmplatform.tune.metrics import evaluation_config_keys
 
 if TYPE_CHECKING:
@@ -62,8 +68,6 @@ class GateInputs:
 
 def evaluation_fingerprint(cfg: RunConfig, data_fingerprint: str, metric: str, retrieval_fingerprint: str = "") -> str:
     """Same fingerprint <=> the metric was measured the same way on the same validation data."""
-    from lmplatform.tracking.mlflow_tracking import flatten
-
     flat = flatten(cfg.model_dump(mode="json"))
     keys = evaluation_config_keys(cfg, metric)
     payload: dict[str, Any] = {"metric": metric, "objective": cfg.objective.name}
@@ -119,7 +123,6 @@ def register_and_maybe_promote(
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tracking.registry import register_model_version
 
     client = MlflowClient(tracking_uri)
     _check_complete(client, run_id, artifact_path)
@@ -144,7 +147,6 @@ def register_and_maybe_promote(
         decision = _by_recorded_value(client, registered_model, version, alias, current, metric, mode, value, fingerprint)
     client.set_model_version_tag(registered_model, version, DECISION_TAG, "promoted" if decision.moved else "refused")
     client.set_model_version_tag(registered_model, version, REASON_TAG, decision.reason[:5000])
-    from lmplatform.tracking.model_card import try_write_model_card
 
     try_write_model_card(tracking_uri, registered_model, version)  # again, now with the gate's decision
     return decision
@@ -152,9 +154,6 @@ def register_and_maybe_promote(
 
 def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str, alias: str, current: Any,
            gate: GateInputs) -> ChampionDecision:
-    from lmplatform.models.resolve import download_model, resolve_model_path
-    from lmplatform.tune.gate import decide, run_gate
-
     previous = str(current.version) if current is not None else None
     if current is not None and current.tags.get("objective", gate.objective) != gate.objective:
         reason = (f"current {alias} (version {previous}) is a {current.tags.get('objective')!r} model, the candidate a "
@@ -184,10 +183,6 @@ def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str,
 def _searches(gate: GateInputs, tracking_uri: str, name: str, previous: Optional[str]) -> tuple[Any, Any]:
     """(candidate, comparator) search settings with local re-ranker folders: the champion's registered system, or
     for a first champion the base model searched dense."""
-    from lmplatform.models.resolve import download_model
-    from lmplatform.retrieval.settings import SearchSettings
-    from lmplatform.tracking.registry import read_search_settings
-
     comparator = (read_search_settings(tracking_uri, name, previous) if previous else None) or SearchSettings(mode="dense")
     if comparator.reranker is not None:
         comparator = comparator.model_copy(update={"reranker": str(download_model(comparator.reranker, tracking_uri))})

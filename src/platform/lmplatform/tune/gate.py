@@ -20,8 +20,22 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
+from lmplatform.config.loader import ConfigError
+from lmplatform.config.schema import DataConfig
+from lmplatform.data.pairs import Pair, read_pairs
+from lmplatform.data.sampling import sample_texts
+from lmplatform.data.sts_pairs import read_pairs_jsonl
+from lmplatform.evaluation.retrieval_validation import (
+    attach_first_stage,
+    build_retrieval_set,
+    evaluate_model,
+    retrieval_set_from_pairs,
+)
+from lmplatform.evaluation.system import load_scorer
+from lmplatform.evaluation.tasks.old_domain_mlm.task import old_domain_mlm_loss
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.spec import CROSS_ENCODER
+from lmplatform.retrieval.settings import RetrievalValidationConfig
 from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
 
 if TYPE_CHECKING:
@@ -151,8 +165,7 @@ def load_ranker(model_dir: str | Path, objective: str) -> object:
 
 
 def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]:
-    from lmplatform.data.sts_pairs import read_pairs_jsonl
-    from lmplatform.evaluation.tasks.sts import cosine_scores
+    from lmplatform.evaluation.tasks.sts.task import cosine_scores
     from lmplatform.metrics.sts import spearman
 
     pairs = read_pairs_jsonl(spec.path, "sts", spec.scale, spec.score_field, spec.sentence1_field,
@@ -165,11 +178,6 @@ def _sts_probe(spec: ScoredPairsSpec, encoders: Sequence[object]) -> list[float]
 
 
 def _paraphrase_probe(specs: Sequence[ScoredPairsSpec], min_share: float, encoders: Sequence[object]) -> list[float]:
-    from lmplatform.data.pairs import Pair
-    from lmplatform.data.sts_pairs import read_pairs_jsonl
-    from lmplatform.evaluation.retrieval_validation import evaluate_model, retrieval_set_from_pairs
-    from lmplatform.retrieval.settings import RetrievalValidationConfig
-
     paraphrases: list[Pair] = []
     others: list[str] = []
     for spec in specs:
@@ -222,10 +230,6 @@ def general_probes(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_
 
 
 def _old_domain_probe(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_dir: str | Path) -> ProbeResult:
-    from lmplatform.config.schema import DataConfig
-    from lmplatform.data.sampling import sample_texts
-    from lmplatform.evaluation.old_domain_mlm import old_domain_mlm_loss
-
     if not (has_trained_mlm_head(candidate_dir) and has_trained_mlm_head(comparator_dir)):
         return ProbeResult("old_domain_mlm_loss", None, None, None, higher_is_better=False,
                            note="a model has no trained MLM head, so its MLM loss would measure a random head")
@@ -244,8 +248,6 @@ def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str
     `searches`: the candidate's and the comparator's search settings, when what is compared is a retrieval system
     (a bi-encoder with BM25 fusion and a re-ranker, `evaluation/system.py`), each scored as it is served; their
     `reranker` is a local folder. The general probes still compare the two bi-encoders."""
-    from lmplatform.evaluation.retrieval_validation import attach_first_stage, build_retrieval_set, evaluate_model
-
     if comparator_dir is None:
         return decide(None, [], 0.0, compared_with)
     assert spec.confirm is not None
@@ -253,8 +255,6 @@ def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str
     if reranks(objective):
         attach_first_stage(rset, spec.confirm)
     if searches is not None:
-        from lmplatform.evaluation.system import load_scorer
-
         scores = [load_scorer(str(folder), rset, spec.confirm, search.reranker).per_query(search)[metric]
                   for folder, search in zip((candidate_dir, comparator_dir), searches)]
     else:
@@ -272,10 +272,6 @@ def check_held_out(spec: ChampionSpec, base: "RunConfig") -> None:
 
     Run before any trial starts: it also reads (and so checks) every file of the confirmation set.
     """
-    from lmplatform.config.loader import ConfigError
-    from lmplatform.data.pairs import read_pairs
-    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
-
     if spec.confirm is None:
         return
     confirm = set(build_retrieval_set(spec.confirm).query_texts)
@@ -297,9 +293,6 @@ def check_held_out(spec: ChampionSpec, base: "RunConfig") -> None:
 
 def check_system_held_out(spec: ChampionSpec, select: "RetrievalValidationConfig") -> None:
     """Refuse a confirmation set that shares queries with the set a retrieval system's settings were chosen on."""
-    from lmplatform.config.loader import ConfigError
-    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
-
     if spec.confirm is None:
         return
     overlap = set(build_retrieval_set(spec.confirm).query_texts) & set(build_retrieval_set(select).query_texts)

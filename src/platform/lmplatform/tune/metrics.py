@@ -13,6 +13,8 @@ from typing import Any
 
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.pipeline.config import build_stage_config
+from lmplatform.pipeline.system import system_metric_names
 
 LOOP_METRICS = ("loss", "step", "epoch", "tokens")
 CORPUS_METRIC_PREFIX = "val_ir_"
@@ -34,9 +36,6 @@ def reported_metrics(cfg: RunConfig) -> set[str]:
 
 def pipeline_reported_metrics(pipeline: Any) -> set[str]:
     """What a pipeline trial reports: each training and system stage's metrics as `<stage>/<metric>`."""
-    from lmplatform.pipeline.config import build_stage_config
-    from lmplatform.pipeline.system import system_metric_names
-
     names: set[str] = set()
     for stage in pipeline.stages:
         if stage.system is not None:

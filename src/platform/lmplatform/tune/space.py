@@ -17,10 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides
+from lmplatform.objectives.registry import objective_names
 from lmplatform.objectives.run_config import RunConfig, load_run_config
+from lmplatform.pipeline.config import load_pipeline_config
 from lmplatform.retrieval.settings import RetrievalValidationConfig
 from lmplatform.runtime import project_root
-from lmplatform.tune.metrics import is_corpus_metric, reported_metrics
+from lmplatform.tracking.mlflow_tracking import flatten
+from lmplatform.tune.metrics import is_corpus_metric, pipeline_reported_metrics, reported_metrics
 
 
 class SpaceError(ConfigError):
@@ -254,8 +257,6 @@ class LoadedSpace(BaseModel):
 
     def trial_pipeline(self, params: dict[str, Any]) -> Any:
         """The PipelineConfig a pipeline trial with these values runs."""
-        from lmplatform.pipeline.config import load_pipeline_config
-
         return load_pipeline_config(self.base_pipeline_path, self.trial_overrides(params))
 
     def load_function(self) -> Callable[..., Any]:
@@ -403,8 +404,6 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
 
 
 def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
-    from lmplatform.objectives.registry import objective_names
-
     space, source = loaded.space, loaded.path
     missing = [name for name in space.requires if name not in objective_names()]
     if missing:
@@ -447,9 +446,6 @@ def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
 def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
     """Every parameter must address a stage field the base pipeline accepts, with its sampled values; every
     target must be a metric some stage reports (`<stage>/<metric>`)."""
-    from lmplatform.pipeline.config import load_pipeline_config
-    from lmplatform.tune.metrics import pipeline_reported_metrics
-
     space, source = loaded.space, loaded.path
     path = loaded.base_pipeline_path
     if not path.is_file():
@@ -527,8 +523,6 @@ def gate_metric(space: SearchSpace) -> str:
     return space.champion.confirm_metric or space.metric.rsplit("/", 1)[-1].removeprefix("val_")
 
 def _check_conditions(loaded: LoadedSpace, lines: _Lines, name: str, param: Parameter) -> None:
-    from lmplatform.tracking.mlflow_tracking import flatten
-
     known = flatten(loaded.base.model_dump(mode="json")) if loaded.base else {}
     for cond in param.when:
         if cond not in known and cond not in loaded.space.parameters:
@@ -592,8 +586,6 @@ class DefineByRun:
 
 
 def define_by_run(loaded: LoadedSpace) -> DefineByRun:
-    from lmplatform.tracking.mlflow_tracking import flatten
-
     fixed: dict[str, Any] = dict(loaded.space.function_args)
     if loaded.base is not None:
         fixed.update(flatten(loaded.base.model_dump(mode="json")))

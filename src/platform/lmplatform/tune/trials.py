@@ -18,6 +18,14 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from lmplatform.data.readers import BadRow, detect_format, read_rows
+from lmplatform.evaluation.retrieval_validation import attach_first_stage, build_retrieval_set, evaluate_model, summarize
+from lmplatform.graph.data import read_ade, read_folds, split_fold
+from lmplatform.models.resolve import resolve_model_path
+from lmplatform.retrieval.settings import RetrievalValidationConfig
+from lmplatform.runtime import project_root
+from lmplatform.tune.space import resolve_project_path
+
 
 def quadratic(x: float, y: float = 0.0, steps: int = 1, sleep_s: float = 0.0,
               log_dir: Optional[str] = None) -> Iterator[dict[str, float]]:
@@ -34,8 +42,6 @@ def quadratic(x: float, y: float = 0.0, steps: int = 1, sleep_s: float = 0.0,
 
 
 def _read_labelled(path: Path, text_field: str, label_field: str, limit: Optional[int]) -> tuple[list[str], list[str]]:
-    from lmplatform.data.readers import BadRow, detect_format, read_rows
-
     texts, labels = [], []
     for row in read_rows(str(path), detect_format(path, "auto")):
         if isinstance(row, BadRow):
@@ -54,8 +60,6 @@ def _read_labelled(path: Path, text_field: str, label_field: str, limit: Optiona
 def _cache_file(cache_dir: Optional[str], name: str, key: list) -> tuple[Path, Path]:
     """(the cache file for `key`, a unique temporary name beside it): write the temporary, then
     rename it, so concurrent trials never read half a file."""
-    from lmplatform.runtime import project_root
-
     folder = Path(cache_dir) if cache_dir else project_root() / "outputs" / "embedding-cache"
     folder.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:20]
@@ -66,7 +70,6 @@ def _cache_file(cache_dir: Optional[str], name: str, key: list) -> tuple[Path, P
 def cached_embeddings(model: str, texts: list[str], max_seq_length: int, cache_dir: Optional[str] = None) -> np.ndarray:
     """Encode once per (model, texts, length); later trials read the .npy file."""
     from lmplatform.models.encoder import Encoder
-    from lmplatform.models.resolve import resolve_model_path
 
     resolved = str(resolve_model_path(model))
     path, tmp = _cache_file(cache_dir, ".npy", [resolved, max_seq_length, texts])
@@ -88,7 +91,6 @@ def knn_classification(k: int, data: str, weights: str = "uniform", model: str =
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
     from sklearn.neighbors import KNeighborsClassifier
 
-    from lmplatform.tune.space import resolve_project_path
 
     texts, labels = _read_labelled(resolve_project_path(data), text_field, label_field, limit)
     vectors = cached_embeddings(model, texts, max_seq_length, cache_dir)
@@ -107,7 +109,6 @@ def _cached_word_vectors(model: str, data: str, fold: int, sentences: list, max_
     """Per-word vectors of a fold's training sentences, encoded once per (model, data, fold, length)."""
     from lmplatform.evaluation.relations import load_backbone
     from lmplatform.graph.knn import encode_words
-    from lmplatform.models.resolve import resolve_model_path
 
     key = [str(resolve_model_path(model)), str(Path(data).resolve()), fold, max_seq_length, [s.id for s in sentences]]
     path, tmp = _cache_file(cache_dir, "words-.npz", key)
@@ -126,9 +127,7 @@ def knn_relations(k_ner: int, k_re: int, data: str, folds_file: str, fold: int =
                   limit: Optional[int] = None, seed: int = 13, cache_dir: Optional[str] = None) -> dict[str, float]:
     """Strict NER and RE macro-F1 of the KNN extractor on a validation split of one ADE fold's training
     sentences (the fold's test sentences stay unseen: they are for the final evaluation)."""
-    from lmplatform.graph.data import read_ade, read_folds, split_fold
     from lmplatform.graph.knn import KNNExtractor, score_extraction, split_validation
-    from lmplatform.tune.space import resolve_project_path
 
     data_path, folds_path = resolve_project_path(data), resolve_project_path(folds_file)
     sentences, _ = read_ade(str(data_path), limit=limit)
@@ -155,9 +154,7 @@ def rerank_depth(candidates: int, retrieval: dict[str, Any], reranker: str) -> d
     validation with split: all; never the test split), distractors, and the first stage ('bm25' or a
     bi-encoder).
     """
-    from lmplatform.evaluation.retrieval_validation import attach_first_stage, build_retrieval_set, evaluate_model, summarize
     from lmplatform.models.cross_encoder import CrossEncoder
-    from lmplatform.retrieval.settings import RetrievalValidationConfig
 
     cfg = RetrievalValidationConfig.model_validate({**retrieval, "candidates": int(candidates)})
     if cfg.pairs is None:

@@ -19,6 +19,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from lmplatform.objectives.run_config import load_run_config
+from lmplatform.pipeline.config import SystemConfig, build_stage_config, resolve_references
+from lmplatform.pipeline.runner import stage_outputs
+from lmplatform.pipeline.state import PipelineState
+from lmplatform.pipeline.system import publish_system
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.retrieval.settings import SearchSettings
+from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
+from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
 from lmplatform.tracking.version_tags import OBJECTIVE_TAG
 from lmplatform.tune.champion import ChampionDecision, GateInputs, evaluation_fingerprint, register_and_maybe_promote
 from lmplatform.tune.gate import check_held_out, check_system_held_out
@@ -49,7 +58,6 @@ def train_trial(config: dict[str, Any], *, base_config: str, overrides: list[str
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from lmplatform.jobs.train_run import run_training
-    from lmplatform.objectives.run_config import load_run_config
 
     trial_id = tune.get_context().get_trial_id()
     cfg = load_run_config(base_config, [*overrides, *param_overrides(config), "tracking.register_model=false"])
@@ -60,7 +68,6 @@ def train_trial(config: dict[str, Any], *, base_config: str, overrides: list[str
         cfg, resume=resume, run_name=run_name, parent_run_id=parent_run_id,
         extra_tags={STUDY_TAG: study, TRIAL_TAG: trial_id}, callbacks=[TuneReportCallback()],
     )
-    from lmplatform.tracking.mlflow_tracking import TrackedRun
 
     child = TrackedRun(result.tracking_uri, result.mlflow_run_id)
     child.set_tags({"lmp.checkpoint_path": result.checkpoint_path or "", "lmp.model_artifact_uri": result.model_artifact_uri})
@@ -76,8 +83,6 @@ def trial_run(storage_path: str, study: str, trial_id: str) -> tuple[str, Option
     The name is fixed per trial, so a trial that a restored study (`--resume`) runs again picks
     up its training run at the last checkpoint instead of starting over.
     """
-    from lmplatform.runtime import resolve_storage_path
-
     name = f"{study}.{trial_id}"
     storage = resolve_storage_path(storage_path)
     exists = "://" not in storage and (Path(storage) / name).is_dir()
@@ -100,7 +105,6 @@ def function_trial(
     """One cheap trial: call `function(**function_args, **params)`; each dict it returns or yields is one report."""
     from ray import tune
 
-    from lmplatform.tracking.mlflow_tracking import TrackedRun
 
     # Tune runs each trial in its own folder; relative paths in function_args (data files, the
     # default embedding cache) must mean what they mean for the job, so go back to its directory.
@@ -192,8 +196,6 @@ def _trainable(loaded: LoadedSpace, parent_run_id: str, study: str, tracking_uri
 
 def trial_base_overrides(loaded: LoadedSpace) -> list[str]:
     """The space's overrides plus absolute paths: trial processes run in their own working directories."""
-    from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
-
     cfg = loaded.base
     assert cfg is not None
     absolute = [
@@ -238,8 +240,6 @@ def _reporter(loaded: LoadedSpace) -> dict[str, Any]:
 
 # -- running a study -------------------------------------------------------------
 def _tracking(loaded: LoadedSpace, tracking_uri: Optional[str], experiment: Optional[str]) -> tuple[str, str]:
-    from lmplatform.runtime import resolve_tracking_uri
-
     if loaded.base is not None:
         return (resolve_tracking_uri(tracking_uri or loaded.base.tracking.tracking_uri),
                 experiment or loaded.base.tracking.experiment)
@@ -260,9 +260,6 @@ def run_study(
 ) -> StudyResult:
     """Validate the space, run (or resume) the study, then summarise, plot and pick the champion."""
     from ray import tune
-
-    from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
 
     loaded = load_space(space_path, list(overrides))  # every check happens before Ray starts
     space = loaded.space
@@ -419,8 +416,6 @@ def _close_stopped_run(tracking_uri: str, run: Any) -> None:
 def summarize_study(
     loaded: LoadedSpace, grid: Any, study_name: str, experiment_path: Path, parent_run_id: str, tracking_uri: str
 ) -> StudyResult:
-    from lmplatform.tracking.mlflow_tracking import TrackedRun
-
     space = loaded.space
     parent = TrackedRun(tracking_uri, parent_run_id)
     rows = _trial_rows(loaded, grid)
@@ -492,11 +487,6 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
     measured (index, search settings, its re-ranker's version) before the gate, which then compares systems. A
     confirmation set may name the trial's own files (`stage:pairs/dev_confirm`), and must share no query with what
     any of its stages trained or selected on."""
-    from lmplatform.pipeline.config import SystemConfig, build_stage_config, resolve_references
-    from lmplatform.pipeline.runner import stage_outputs
-    from lmplatform.pipeline.state import PipelineState
-    from lmplatform.pipeline.system import publish_system
-    from lmplatform.retrieval.settings import SearchSettings
     from lmplatform.tune.pipeline_trial import trial_state_folder
 
     space, pipeline = loaded.space, loaded.trial_pipeline(best["params"])

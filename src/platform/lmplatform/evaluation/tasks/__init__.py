@@ -1,2 +1,3 @@
-"""The evaluation tasks, one module each: `run_<task>_task(task_config, output_dir, models) -> TaskResult`
-(the contract is in `common`); `lmplatform.evaluation.runner.TASK_RUNNERS` maps a config's `task` to its runner."""
+"""The evaluations, one folder each: `__init__.py` declares its `SPEC` (`evaluation/spec.py`), `config.py` its task
+config, `task.py` its `run(task, output_dir, models) -> TaskResult` (the contract is in `common`) and, for one
+that scores one model, `evaluate_model`. `evaluation/registry.py` lists them."""

@@ -1,9 +1,32 @@
-"""What every evaluation task shares: the `TaskResult` contract and a model cache."""
+"""What the evaluation tasks share: the `TaskResult` contract, a model cache, `EncoderSpec` and a name check.
+
+Torch-free: the task configs import it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Literal, Optional, Protocol
+
+from pydantic import Field
+
+from lmplatform.config.base import Section
+
+
+def unique_names(what: str, items: list[Any]) -> None:
+    names = [i.name for i in items]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} names must be unique, got {names}")
+
+
+class EncoderSpec(Section):
+    """An encoder to evaluate (sts, classification)."""
+
+    name: str = Field(..., min_length=1, description="Label in reports and metric names.")
+    model: str = Field(..., min_length=1, description="'default', a folder, or models:/name@alias.")
+    quantize: Optional[Literal["int8"]] = None
+    batch_size: int = Field(32, ge=1)
+    max_seq_length: Optional[int] = Field(None, ge=8)
 
 
 @dataclass

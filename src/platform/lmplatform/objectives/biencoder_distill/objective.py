@@ -26,14 +26,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmplatform.config.loader import ConfigError
 from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.pairs import Pair, PairSet, pair_datasets, read_pairs
 from lmplatform.data.readers import DataError
+from lmplatform.models.cross_encoder import CrossEncoder
 from lmplatform.models.encoder import Encoder
+from lmplatform.models.resolve import model_version_source, resolve_model_path
 from lmplatform.objectives.biencoder.objective import InBatchRetrievalEvaluator, QueryDocumentCollator, embed, pair_encoder_recipe
 from lmplatform.objectives.infonce import Temperature, info_nce
 from lmplatform.objectives.pair_data import prepared_pairs
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.runtime import project_root, resolve_storage_path, resolve_tracking_uri
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 TEACHER_SCORES = "teacher_scores"
@@ -178,8 +182,6 @@ class DistillEvaluator:
 def teacher_reference(reference: str) -> str:
     """The teacher as a Ray task can load it: a local folder made absolute (tasks run in their own
     working directories); a stage:<name> outside a pipeline is refused."""
-    from lmplatform.config.loader import ConfigError
-
     if reference.startswith(STAGE_PREFIX):
         raise ConfigError(f"objective.teacher = {reference!r} names a pipeline stage, which only a pipeline resolves "
                           "(it replaces it with that stage's model folder); in a run config name a folder or "
@@ -205,13 +207,9 @@ def teacher_fingerprint(reference: str) -> str:
     if reference.startswith("models:/"):
         from mlflow.tracking import MlflowClient
 
-        from lmplatform.models.resolve import model_version_source
-        from lmplatform.runtime import resolve_tracking_uri
-
         return "mlflow:" + model_version_source(MlflowClient(resolve_tracking_uri(None)), reference)
     if reference.startswith("runs:/"):
         return reference
-    from lmplatform.models.resolve import resolve_model_path
 
     return "sha256:" + folder_digest(resolve_model_path(reference))
 
@@ -233,8 +231,6 @@ def cache_key(teacher: str, texts: str, max_hard_negatives: int, max_seq_length:
 def score_pairs_with_teacher(reference: str, queries: list[str], documents: list[str], max_seq_length: int,
                              batch_size: int, threads: int) -> np.ndarray:
     """The teacher's logits [len(queries)] for aligned (query, document) pairs (the body of the Ray task)."""
-    from lmplatform.models.cross_encoder import CrossEncoder
-
     torch.set_num_threads(threads)
     model = CrossEncoder.from_pretrained(reference, max_seq_length=max_seq_length)
     if torch.cuda.is_available():
@@ -243,8 +239,6 @@ def score_pairs_with_teacher(reference: str, queries: list[str], documents: list
 
 
 def cache_folder(cfg: RunConfig) -> Path:
-    from lmplatform.runtime import project_root, resolve_storage_path
-
     if cfg.objective.teacher_cache_dir:
         return Path(cfg.objective.teacher_cache_dir).expanduser().resolve()
     storage = resolve_storage_path(cfg.checkpoint.storage_path)

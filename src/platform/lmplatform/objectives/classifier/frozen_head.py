@@ -2,7 +2,7 @@
 
 The `classifier` objective with `freeze_encoder=true`, in one process and without Ray: the texts
 are encoded once and only the head trains, on the cached vectors. The classification evaluation
-task (evaluation/tasks/classification.py) uses it for its frozen-encoder rows.
+task (evaluation/tasks/classification/task.py) uses it for its frozen-encoder rows.
 """
 from __future__ import annotations
 

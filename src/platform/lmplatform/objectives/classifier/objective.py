@@ -23,7 +23,10 @@ from lmplatform.data.fields import labelled_text
 from lmplatform.data.labelled import LabelledData, labelled_datasets, labelled_rows, read_labelled
 from lmplatform.data.readers import DataError
 from lmplatform.models.classifier import ClassifierModel, MLPHead, count_parameters
+from lmplatform.models.encoder import Encoder
+from lmplatform.models.resolve import resolve_model_path
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.train.collate import TextCollator
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
 
@@ -60,8 +63,6 @@ class ClassificationEvaluator:
 
 class LabelledCollator:
     def __init__(self, tokenizer: Any, max_length: int):
-        from lmplatform.train.collate import TextCollator
-
         self.text = TextCollator(tokenizer, max_length)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -127,7 +128,6 @@ def _parameter_counts(cfg: RunConfig, num_classes: int) -> dict[str, float]:
     """Total and trainable parameters, from the model config on the meta device (no weights loaded)."""
     from transformers import AutoConfig, AutoModel
 
-    from lmplatform.models.resolve import resolve_model_path
 
     config = AutoConfig.from_pretrained(str(resolve_model_path(cfg.model.name_or_path)))
     with torch.device("meta"):
@@ -185,8 +185,6 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
 
 
 def build_recipe(cfg: RunConfig) -> TrainingRecipe:
-    from lmplatform.models.encoder import Encoder
-
     objective = cfg.objective
     data = None
     labels = objective.labels

@@ -20,8 +20,10 @@ from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.groups import group_texts
 from lmplatform.data.pairs import Pair, PairSet, pair_datasets, read_pairs
 from lmplatform.models.cross_encoder import CrossEncoder
+from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.pair_data import prepared_pairs
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.retrieval.faiss_import import exact_search
 from lmplatform.train.recipe import Batch, PreparedData, TrainingRecipe, WeightedMetrics
 
 _NOT_FEATURES = ("labels", "group_ids")
@@ -129,9 +131,6 @@ class RerankEvaluator:
 
 def mine_candidates(pairs: Sequence[Pair], documents: list[str], miner_model: str, top_k: int) -> list[list[int]]:
     """Per pair, the indices of the top_k + (its duplicate group's size) documents under the bi-encoder, best first."""
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.faiss_import import exact_search
-
     encoder = Encoder.from_pretrained(miner_model)
     queries = sorted({p.query for p in pairs})
     document_vectors = encoder.encode(documents, show_progress=len(documents) > 1000)

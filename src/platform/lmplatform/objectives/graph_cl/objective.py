@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lmplatform.config.loader import ConfigError
+from lmplatform.data.readers import DataError
 from lmplatform.graph.batch import GraphCollator, gather_nodes
 from lmplatform.graph.data import AdeReport, Sentence, read_ade, read_folds, split_fold
 from lmplatform.graph.gcn import GCNLayer, edge_adjacency, normalized_adjacency, pair_adjacency
@@ -321,8 +323,6 @@ def prepare_data(cfg: RunConfig) -> PreparedData:
 
     train, validation, report = load_sentences(cfg)
     if not train:
-        from lmplatform.data.readers import DataError
-
         raise DataError("no training sentences left after the fold and validation split")
     _check_frozen_layers(cfg)
     datasets = {"train": ray.data.from_items(sentence_rows(train))}
@@ -344,7 +344,6 @@ def _check_frozen_layers(cfg: RunConfig) -> None:
     """Fail on the driver, before any worker starts, when frozen_layers exceeds the model's depth."""
     from transformers import AutoConfig
 
-    from lmplatform.config.loader import ConfigError
 
     frozen = cfg.objective.frozen_layers
     if frozen is None:

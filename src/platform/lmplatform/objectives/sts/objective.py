@@ -21,6 +21,7 @@ from lmplatform.metrics.sts import pearson, spearman
 from lmplatform.models.encoder import Encoder
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.train import distributed as D
+from lmplatform.train.collate import TextCollator
 from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
 _SIDES = ("a", "b")
@@ -97,8 +98,6 @@ class ScoredPairCollator:
     """Scored sentence pairs -> input_ids_a/attention_mask_a, input_ids_b/attention_mask_b and `scores`."""
 
     def __init__(self, tokenizer: Any, max_length: int):
-        from lmplatform.train.collate import TextCollator
-
         self.text = TextCollator(tokenizer, max_length)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

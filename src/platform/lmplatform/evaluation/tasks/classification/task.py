@@ -5,7 +5,7 @@ Each split is encoded once; the head (depth 2 by default) is trained in-process 
 the cached vectors and the epoch with the best dev accuracy is kept
 (`lmplatform.objectives.classifier.frozen_head.train_frozen_head`, the fast
 path of the `classifier` objective with `freeze_encoder=true`). The fine-tuned rows run the same
-objective with the encoder trainable (`lmplatform.evaluation.finetune`); the Ray Train version of the
+objective with the encoder trainable (`lmplatform.evaluation.tasks.classification.finetune`); the Ray Train version of the
 comparison is `lmplatform.jobs.frozen_vs_finetuned`.
 Test examples whose label never occurs in train cannot be predicted; they are
 left out and counted (`test_unknown_label`).
@@ -21,8 +21,9 @@ import numpy as np
 
 from lmplatform.data.labelled_texts import merge_rare_labels, read_labelled_texts
 from lmplatform.data.readers import DataError
-from lmplatform.evaluation.config import ClassificationDataset, ClassificationTask
-from lmplatform.evaluation.plots import artifact_name, confusion_matrix_png
+from lmplatform.evaluation.plots import artifact_name, confusion_matrix_png, plot_few_shot_curve
+from lmplatform.evaluation.tasks.classification.config import ClassificationDataset, ClassificationTask
+from lmplatform.evaluation.tasks.classification.few_shot import few_shot_points, few_shot_table, summarize_points
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
 from lmplatform.markdown import markdown_table
 from lmplatform.metrics.classification import TABLE_COLUMNS, classification_metrics
@@ -120,7 +121,7 @@ class TaskClassifiers:
         return knn.labels, knn.predict_proba([], embeddings=self.unit["test"][self.known]), {"trainable_parameters": 0}
 
     def finetuned(self, rows: list[int], seed: int) -> tuple[list[str], np.ndarray, dict[str, Any]]:
-        from lmplatform.evaluation.finetune import finetune_classifier
+        from lmplatform.evaluation.tasks.classification.finetune import finetune_classifier
         from lmplatform.models.classifier import count_parameters
 
         classifier, info = finetune_classifier(self.model, *self._train(rows), *self.dev, self.task.head, self.task.finetune,
@@ -165,9 +166,6 @@ def few_shot_section(classifiers: TaskClassifiers, main_rows: list[dict[str, Any
 
     The fine-tuned point on the whole training split with `finetune.seed` is the main row's run, reused
     (the same data, seed and settings would train the same model again)."""
-    from lmplatform.evaluation.few_shot import few_shot_points, few_shot_table, summarize_points
-    from lmplatform.evaluation.plots import plot_few_shot_curve
-
     task = classifiers.task
     reuse = {row["classifier"]: row["metrics"] for row in main_rows}
 
@@ -196,7 +194,7 @@ def _row(key: str, label: str, gold: Sequence[str], proba: np.ndarray, labels: l
     return {"classifier": key, "setting": label, "metrics": metrics, "confusion_png": png.name, **extra}
 
 
-def run_classification_task(task: ClassificationTask, output_dir: Path, models: Optional[ModelCache] = None) -> TaskResult:
+def run(task: ClassificationTask, output_dir: Path, models: Optional[ModelCache] = None) -> TaskResult:
     models = models or ModelCache()
     data = [(ds, *read_classification_splits(ds)) for ds in task.datasets]  # every file is read before any model is loaded
     results: list[dict[str, Any]] = []

@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from lmplatform.config.loader import ConfigError
-from lmplatform.evaluation.config import RetrievalDataset, load_evaluation_config
+from lmplatform.evaluation.config import load_evaluation_config
 from lmplatform.evaluation.runner import run_evaluation
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
 
 
 def test_bad_config_names_field(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from lmplatform.evaluation.old_domain_mlm import old_domain_mlm_loss
+from lmplatform.evaluation.tasks.old_domain_mlm.task import old_domain_mlm_loss
 
 
 def test_old_domain_mlm_loss_is_reproducible_and_borrows_a_head(tiny_bert: Path, tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from lmplatform.data.sts_pairs import STSPairs
-from lmplatform.evaluation.config import StsDataset, StsTask
-from lmplatform.evaluation.tasks.sts import cosine_scores, read_sts_dataset, run_sts_task, score_sts
+from lmplatform.evaluation.tasks.sts.config import StsDataset, StsTask
+from lmplatform.evaluation.tasks.sts.task import cosine_scores, read_sts_dataset, run, score_sts
 from lmplatform.metrics.sts import spearman
 
 # Two identical pairs (cosine 1) with gold 5, two different pairs (cosine < 1) with gold 2, scale 1-5.
@@ -33,7 +33,7 @@ def test_sts_task_spearman_and_edrm_by_hand(tiny_bert: Path, tmp_path: Path) -> 
                    encoders=[{"name": "tiny", "model": str(tiny_bert), "max_seq_length": 32}],
                    # any cosine below 0.9999 maps to the scale's low end (1), an identical pair's cosine 1 to 5
                    cosine_range=(0.9999, 1.0))
-    result = run_sts_task(task, tmp_path / "out")
+    result = run(task, tmp_path / "out")
     row = result.details["results"][0]
     metrics = row["metrics"]
     # off-scale gold 9 and the broken line, counted in the scored file and again in the fit file (the same file here)

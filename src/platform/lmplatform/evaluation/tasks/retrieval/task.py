@@ -1,4 +1,5 @@
-"""The retrieval evaluation task: every dataset x scenario x retriever, scored with `retrieval_report`.
+"""The retrieval evaluation: as an `lmp evaluate` task, every dataset x scenario x retriever scored with
+`retrieval_report`; as a pipeline stage's evaluation, one model ranking a pairs file's queries (`evaluate_model`).
 
 Models are loaded once per path and shared across scenarios; each scenario
 builds its own index because its corpus text differs.
@@ -10,15 +11,18 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from lmplatform.evaluation.config import RetrievalTask, RetrieverSpec
 from lmplatform.evaluation.plots import plot_recall_curves
+from lmplatform.evaluation.retrieval_validation import build_retrieval_set, summarize
+from lmplatform.evaluation.retrieval_validation import evaluate_model as rank_queries
+from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig, StageEvaluationResult
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
-from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalTask, RetrieverSpec
+from lmplatform.evaluation.tasks.retrieval.data import load_retrieval_data, scenario_inputs
 from lmplatform.markdown import markdown_table
 from lmplatform.metrics.retrieval import retrieval_report
 from lmplatform.retrieval.index import IndexParams
 from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, Retriever, TwoStageRetriever
-from lmplatform.retrieval.settings import FusionSettings
+from lmplatform.retrieval.settings import FusionSettings, RetrievalValidationConfig
 
 logger = logging.getLogger(__name__)
 TABLE_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "mrr@5", "mrr@15", "map", "p@1")
@@ -45,7 +49,7 @@ def _fused_with(retriever: Retriever, settings: FusionSettings) -> Retriever:
     return retriever
 
 
-def run_retrieval_task(task: RetrievalTask, output_dir: Path, models: Optional[ModelCache] = None) -> TaskResult:
+def run(task: RetrievalTask, output_dir: Path, models: Optional[ModelCache] = None) -> TaskResult:
     models = models or ModelCache()
     k_max = max(task.ks + task.mrr_ks)
     results: list[dict[str, Any]] = []
@@ -97,3 +101,16 @@ def retrieval_section(results: list[dict[str, Any]]) -> str:
               f"list (top {max(int(k.split('@')[1]) for k in results[0]['metrics'] if k.startswith('recall@'))}). "
               f"Queries skipped because no relevant report is in the searched corpus: {skipped}."]
     return "\n".join(lines) + "\n"
+
+
+def evaluate_model(model_dir: str, cfg: StageEvaluationConfig, head_from: Optional[str]) -> StageEvaluationResult:
+    """One model as a bi-encoder (a pipeline stage's evaluation): each query of `cfg.data`'s pairs ranked against the
+    pool by retrieval_validation's rules (group relevance, ties against the query, distractors); the score for R is
+    MRR@mrr_k. `head_from` is not used."""
+    from lmplatform.models.encoder import Encoder
+
+    settings = cfg.retrieval or RetrievalValidationConfig()
+    rset = build_retrieval_set(settings, cfg.data)
+    encoder = Encoder.from_pretrained(model_dir, max_seq_length=cfg.max_seq_length)
+    metrics = summarize(rank_queries(encoder, rset, settings), rset)
+    return StageEvaluationResult(metrics, score=metrics[f"ir_mrr_at_{settings.mrr_k}"])

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 from lmplatform.data.fields import join_fields
 from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.readers import BadRow, DataError, read_rows
-from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset, RetrievalScenario
 
 logger = logging.getLogger(__name__)
 

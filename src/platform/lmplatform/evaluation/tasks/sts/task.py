@@ -14,9 +14,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from lmplatform.data.sts_pairs import STSPairs, read_pairs_jsonl
-from lmplatform.evaluation.config import StsDataset, StsTask
 from lmplatform.evaluation.plots import plot_sts_scatter
 from lmplatform.evaluation.tasks.common import ModelCache, TaskResult
+from lmplatform.evaluation.tasks.sts.config import StsDataset, StsTask
 from lmplatform.markdown import markdown_table
 from lmplatform.metrics.sts import CosineToScale, sts_metrics
 
@@ -56,7 +56,7 @@ def score_sts(encoder: Any, pairs: STSPairs, fit: Optional[STSPairs] = None, bat
     return metrics, cosines
 
 
-def run_sts_task(task: StsTask, output_dir: Path, models: Optional[ModelCache] = None) -> TaskResult:
+def run(task: StsTask, output_dir: Path, models: Optional[ModelCache] = None) -> TaskResult:
     models = models or ModelCache()
     data = [(ds, *read_sts_dataset(ds)) for ds in task.datasets]  # every file is read before any model is loaded
     results: list[dict[str, Any]] = []

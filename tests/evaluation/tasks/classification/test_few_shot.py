@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from lmplatform.evaluation.few_shot import sample_per_class, summarize_points
+from lmplatform.evaluation.tasks.classification.few_shot import sample_per_class, summarize_points
 
 LABELS = ["a"] * 20 + ["b"] * 12 + ["c"] * 3
 

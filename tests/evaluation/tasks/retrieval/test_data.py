@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from lmplatform.data.readers import DataError
-from lmplatform.evaluation.config import RetrievalDataset, RetrievalScenario
-from lmplatform.evaluation.tasks.retrieval_data import load_retrieval_data, scenario_inputs, write_split_pairs
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset, RetrievalScenario
+from lmplatform.evaluation.tasks.retrieval.data import load_retrieval_data, scenario_inputs, write_split_pairs
 from tests.evaluation.tasks.toy_reports import REPORTS, write_jsonl
 
 

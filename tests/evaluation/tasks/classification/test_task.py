@@ -54,7 +54,7 @@ def test_classification_task_end_to_end(tiny_bert: Path, tmp_path: Path, mlflow_
 
 
 def test_rare_classes_are_counted_on_the_train_split_only() -> None:
-    from lmplatform.evaluation.tasks.classification import merge_rare_classes
+    from lmplatform.evaluation.tasks.classification.task import merge_rare_classes
 
     splits = {"train": (["a", "b", "c", "d"], ["x", "x", "x", "rare"]),
               "test": (["e", "f", "g", "h"], ["rare", "rare", "rare", "x"])}

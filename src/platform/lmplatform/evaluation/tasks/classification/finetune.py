@@ -16,8 +16,12 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from lmplatform.evaluation.config import ClassifierHeadConfig, FinetuneConfig
+from lmplatform.evaluation.tasks.classification.config import ClassifierHeadConfig, FinetuneConfig
 from lmplatform.models.classifier import TextClassifier
+from lmplatform.objectives.classifier.objective import record_classes
+from lmplatform.objectives.run_config import load_run_config
+from lmplatform.objectives.trainer import build_trainer
+from lmplatform.train.ingest import resume_batches
 
 
 class _MetricsOnly:
@@ -33,9 +37,6 @@ class _MetricsOnly:
 
 def _run_config(model: str, labels: list[str], counts: dict[int, int], head: ClassifierHeadConfig,
                 settings: FinetuneConfig, seed: int) -> Any:
-    from lmplatform.objectives.classifier.objective import record_classes
-    from lmplatform.objectives.run_config import load_run_config
-
     cfg = load_run_config(None, [
         f"model.name_or_path={model}", f"model.max_seq_length={settings.max_seq_length}",
         "data.train_paths=[in-memory]",  # the texts come from the evaluation task, not from files
@@ -68,9 +69,6 @@ def finetune_classifier(model: str, train_texts: Sequence[str], train_labels: Se
     """Fine-tune `model` with an MLP head on the texts; returns the classifier and
     {"steps", "seconds", "val_accuracy" (on dev, when there is one; reported, never used to choose)}."""
     import time
-
-    from lmplatform.objectives.trainer import build_trainer
-    from lmplatform.train.ingest import resume_batches
 
     started = time.perf_counter()
     seed = settings.seed if seed is None else seed

@@ -9,7 +9,7 @@ import pytest
 from lmplatform.config.loader import ConfigError
 from lmplatform.evaluation.config import load_evaluation_config
 from lmplatform.evaluation.runner import run_evaluation
-from tests.evaluation.tasks.test_classification import write_toy_set
+from tests.evaluation.tasks.classification.test_task import write_toy_set
 
 
 def test_finetune_rows_and_few_shot_curve_are_reported_and_logged(tiny_bert: Path, tmp_path: Path, mlflow_uri: str) -> None:

@@ -1,12 +1,17 @@
-"""Forgetting measured as a loss: the masked-LM loss of a model on held-out text of an earlier stage, with
-fixed masks, measured before and after a stage (the trouble-report study's "loss before fine-tuning /
-without EWC / with EWC").
+"""The old_domain_mlm_loss evaluation (a pipeline stage's, one model at a time): forgetting measured as a loss, the
+masked-LM loss of a model on held-out text of an earlier stage with fixed masks, measured before and after a stage
+(the trouble-report study's "loss before fine-tuning / without EWC / with EWC").
 """
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
+
+from lmplatform.data.sampling import sample_texts
+from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig, StageEvaluationResult
+from lmplatform.models.quiet import quiet_transformers
+from lmplatform.models.resolve import resolve_model_path
 
 if TYPE_CHECKING:
     from lmplatform.models.masked_lm import MaskedLanguageModel
@@ -28,9 +33,6 @@ def load_mlm_for_evaluation(model_dir: str | Path,
     from transformers import AutoModel, AutoModelForMaskedLM
 
     from lmplatform.models.masked_lm import MaskedLanguageModel
-    from lmplatform.models.quiet import quiet_transformers
-    from lmplatform.models.resolve import resolve_model_path
-
     path = resolve_model_path(str(model_dir))
     with quiet_transformers():
         mlm, info = AutoModelForMaskedLM.from_pretrained(str(path), output_loading_info=True)
@@ -69,7 +71,6 @@ def old_domain_mlm_loss(
     import torch
 
     from lmplatform.models.encoder import load_tokenizer
-    from lmplatform.models.resolve import resolve_model_path
     from lmplatform.objectives.masking import DynamicMasker
     from lmplatform.objectives.mlm.objective import MLMEvaluator
     from lmplatform.train.collate import TextCollator
@@ -88,3 +89,14 @@ def old_domain_mlm_loss(
     metrics["masked_tokens"] = float(sums["mlm_loss"][1])
     logger.info("old-domain MLM loss of %s (%s): %.4f", model_dir, head, metrics["mlm_loss"])
     return metrics
+
+
+def evaluate_model(model_dir: str, cfg: StageEvaluationConfig, head_from: Optional[str]) -> StageEvaluationResult:
+    """MLM loss on held-out text of `cfg.data` with fixed masks; the score for R is the masked-token accuracy."""
+    texts = sample_texts(cfg.data, cfg.max_texts, seed=cfg.mask_seed, split=cfg.split)
+    if not texts:
+        raise ValueError(f"evaluation {cfg.key!r}: no {cfg.split} documents in {', '.join(cfg.data.train_paths)} "
+                         "(is data.validation_fraction 0?)")
+    metrics = old_domain_mlm_loss(model_dir, texts, mlm_head_from=head_from, batch_size=cfg.batch_size,
+                                  max_seq_length=cfg.max_seq_length, mask_seed=cfg.mask_seed)
+    return StageEvaluationResult(metrics, score=metrics["mlm_accuracy"])
