@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -149,8 +150,6 @@ class HelperPriority:
     are never touched: only the embedded start sets the flag."""
 
     def __init__(self, interval_s: float = 10.0):
-        import threading
-
         self.interval_s = interval_s
         self._stopped = threading.Event()
         if os.environ.get(TRAINING_OWNS_NODE) == "1":

@@ -2,6 +2,7 @@
 move one by hand."""
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 import typer
@@ -39,8 +40,6 @@ def list_models(
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
 ) -> None:
     """Show registered versions with their metrics; the champion is marked."""
-    import time
-
     from mlflow.exceptions import MlflowException
     from rich.console import Console
     from rich.table import Table

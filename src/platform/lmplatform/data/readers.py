@@ -6,6 +6,7 @@ Readers never raise on a bad row: they yield a `BadRow` naming the file and line
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from dataclasses import dataclass
@@ -80,8 +81,6 @@ def _open_text_lines(path: str) -> Iterator[tuple[int, bytes]]:
 
 
 def _gzip_open(path: str, mode: str) -> io.BufferedReader:
-    import gzip
-
     return gzip.open(path, mode)  # type: ignore[return-value]
 
 

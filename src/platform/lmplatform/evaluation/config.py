@@ -6,6 +6,7 @@ rebuilt when an evaluation is registered, so a new task is its folder and one re
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Annotated, Any, Iterable, Optional, Union
 
@@ -70,8 +71,6 @@ registry.on_change(rebuild_task_union)
 def load_evaluation_config(path: str | Path | None, overrides: Iterable[str] = (),
                            base: Optional[dict[str, Any]] = None) -> EvaluationConfig:
     """Read the YAML (or `base`), apply `--set a.b=c` overrides, validate; raises ConfigError naming the field."""
-    import copy
-
     data = read_yaml(path) if path is not None else copy.deepcopy(base or {})
     data = apply_overrides(data, overrides)
     return parse_config(data, EvaluationConfig, source=str(path) if path else "overrides")

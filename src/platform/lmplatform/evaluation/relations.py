@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
@@ -359,8 +360,6 @@ def _gather_with_progress(refs: list) -> list[dict[str, Any]]:
 
 def _log_to_mlflow(cfg: RelationEvalConfig, summary: dict[str, Any], plots: dict[str, bytes], tracking_uri: str,
                    experiment: str, run_name: Optional[str]) -> str:
-    import tempfile
-
     run = TrackedRun.start(tracking_uri, experiment, run_name or f"relation-eval-{time.strftime('%Y%m%d-%H%M%S')}",
                            tags={"lmp.task": "relation-extraction"})
     run.log_params(flatten(cfg.model_dump()))

@@ -22,6 +22,8 @@ which names the extra to install.
 """
 from __future__ import annotations
 
+import importlib
+import json
 import logging
 import re
 import shutil
@@ -67,8 +69,6 @@ class MissingExtra(ImportError):
 
 def require(module: str) -> Any:
     """Import `module` (openvino or nncf), or raise `MissingExtra` naming the extra to install."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as exc:
@@ -212,8 +212,6 @@ def read_calibration_texts(path: str | Path, fields: Sequence[str] = CALIBRATION
     """(texts, rows skipped for having no text) of a calibration file: JSONL whose rows' `fields` are joined as a
     report is indexed (title. description), or plain text, one text a line. A line that is not JSON in a .jsonl
     file is a `DataError` naming the file and line."""
-    import json
-
     path = Path(path)
     texts, skipped = [], 0
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):

@@ -5,6 +5,7 @@ config is invalid) fails at load time, before any stage runs.
 """
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Optional
@@ -440,8 +441,6 @@ def pipeline_config_from_dict(
     `base_dir` is where relative stage `config:` paths are resolved (a preset's folder);
     a `base_dir` already in `data` wins. `data` itself is not modified.
     """
-    import copy
-
     data = copy.deepcopy(data)
     plain = []
     for item in overrides:

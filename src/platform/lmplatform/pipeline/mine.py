@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import time
@@ -86,7 +87,6 @@ def cached_vectors(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: 
     trials try) skips the encoding."""
     if vector_cache is None:
         return encode_texts(texts, model, cfg, work_dir)
-    import hashlib
 
 
     digest = hashlib.sha256(json.dumps([fingerprint_path(Path(model)), cfg.max_seq_length, cfg.precision,

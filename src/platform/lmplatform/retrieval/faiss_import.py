@@ -9,6 +9,7 @@ were switched to BLAS.
 """
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 
 import numpy as np
@@ -21,8 +22,6 @@ BLAS_MIN_QUERY_FLOATS = 2 * 384 + 1
 
 
 def import_faiss() -> ModuleType:
-    import logging
-
     # faiss's loader logs at INFO each SIMD build it tried and could not load; Ray workers show INFO.
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     import faiss

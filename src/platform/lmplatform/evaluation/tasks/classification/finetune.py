@@ -9,6 +9,7 @@ process the way the loop's own tests drive it. `frozen_vs_finetuned.py` runs the
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
@@ -68,8 +69,6 @@ def finetune_classifier(model: str, train_texts: Sequence[str], train_labels: Se
                         seed: Optional[int] = None) -> tuple[TextClassifier, dict[str, float]]:
     """Fine-tune `model` with an MLP head on the texts; returns the classifier and
     {"steps", "seconds", "val_accuracy" (on dev, when there is one; reported, never used to choose)}."""
-    import time
-
     started = time.perf_counter()
     seed = settings.seed if seed is None else seed
     labels = sorted({str(y) for y in train_labels})
