@@ -29,7 +29,7 @@ def test_sentence_transformers_loads_the_export_with_our_vectors(tiny_bert: Path
 
     folder = _encoder_folder(tiny_bert, tmp_path, pooling, 24)
     result = export_model(folder, "sentence-transformers", tmp_path / "st")
-    assert result.kind == "bi-encoder"
+    assert result.kind == "encoder"
     modules = json.loads((result.folder / "modules.json").read_text())
     assert [m["path"] for m in modules] == ["", "1_Pooling", "2_Normalize"]
     assert json.loads((result.folder / "1_Pooling" / "config.json").read_text())[f"pooling_mode_{pooling}" + (
@@ -49,9 +49,9 @@ def test_sentence_transformers_cross_encoder_gives_our_scores(tiny_bert: Path, t
     from sentence_transformers import CrossEncoder as STCrossEncoder
 
     CrossEncoder.from_pretrained(tiny_bert, max_seq_length=40).save_pretrained(tmp_path / "ce")  # a new, seeded head
-    assert model_kind(tmp_path / "ce") == "cross-encoder"
+    assert model_kind(tmp_path / "ce") == "cross_encoder"
     result = export_model(tmp_path / "ce", "sentence-transformers", tmp_path / "st-ce", cross_encoder_max_length=40)
-    assert result.kind == "cross-encoder"
+    assert result.kind == "cross_encoder"
     queries = ["disk full", "login fails", TEXTS[1]]
     documents = ["the backup disk is full", TEXTS[1], "invoice totals are wrong"]
     ours = CrossEncoder.from_pretrained(tmp_path / "ce", max_seq_length=40).score(queries, documents)

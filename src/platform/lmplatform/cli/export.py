@@ -25,6 +25,7 @@ def export(
 
     from lmplatform.cli.common import fail, user_errors
     from lmplatform.models.export import FORMATS, ExportError, export_model
+    from lmplatform.models.kind import CROSS_ENCODER
     from lmplatform.models.openvino_backend import MissingExtra, read_calibration_texts
 
     if fmt not in FORMATS:
@@ -55,7 +56,7 @@ def export(
         return
     typer.echo(f"[lmp] {result.describe()}")
     if result.format == "sentence-transformers":
-        loader = "CrossEncoder" if result.kind == "cross-encoder" else "SentenceTransformer"
+        loader = "CrossEncoder" if result.kind == CROSS_ENCODER else "SentenceTransformer"
         typer.echo(f"[lmp] load it: from sentence_transformers import {loader}; {loader}({str(out)!r})")
     elif result.format.startswith("onnx"):
         from lmplatform.models.onnx_backend import OnnxGraphConfig

@@ -31,9 +31,9 @@ from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
 from lmplatform.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, rank_by_score, recall_at_k
+from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.objectives.spec import CROSS_ENCODER
 from lmplatform.retrieval.faiss_import import exact_search
 from lmplatform.retrieval.fusion import fuse
 from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever

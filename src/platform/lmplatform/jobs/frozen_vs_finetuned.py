@@ -15,8 +15,8 @@ import numpy as np
 from lmplatform.evaluation.plots import confusion_matrix_png
 from lmplatform.markdown import markdown_table
 from lmplatform.metrics.classification import TABLE_COLUMNS, classification_metrics
+from lmplatform.models.kind import CLASSIFIER
 from lmplatform.objectives.registry import objective_spec, objective_specs
-from lmplatform.objectives.spec import CLASSIFIER
 from lmplatform.tracking.mlflow_tracking import TrackedRun
 
 

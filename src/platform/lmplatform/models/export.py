@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Optional, Sequence
 
+from lmplatform.models.kind import CROSS_ENCODER, ENCODER, ModelKind
 from lmplatform.models.onnx_backend import export_onnx, quantize_onnx
 from lmplatform.models.resolve import resolve_model_path
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 ExportFormat = Literal["sentence-transformers", "onnx", "onnx-int8", "openvino", "openvino-int8"]
 FORMATS: tuple[str, ...] = ("sentence-transformers", "onnx", "onnx-int8", "openvino", "openvino-int8")
-ModelKind = Literal["bi-encoder", "cross-encoder"]
 # The sentence-transformers module classes named in modules.json (stable import paths since v2).
 _TRANSFORMER = "sentence_transformers.models.Transformer"
 _POOLING = "sentence_transformers.models.Pooling"
@@ -60,13 +60,13 @@ class ExportResult:
 
 
 def model_kind(folder: Path) -> ModelKind:
-    """A one-logit sequence classifier is a cross-encoder; anything else is read as a bi-encoder."""
+    """A one-logit sequence classifier is a cross-encoder; anything else is read as an encoder (a bi-encoder's)."""
     config = json.loads((Path(folder) / "config.json").read_text())
     architectures = config.get("architectures") or []
     labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
     if any(a.endswith("ForSequenceClassification") for a in architectures) and labels == 1:
-        return "cross-encoder"
-    return "bi-encoder"
+        return CROSS_ENCODER
+    return ENCODER
 
 
 def export_model(model: str | Path, fmt: ExportFormat, out: str | Path, keep_fp32: Optional[Sequence[str]] = None,
@@ -85,7 +85,7 @@ def export_model(model: str | Path, fmt: ExportFormat, out: str | Path, keep_fp3
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} exists and is not an empty folder; choose a new --out")
     kind = model_kind(source)
-    if kind == "cross-encoder":
+    if kind == CROSS_ENCODER:
         if fmt != "sentence-transformers":
             raise ExportError(f"{fmt} exports bi-encoders (a graph ending in a sentence embedding); "
                               f"{source} is a cross-encoder: export it as sentence-transformers")
@@ -116,7 +116,7 @@ def write_sentence_transformers(encoder: "Encoder", out: Path, normalize: bool =
     """`encoder` as a sentence-transformers folder (see the module doc)."""
     out = encoder.save_pretrained(out)  # backbone only, tokenizer, lmplatform_encoder.json
     write_sentence_transformers_modules(encoder, out, normalize)
-    return ExportResult("sentence-transformers", "bi-encoder", out, _files(out),
+    return ExportResult("sentence-transformers", ENCODER, out, _files(out),
                         [f"{encoder.pooling} pooling{', normalised' if normalize else ''}, "
                          f"max_seq_length {encoder.max_seq_length}"])
 
@@ -162,7 +162,7 @@ def write_cross_encoder(source: Path, out: Path, max_seq_length: int) -> ExportR
     settings = json.loads(tokenizer_config.read_text()) if tokenizer_config.is_file() else {}
     settings["model_max_length"] = max_seq_length
     tokenizer_config.write_text(json.dumps(settings, indent=2))
-    return ExportResult("sentence-transformers", "cross-encoder", out, _files(out),
+    return ExportResult("sentence-transformers", CROSS_ENCODER, out, _files(out),
                         [f"sigmoid of one logit, max length {max_seq_length}"])
 
 
@@ -170,13 +170,13 @@ def write_onnx(encoder: "Encoder", out: Path, int8: bool, keep_fp32: Sequence[st
     """`encoder` as an ONNX folder: the fp32 graph, or only its int8 variant."""
     if not int8:
         config = export_onnx(encoder, out)
-        return ExportResult("onnx", "bi-encoder", out, _files(out), [f"{config.pooling} pooling and normalisation in the graph"])
+        return ExportResult("onnx", ENCODER, out, _files(out), [f"{config.pooling} pooling and normalisation in the graph"])
     with tempfile.TemporaryDirectory(prefix="lmp-onnx-") as tmp:
         export_onnx(encoder, tmp)
         config = quantize_onnx(tmp, keep_fp32, out)
     kept = f"; kept in fp32: {', '.join(config.keep_fp32)}" if config.keep_fp32 else ""
     how = "fused by ONNX Runtime, MatMul and attention" if config.fused else "MatMul"
-    return ExportResult("onnx-int8", "bi-encoder", out, _files(out),
+    return ExportResult("onnx-int8", ENCODER, out, _files(out),
                         [f"{config.pooling} pooling and normalisation in the graph, {how} weights int8 per "
                          f"{'channel' if config.per_channel else 'tensor'}{kept}"])
 
@@ -188,12 +188,12 @@ def write_openvino(encoder: "Encoder", out: Path, calibration: Optional[Sequence
 
     if calibration is None:
         config = export_openvino(encoder, out)
-        return ExportResult("openvino", "bi-encoder", out, _files(out), [f"{config.pooling} pooling and normalisation "
+        return ExportResult("openvino", ENCODER, out, _files(out), [f"{config.pooling} pooling and normalisation "
                                                                           "in the graph, token embeddings beside"])
     with tempfile.TemporaryDirectory(prefix="lmp-openvino-") as tmp:
         export_openvino(encoder, tmp)
         config = quantize_openvino(tmp, calibration, out, keep_fp32)
     kept = f"; kept in higher precision: {', '.join(config.keep_fp32)}" if config.keep_fp32 else ""
-    return ExportResult("openvino-int8", "bi-encoder", out, _files(out),
+    return ExportResult("openvino-int8", ENCODER, out, _files(out),
                         [f"{config.pooling} pooling and normalisation in the graph, static int8 calibrated on "
                          f"{config.calibration['texts']} texts{kept}"])

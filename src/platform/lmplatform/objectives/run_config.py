@@ -24,9 +24,9 @@ from lmplatform.config.schema import (
     ScalingConfig,
     TrackingConfig,
 )
+from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.objectives import registry
 from lmplatform.objectives.mlm.config import MLMObjectiveConfig
-from lmplatform.objectives.spec import CROSS_ENCODER
 from lmplatform.retrieval.settings import RetrievalValidationConfig
 
 

@@ -12,22 +12,17 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from lmplatform.config.base import Section
 from lmplatform.config.schema import DataConfig
+from lmplatform.models.kind import ENCODER, ModelKind
 
 if TYPE_CHECKING:
     from lmplatform.objectives.run_config import RunConfig
     from lmplatform.train.recipe import PreparedData, TrainingRecipe
 
 
-# What the trained model is, as its saved folder loads: an `Encoder` (texts to vectors, whether or not the objective
-# trained it for similarity), a `CrossEncoder` (scores a (query, document) pair) or a `TextClassifier` (labels).
-ModelKind = Literal["encoder", "cross_encoder", "classifier"]
-ENCODER: ModelKind = "encoder"
-CROSS_ENCODER: ModelKind = "cross_encoder"
-CLASSIFIER: ModelKind = "classifier"
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from lmplatform.evaluation.retrieval_validation import (
 )
 from lmplatform.evaluation.system import load_scorer
 from lmplatform.evaluation.tasks.old_domain_mlm.task import old_domain_mlm_loss
+from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.objectives.registry import objective_spec
-from lmplatform.objectives.spec import CROSS_ENCODER
 from lmplatform.retrieval.settings import RetrievalValidationConfig
 from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
 

@@ -1,6 +1,7 @@
 """Text classification: encoder + pooling + MLP head, cross-entropy."""
+from lmplatform.models.kind import CLASSIFIER
 from lmplatform.objectives.classifier.config import ClassifierObjectiveConfig
-from lmplatform.objectives.spec import CLASSIFIER, ModelCardText, ObjectiveSpec
+from lmplatform.objectives.spec import ModelCardText, ObjectiveSpec
 
 SPEC = ObjectiveSpec(
     name="classifier",

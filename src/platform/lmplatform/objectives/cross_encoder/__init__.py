@@ -1,6 +1,7 @@
 """Cross-encoder re-ranker: a query with its positive and its negatives, scored by BCE or per group (listwise)."""
+from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.objectives.cross_encoder.config import CrossEncoderObjectiveConfig
-from lmplatform.objectives.spec import CROSS_ENCODER, ModelCardText, ObjectiveSpec
+from lmplatform.objectives.spec import ModelCardText, ObjectiveSpec
 
 SPEC = ObjectiveSpec(
     name="cross_encoder",
