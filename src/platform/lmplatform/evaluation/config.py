@@ -26,8 +26,12 @@ def task_names() -> tuple[str, ...]:
     return tuple(spec.name for spec in registry.evaluation_specs() if spec.config is not None)
 
 
-# One of the registered tasks' configs, chosen by `task`; derived from the registry.
-TaskConfig = Annotated[Union[task_configs()], Field(discriminator="task")]
+def task_union() -> Any:
+    """One of the registered tasks' configs, chosen by `task`."""
+    return Annotated[Union[task_configs()], Field(discriminator="task")]
+
+
+TaskConfig = task_union()
 
 
 class EvaluationTrackingConfig(Section):
@@ -61,7 +65,7 @@ class EvaluationConfig(Section):
 
 def rebuild_task_union() -> None:
     """Make `EvaluationConfig.tasks` accept exactly the registered tasks again (after `registry.register`)."""
-    EvaluationConfig.model_fields["tasks"].annotation = list[Annotated[Union[task_configs()], Field(discriminator="task")]]
+    EvaluationConfig.model_fields["tasks"].annotation = list[task_union()]
     EvaluationConfig.model_rebuild(force=True)
 
 

@@ -95,7 +95,6 @@ def export_openvino(encoder: "Encoder", folder: str | Path, normalize: bool = Tr
     ov = require("openvino")
     import torch
 
-
     sample, names = trace_inputs(encoder)
     folder = Path(folder)
     module = sentence_embedding_module(encoder.cpu(), names, normalize, token_output=True)

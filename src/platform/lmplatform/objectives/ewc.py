@@ -177,7 +177,6 @@ def resolve_fisher_path(path_or_uri: str, tracking_uri: Optional[str] = None) ->
         return local
     import mlflow.artifacts
 
-
     try:
         return Path(mlflow.artifacts.download_artifacts(artifact_uri=path_or_uri,
                                                         tracking_uri=resolve_tracking_uri(tracking_uri)))

@@ -88,7 +88,6 @@ def cached_vectors(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: 
     if vector_cache is None:
         return encode_texts(texts, model, cfg, work_dir)
 
-
     digest = hashlib.sha256(json.dumps([fingerprint_path(Path(model)), cfg.max_seq_length, cfg.precision,
                                         list(texts)]).encode()).hexdigest()[:24]
     path = vector_cache / f"mine-{digest}.npy"

@@ -47,7 +47,6 @@ class EncodeBatch:
     def __call__(self, batch: dict[str, np.ndarray]) -> Any:
         import pyarrow as pa
 
-
         n = len(batch[self.id_field])
         rows = ({f: batch[f][i] for f in self.text_fields if f in batch} for i in range(n))
         texts = [join_fields(r, self.text_fields) for r in rows]

@@ -241,7 +241,6 @@ def publish_index(index_dir: str | Path, run_id_or_model: str, tracking_uri: Opt
     """
     from mlflow.tracking import MlflowClient
 
-
     index_dir = Path(index_dir)
     if not (index_dir / INDEX_FILE).is_file():
         raise ReleaseError(f"{index_dir} is not a saved VectorIndex ({INDEX_FILE} is missing)")

@@ -45,7 +45,6 @@ def source_run(uri: str, tracking_uri: Optional[str] = None) -> Optional[str]:
     """The MLflow run behind models:/name@alias, models:/name/version or runs:/id/path; None for a folder."""
     from mlflow.tracking import MlflowClient
 
-
     if uri.startswith("runs:/"):
         return uri[len("runs:/"):].split("/", 1)[0]
     if not uri.startswith("models:/"):

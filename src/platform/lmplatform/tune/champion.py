@@ -123,7 +123,6 @@ def register_and_maybe_promote(
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-
     client = MlflowClient(tracking_uri)
     _check_complete(client, run_id, artifact_path)
     source = f"{client.get_run(run_id).info.artifact_uri}/{artifact_path}"

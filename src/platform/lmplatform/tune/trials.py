@@ -91,7 +91,6 @@ def knn_classification(k: int, data: str, weights: str = "uniform", model: str =
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
     from sklearn.neighbors import KNeighborsClassifier
 
-
     texts, labels = _read_labelled(resolve_project_path(data), text_field, label_field, limit)
     vectors = cached_embeddings(model, texts, max_seq_length, cache_dir)
     splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)

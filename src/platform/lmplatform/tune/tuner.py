@@ -105,7 +105,6 @@ def function_trial(
     """One cheap trial: call `function(**function_args, **params)`; each dict it returns or yields is one report."""
     from ray import tune
 
-
     # Tune runs each trial in its own folder; relative paths in function_args (data files, the
     # default embedding cache) must mean what they mean for the job, so go back to its directory.
     if os.environ.get("TUNE_ORIG_WORKING_DIR"):

@@ -128,7 +128,6 @@ def _parameter_counts(cfg: RunConfig, num_classes: int) -> dict[str, float]:
     """Total and trainable parameters, from the model config on the meta device (no weights loaded)."""
     from transformers import AutoConfig, AutoModel
 
-
     config = AutoConfig.from_pretrained(str(resolve_model_path(cfg.model.name_or_path)))
     with torch.device("meta"):
         backbone = AutoModel.from_config(config)

@@ -344,7 +344,6 @@ def _check_frozen_layers(cfg: RunConfig) -> None:
     """Fail on the driver, before any worker starts, when frozen_layers exceeds the model's depth."""
     from transformers import AutoConfig
 
-
     frozen = cfg.objective.frozen_layers
     if frozen is None:
         return
