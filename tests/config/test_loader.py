@@ -133,3 +133,20 @@ def test_config_reference_is_current() -> None:
     from lmplatform.objectives.config_reference import render
 
     assert (REPO / "docs/config-reference.md").read_text().strip() == render().strip(), "run `make docs`"
+
+
+def test_an_override_names_an_entry_of_a_list_of_sections() -> None:
+    from lmplatform.config.loader import apply_overrides
+
+    data = {"tasks": [{"task": "retrieval", "retrievers": [{"name": "dense", "k": 1}, {"name": "bm25"}]}, {"task": "sts"}],
+            "paths": ["a.jsonl"]}
+    out = apply_overrides(data, ["tasks.retrieval.retrievers.bm25.k=5", "tasks.sts.limit=3"])
+    assert out["tasks"][0]["retrievers"] == [{"name": "dense", "k": 1}, {"name": "bm25", "k": 5}]
+    assert out["tasks"][1] == {"task": "sts", "limit": 3} and data["tasks"][1] == {"task": "sts"}  # a copy
+    for override, message in [("tasks.classification.k=1", "tasks has no entry 'classification'; its entries: retrieval, sts"),
+                              ("tasks.retrieval.retrievers.hybrid.k=1", "retrievers has no entry 'hybrid'; its entries: "
+                                                                        "dense, bm25"),
+                              ("paths.first.x=1", "paths is a value, not a section"),
+                              ("tasks.retrieval.retrievers.k=1", "retrievers is a list: name one of its entries, then a field")]:
+        with pytest.raises(ConfigError, match=message):
+            apply_overrides(data, [override])

@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval, STS and classification metrics, reports, MLflow.")
-EvaluationSetOption = typer.Option(None, "--set", help="Override a top-level field: --set output_dir=runs/eval/x (repeatable).")
+EvaluationSetOption = typer.Option(None, "--set", help="Override a field, a list entry by name: --set output_dir=runs/eval/x, "
+                                   "--set tasks.retrieval.retrievers.minilm.batch_size=32 (repeatable).")
 
 
 @app.command("run")

@@ -36,8 +36,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# A list of sections is addressed entry by entry through these keys (`tasks.retrieval.retrievers.minilm.batch_size`).
+ENTRY_KEYS = ("name", "task")
+
+
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """Return a copy of `data` with each `a.b.c=value` set; values are parsed as YAML scalars."""
+    """Return a copy of `data` with each `a.b.c=value` set; values are parsed as YAML scalars.
+
+    In a list of sections, a part of the path names the entry whose `name` (or `task`) it equals."""
     data = copy.deepcopy(data)
     for override in overrides:
         key, sep, raw = override.partition("=")
@@ -51,14 +57,29 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         node = data
         parts = key.split(".")
         for depth, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
+            child = _entry(node, part, override, ".".join(parts[:depth])) if isinstance(node, list) else node.setdefault(part, {})
+            if not isinstance(child, dict) and not _is_section_list(child):
                 raise ConfigError(
                     f"--set {override!r}: {'.'.join(parts[: depth + 1])} is a value, not a section"
                 )
             node = child
+        if isinstance(node, list):
+            raise ConfigError(f"--set {override!r}: {'.'.join(parts[:-1])} is a list: name one of its entries, then a field")
         node[parts[-1]] = value
     return data
+
+
+def _is_section_list(node: Any) -> bool:
+    return isinstance(node, list) and bool(node) and all(isinstance(item, dict) for item in node)
+
+
+def _entry(entries: list[dict[str, Any]], name: str, override: str, where: str) -> dict[str, Any]:
+    """The entry of a list of sections that `name` names."""
+    for entry in entries:
+        if any(entry.get(key) == name for key in ENTRY_KEYS):
+            return entry
+    names = [str(next((entry[key] for key in ENTRY_KEYS if key in entry), "?")) for entry in entries]
+    raise ConfigError(f"--set {override!r}: {where} has no entry {name!r}; its entries: {', '.join(names)}")
 
 
 def format_validation_error(exc: ValidationError, source: str, data: object = None) -> str:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides
+from lmplatform.evaluation.config import EvaluationConfig, load_evaluation_config
 from lmplatform.objectives.registry import objective_names
 from lmplatform.objectives.run_config import RunConfig, load_run_config
 from lmplatform.pipeline.config import load_pipeline_config
@@ -108,7 +109,7 @@ class TrialResources(Section):
     cpu: Optional[float] = Field(None, ge=0.0, description="Default: 0 for train and pipeline trials (the driver only "
                                  "waits; Ray Train workers, mining actors and a system stage's task reserve their own "
                                  "CPUs, and a driver holding even 0.01 of 2 CPUs starves a stage that wants both), 0.01 "
-                                 "for function trials, which do the work: give them CPUs.")
+                                 "for function trials, which do the work: give them CPUs; 1 for evaluation trials.")
     gpu: float = Field(0.0, ge=0.0)
 
 
@@ -174,15 +175,20 @@ class ChampionSpec(Section):
 class SearchSpace(Section):
     study: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
-    trial: Literal["train", "function", "pipeline"] = "train"
+    trial: Literal["train", "function", "pipeline", "evaluation"] = "train"
     requires: list[str] = Field(default_factory=list, description="Objectives this study needs (train trials).")
     base_config: Optional[str] = Field(None, description="Run config a train trial starts from (relative to the project).")
     base_pipeline: Optional[str] = Field(
         None, description="Pipeline a pipeline trial runs (relative to the project); parameters address its stages' "
         "fields by stage name (stages.biencoder.run.optim.lr, stages.negatives.mine.range_max), and the metric is a "
         "stage's report, <stage>/<metric>. Stages identical across trials run once (reuse).")
-    overrides: list[str] = Field(default_factory=list, description="`a.b=c` applied to the base config (or pipeline) "
-                                 "before the trial's own values.")
+    base_evaluation: Optional[str] = Field(
+        None, description="Evaluation config an evaluation trial runs (relative to the project), as `lmp evaluate` "
+        "runs it; parameters address its fields, a list's entries by name (tasks.classification.knn_k, "
+        "tasks.retrieval.retrievers.hybrid.hybrid.rrf_k), and the metric is one of its report's "
+        "(<task>.<dataset>...). Score trials on a dev split: a study chooses on what it reads.")
+    overrides: list[str] = Field(default_factory=list, description="`a.b=c` applied to the base config (pipeline, "
+                                 "evaluation) before the trial's own values.")
     function: Optional[str] = Field(None, description="module:callable for function trials.")
     function_args: dict[str, Any] = Field(default_factory=dict, description="Fixed keyword values passed to the function.")
     reports: list[str] = Field(default_factory=list, description="Metrics a function trial reports.")
@@ -208,12 +214,14 @@ class SearchSpace(Section):
             raise ValueError("function trials need 'function: module:callable'")
         if self.trial == "pipeline" and not self.base_pipeline:
             raise ValueError("pipeline trials need 'base_pipeline' (a pipeline YAML)")
+        if self.trial == "evaluation" and not self.base_evaluation:
+            raise ValueError("evaluation trials need 'base_evaluation' (an evaluation config YAML)")
         if self.objectives and self.scheduler.name == "asha":
             raise ValueError("multi-objective studies cannot use the asha scheduler (it needs one metric); use fifo")
         if isinstance(self.max_concurrent, int) and self.max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1 or 'auto', got {self.max_concurrent}")
         if self.max_concurrent == "auto" and self.trial != "pipeline":
-            raise ValueError("max_concurrent 'auto' sizes pipeline trials by their stages; give train and function "
+            raise ValueError("max_concurrent 'auto' sizes pipeline trials by their stages; give train, function and evaluation "
                              "trials a number")
         if self.scheduler.metric and self.scheduler.name != "asha":
             raise ValueError("scheduler.metric is what ASHA compares; the fifo scheduler stops nothing: remove it")
@@ -223,7 +231,7 @@ class SearchSpace(Section):
         """What one trial reserves: `resources.cpu`, or the default of its kind (see TrialResources)."""
         if self.resources.cpu is not None:
             return self.resources.cpu
-        return 0.01 if self.trial == "function" else 0.0
+        return {"function": 0.01, "evaluation": 1.0}.get(self.trial, 0.0)
 
     @property
     def targets(self) -> list[ObjectiveTarget]:
@@ -239,6 +247,7 @@ class LoadedSpace(BaseModel):
     space: SearchSpace
     base: Optional[RunConfig] = None
     base_pipeline: Optional[Any] = None  # the validated PipelineConfig of a pipeline study
+    base_evaluation: Optional[EvaluationConfig] = None
     base_overrides: list[str] = Field(default_factory=list)
 
     def trial_overrides(self, params: dict[str, Any]) -> list[str]:
@@ -254,6 +263,14 @@ class LoadedSpace(BaseModel):
     @property
     def base_pipeline_path(self) -> Path:
         return resolve_project_path(self.space.base_pipeline or "")
+
+    @property
+    def base_evaluation_path(self) -> Path:
+        return resolve_project_path(self.space.base_evaluation or "")
+
+    def trial_evaluation(self, params: dict[str, Any], *extra: str) -> EvaluationConfig:
+        """The evaluation config an evaluation trial with these values runs (`extra`: the trial's own settings)."""
+        return load_evaluation_config(self.base_evaluation_path, [*self.trial_overrides(params), *extra])
 
     def trial_pipeline(self, params: dict[str, Any]) -> Any:
         """The PipelineConfig a pipeline trial with these values runs."""
@@ -398,6 +415,8 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
         _check_train_space(loaded, lines)
     elif space.trial == "pipeline":
         _check_pipeline_space(loaded, lines)
+    elif space.trial == "evaluation":
+        _check_evaluation_space(loaded, lines)
     else:
         _check_function_space(loaded, lines)
     return loaded
@@ -490,6 +509,36 @@ def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
             raise SpaceError(f"{_where(source, lines, ('champion',))}: {space.base_pipeline} trains no model to register; "
                              "set champion.register_best: false")
     _check_champion(loaded, lines)
+
+
+def _check_evaluation_space(loaded: LoadedSpace, lines: _Lines) -> None:
+    """Every parameter must address a field of the base evaluation config with each sampled value; every target must
+    name one of its tasks and that task's datasets (a report's metrics are <task>.<dataset>...)."""
+    space, source = loaded.space, loaded.path
+    path = loaded.base_evaluation_path
+    if not path.is_file():
+        raise SpaceError(f"{_where(source, lines, ('base_evaluation',))}: base_evaluation {space.base_evaluation!r} not "
+                         f"found ({path})")
+    try:
+        loaded.base_evaluation = load_evaluation_config(path, loaded.base_overrides)
+    except ConfigError as exc:
+        raise SpaceError(f"{_where(source, lines, ('overrides',))}: the base evaluation with the space's overrides is "
+                         f"invalid:\n{exc}") from None
+    for name, param in space.parameters.items():
+        for value in param.sample_values():
+            try:
+                loaded.trial_evaluation({name: value})
+            except ConfigError as exc:
+                raise SpaceError(f"{_where(source, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
+                                 f"does not fit the base evaluation {space.base_evaluation}:\n{exc}") from None
+    datasets = {task.task: [ds.name for ds in task.datasets] for task in loaded.base_evaluation.tasks}
+    for index, target in enumerate(space.targets):
+        key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
+        task, _, rest = target.metric.partition(".")
+        if task not in datasets or rest.partition(".")[0] not in datasets[task]:
+            raise SpaceError(f"{_where(source, lines, key)}: metric {target.metric!r} is not one {space.base_evaluation} "
+                             "reports: its metrics are <task>.<dataset>..., with "
+                             + "; ".join(f"task {t}: datasets {', '.join(names)}" for t, names in datasets.items()))
 
 
 def _check_champion(loaded: LoadedSpace, lines: _Lines) -> None:

@@ -6,6 +6,7 @@ TorchTrainer) with `TuneReportCallback`; the workers' reports reach Tune and ASH
 The driver reserves a sliver of CPU so it does not starve its own workers.
 Function trials: a plain function trainable that reports with `tune.report`.
 Pipeline trials: each trial runs a whole pipeline with its values (`pipeline_trial.py`).
+Evaluation trials: each trial runs a registered evaluation with its values (`evaluation_trial.py`).
 
 One MLflow parent run per study, one child run per trial; the best train trial's
 model is registered and may become champion (see `champion.py`).
@@ -30,6 +31,7 @@ from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
 from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
 from lmplatform.tracking.version_tags import OBJECTIVE_TAG
 from lmplatform.tune.champion import ChampionDecision, GateInputs, evaluation_fingerprint, register_and_maybe_promote
+from lmplatform.tune.evaluation_trial import evaluation_trial
 from lmplatform.tune.gate import check_held_out, check_system_held_out
 from lmplatform.tune.report import print_summary, save_plots
 from lmplatform.tune.results import RUN_ID_KEY, STUDY_TAG, TRIAL_TAG, StudyResult
@@ -185,6 +187,11 @@ def _trainable(loaded: LoadedSpace, parent_run_id: str, study: str, tracking_uri
             pipeline_trial, base_pipeline=str(loaded.base_pipeline_path), overrides=loaded.base_overrides,
             parent_run_id=parent_run_id, tracking_uri=tracking_uri, experiment=experiment, study=study,
         )
+    elif space.trial == "evaluation":
+        fn = tune.with_parameters(
+            evaluation_trial, base_evaluation=str(loaded.base_evaluation_path), overrides=loaded.base_overrides,
+            parent_run_id=parent_run_id, tracking_uri=tracking_uri, experiment=experiment, study=study,
+        )
     else:
         fn = tune.with_parameters(
             function_trial, function=space.function, function_args=space.function_args, parent_run_id=parent_run_id,
@@ -245,6 +252,9 @@ def _tracking(loaded: LoadedSpace, tracking_uri: Optional[str], experiment: Opti
     if loaded.base_pipeline is not None:
         tracking = loaded.base_pipeline.tracking
         return resolve_tracking_uri(tracking_uri or tracking.tracking_uri), experiment or tracking.experiment
+    if loaded.base_evaluation is not None:
+        tracking = loaded.base_evaluation.tracking
+        return resolve_tracking_uri(tracking_uri or tracking.tracking_uri), experiment or tracking.experiment
     return resolve_tracking_uri(tracking_uri), experiment or "lmplatform-tune"
 
 
@@ -263,7 +273,6 @@ def run_study(
     loaded = load_space(space_path, list(overrides))  # every check happens before Ray starts
     space = loaded.space
     if loaded.base is not None and space.champion.register_best:
-
         check_held_out(space.champion, loaded.base)
     storage = Path(resolve_project_path(storage_path or space.storage_path))
     resumed_run_id = None
