@@ -268,10 +268,6 @@ class LoadedSpace(BaseModel):
     def base_evaluation_path(self) -> Path:
         return resolve_project_path(self.space.base_evaluation or "")
 
-    def trial_evaluation(self, params: dict[str, Any], *extra: str) -> EvaluationConfig:
-        """The evaluation config an evaluation trial with these values runs (`extra`: the trial's own settings)."""
-        return load_evaluation_config(self.base_evaluation_path, [*self.trial_overrides(params), *extra])
-
     def trial_pipeline(self, params: dict[str, Any]) -> Any:
         """The PipelineConfig a pipeline trial with these values runs."""
         return load_pipeline_config(self.base_pipeline_path, self.trial_overrides(params))
@@ -422,6 +418,17 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
     return loaded
 
 
+def _check_values(loaded: LoadedSpace, lines: _Lines, name: str, param: Parameter, what: str,
+                  load: Callable[[str], object]) -> None:
+    """Each sampled extreme of a parameter, applied as an override by `load`, must give a valid config."""
+    for value in param.sample_values():
+        try:
+            load(f"{name}={_yaml_scalar(value)}")
+        except ConfigError as exc:
+            raise SpaceError(f"{_where(loaded.path, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
+                             f"does not fit {what}:\n{exc}") from None
+
+
 def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
     space, source = loaded.space, loaded.path
     missing = [name for name in space.requires if name not in objective_names()]
@@ -439,14 +446,8 @@ def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
         raise SpaceError(f"{_where(source, lines, ('overrides',))}: "
                          f"the base run config with the space's overrides is invalid:\n{exc}") from None
     for name, param in space.parameters.items():
-        for value in param.sample_values():
-            try:
-                load_run_config(base_path, [*loaded.base_overrides, f"{name}={_yaml_scalar(value)}"])
-            except ConfigError as exc:
-                raise SpaceError(
-                    f"{_where(source, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
-                    f"does not fit the base run config {space.base_config}:\n{exc}"
-                ) from None
+        _check_values(loaded, lines, name, param, f"the base run config {space.base_config}",
+                      lambda override: load_run_config(base_path, [*loaded.base_overrides, override]))
         _check_conditions(loaded, lines, name, param)
     objective = loaded.base.objective.name
     allowed = reported_metrics(loaded.base)
@@ -481,12 +482,8 @@ def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
             raise SpaceError(f"{_where(source, lines, ('parameters', name))}: parameter {name!r} names no stage of "
                              f"{space.base_pipeline}; its stages: {', '.join(stages)} (address a field as "
                              "stages.<stage>.<field>..., e.g. stages.<stage>.run.optim.lr)")
-        for value in param.sample_values():
-            try:
-                load_pipeline_config(path, [*loaded.base_overrides, f"{name}={_yaml_scalar(value)}"])
-            except ConfigError as exc:
-                raise SpaceError(f"{_where(source, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
-                                 f"does not fit the base pipeline {space.base_pipeline}:\n{exc}") from None
+        _check_values(loaded, lines, name, param, f"the base pipeline {space.base_pipeline}",
+                      lambda override: load_pipeline_config(path, [*loaded.base_overrides, override]))
         for cond in param.when:
             if cond not in space.parameters:
                 raise SpaceError(f"{_where(source, lines, ('parameters', name, 'when', cond))}: condition on {cond!r}, "
@@ -525,12 +522,8 @@ def _check_evaluation_space(loaded: LoadedSpace, lines: _Lines) -> None:
         raise SpaceError(f"{_where(source, lines, ('overrides',))}: the base evaluation with the space's overrides is "
                          f"invalid:\n{exc}") from None
     for name, param in space.parameters.items():
-        for value in param.sample_values():
-            try:
-                loaded.trial_evaluation({name: value})
-            except ConfigError as exc:
-                raise SpaceError(f"{_where(source, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
-                                 f"does not fit the base evaluation {space.base_evaluation}:\n{exc}") from None
+        _check_values(loaded, lines, name, param, f"the base evaluation {space.base_evaluation}",
+                      lambda override: load_evaluation_config(path, [*loaded.base_overrides, override]))
     datasets = {task.task: [ds.name for ds in task.datasets] for task in loaded.base_evaluation.tasks}
     for index, target in enumerate(space.targets):
         key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
