@@ -1,7 +1,7 @@
 """Adding an evaluation is its folder and one registry line: the toy evaluation of tests/evaluation/toy/ registers, its
 task validates inside an evaluation config, `lmp evaluate`'s runner runs it into the report and MLflow, a pipeline
-stage may name it and scores a model with it, and once unregistered it is unknown again; all from what its spec
-declares."""
+stage and the champion gate's general pack score a model with it by name, and once unregistered it is unknown again;
+all from what its spec declares (a study over its settings: tests/tune/test_evaluation_trials.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -102,3 +102,14 @@ def test_importing_the_configs_and_the_registry_imports_no_torch() -> None:
     probe = ("import sys, lmplatform.evaluation.config, lmplatform.evaluation.stage_evaluation, "
              "lmplatform.evaluation.registry, tests.evaluation.toy; print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split() == ["False"]
+
+
+def test_it_is_a_probe_of_the_champion_gate(toy_registered: None, tiny_bert: Path, tmp_path: Path) -> None:
+    from lmplatform.tune.gate import general_probes
+    from lmplatform.tune.space import GeneralPackSpec
+
+    pack = GeneralPackSpec(evaluations=[{"name": "toy_norm", "label": "vector length", "split": "train",
+                                         "data": {"train_paths": [str(_texts(tmp_path))], "validation_fraction": 0.0},
+                                         "max_seq_length": 32}])
+    (probe,) = general_probes(pack, tiny_bert, tiny_bert, "biencoder")
+    assert probe.name == "vector length" and probe.candidate == probe.comparator < 0 and probe.drop == 0.0

@@ -25,6 +25,7 @@ from lmplatform.config.schema import DataConfig
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.sampling import sample_texts
 from lmplatform.data.sts_pairs import read_pairs_jsonl
+from lmplatform.evaluation.registry import evaluation_spec
 from lmplatform.evaluation.retrieval_validation import (
     attach_first_stage,
     build_retrieval_set,
@@ -211,7 +212,8 @@ def general_probes(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_
     """Every probe of the pack for both models (candidate first)."""
     probes: list[ProbeResult] = []
     embedding = not reranks(objective)
-    encoders = [load_ranker(candidate_dir, objective), load_ranker(comparator_dir, objective)] if embedding else []
+    encoders = ([load_ranker(candidate_dir, objective), load_ranker(comparator_dir, objective)]
+                if embedding and (pack.sts is not None or pack.paraphrase) else [])
     if pack.sts is not None:
         if embedding:
             cand, comp = _sts_probe(pack.sts, encoders)
@@ -226,6 +228,10 @@ def general_probes(pack: GeneralPackSpec, candidate_dir: str | Path, comparator_
             probes.append(ProbeResult("paraphrase_mrr_at_10", None, None, None, note="a re-ranker has no embeddings"))
     if pack.old_domain is not None:
         probes.append(_old_domain_probe(pack, candidate_dir, comparator_dir))
+    for evaluation in pack.evaluations:  # a registered evaluation's score, each model on its own
+        spec = evaluation_spec(evaluation.name)
+        cand, comp = (spec.evaluate_model(str(model), evaluation, None).score for model in (candidate_dir, comparator_dir))
+        probes.append(ProbeResult(evaluation.key, cand, comp, comp - cand))
     return probes
 
 

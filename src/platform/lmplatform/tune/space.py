@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides
 from lmplatform.evaluation.config import EvaluationConfig, load_evaluation_config
+from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
 from lmplatform.objectives.registry import objective_names
 from lmplatform.objectives.run_config import RunConfig, load_run_config
 from lmplatform.pipeline.config import load_pipeline_config
@@ -140,12 +141,16 @@ class GeneralPackSpec(Section):
         None, description="Old-domain text (a file of the earlier stage): masked-LM loss, only where both models "
         "carry a trained MLM head.")
     old_domain_texts: int = Field(128, ge=1)
+    evaluations: list[StageEvaluationConfig] = Field(
+        default_factory=list, description="Registered evaluations that score one model (as a pipeline stage's "
+        "evaluations: retrieval, old_domain_mlm_loss, or one registered outside the package), each a probe on its "
+        "score (higher is better), named by its label.")
     tolerance: float = Field(0.01, ge=0.0, description="Largest allowed drop of any probe (loss: largest rise).")
 
     @model_validator(mode="after")
     def _has_a_probe(self) -> "GeneralPackSpec":
-        if self.sts is None and not self.paraphrase and self.old_domain is None:
-            raise ValueError("a general pack needs at least one probe: sts, paraphrase or old_domain")
+        if self.sts is None and not self.paraphrase and self.old_domain is None and not self.evaluations:
+            raise ValueError("a general pack needs at least one probe: sts, paraphrase, old_domain or evaluations")
         return self
 
 
