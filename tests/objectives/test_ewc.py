@@ -136,7 +136,7 @@ def test_large_lambda_keeps_parameters_near_the_anchor() -> None:
     assert held < 0.2 * free
 
 
-def test_save_load_roundtrip_and_mlflow_artifact(mlm_parts, tmp_path: Path) -> None:
+def test_save_load_roundtrip_and_mlflow_artifact(mlm_parts, tmp_path: Path, mlflow_uri: str) -> None:
     from lmplatform.tracking.mlflow_tracking import TrackedRun
 
     fisher = _mlm_fisher(mlm_parts)
@@ -145,7 +145,7 @@ def test_save_load_roundtrip_and_mlflow_artifact(mlm_parts, tmp_path: Path) -> N
     assert loaded.metadata == fisher.metadata and loaded.metadata["loss"] == "mlm"
     assert all(torch.equal(loaded.values[k], v) for k, v in fisher.values.items())
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     run = TrackedRun.start(uri, "tests", "fisher")
     artifact = fisher.log_to_mlflow(run, path)
     run.finish()
