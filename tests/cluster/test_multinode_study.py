@@ -29,10 +29,12 @@ def _space(tmp_path: Path, tiny_bert: Path, mlflow_uri: str) -> Path:
                 "model": {"max_seq_length": 32},
                 "data": {"train_paths": ["stage:data/train"], "validation_paths": ["stage:data/dev"]},
                 "objective": {"name": "biencoder"},
-                "optim": {"batch_size": 4, "max_steps": 40, "lr": 1e-3},
+                # Long enough that both trials train at once whatever the skew of their start-ups (seconds apart on
+                # a loaded machine): at 40 steps the first could finish before the second's first checkpoint.
+                "optim": {"batch_size": 4, "max_steps": 240, "lr": 1e-3},
                 "scaling": {"cpus_per_worker": 1},
-                "checkpoint": {"every_n_steps": 5, "max_failures": 0},  # a lost node fails the trial
-                "tracking": {"log_every_n_steps": 5, "eval_every_n_steps": 20}}},
+                "checkpoint": {"every_n_steps": 10, "max_failures": 0},  # a lost node fails the trial
+                "tracking": {"log_every_n_steps": 10, "eval_every_n_steps": 120}}},
         ],
     }
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
@@ -64,13 +66,17 @@ def test_two_pipeline_trials_overlap_on_two_nodes_and_a_lost_node_is_finished_af
 
     def kill_one_trial_node_while_both_train() -> None:
         deadline = time.time() + 400
+        shared = tmp_path / "shared"
         while time.time() < deadline:
+            # Each trial has a checkpoint its restart can resume from, whichever of the two loses its node. Checked
+            # first: reading the snapshot files is cheap, a State API call takes seconds on a loaded machine.
+            trials_with_a_checkpoint = [p for p in shared.iterdir() if committed_checkpoint_steps(p)] if shared.is_dir() else []
+            if len(trials_with_a_checkpoint) < 2:
+                time.sleep(0.05)
+                continue
             workers = _alive_workers(local_cluster, before)
             nodes = [local_cluster.node_by_id(w["node_id"]).name for w in workers]
-            # Each trial has a checkpoint its restart can resume from, whichever of the two loses its node.
-            shared = tmp_path / "shared"
-            trials_with_a_checkpoint = [p for p in shared.iterdir() if committed_checkpoint_steps(p)] if shared.is_dir() else []
-            if len(workers) == 2 and len(trials_with_a_checkpoint) == 2:
+            if len(workers) == 2:
                 seen["overlap_nodes"] = nodes  # two trials' workers alive at once
                 victim = next((n for n in nodes if n in WORKER_NODES), None)
                 if victim is not None:
@@ -112,4 +118,4 @@ def test_two_pipeline_trials_overlap_on_two_nodes_and_a_lost_node_is_finished_af
             f"{name}: {train}\n{first.stdout[-4000:]}\n--- resumed:\n{resumed.stdout[-6000:]}")
         assert data.status == FINISHED and data == states[name].stages["data"]  # its pairs stage was not run again
         resumed_from = client.get_metric_history(train.mlflow_run_id, "resumed_from_step")
-        assert resumed_from and resumed_from[0].value >= 5  # from a checkpoint taken before the node died
+        assert resumed_from and resumed_from[0].value >= 10  # from a checkpoint taken before the node died

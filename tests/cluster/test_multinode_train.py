@@ -61,7 +61,9 @@ def _node_names(cluster: LocalCluster, actors: list[dict]) -> list[str]:
 def test_two_workers_on_two_nodes_checkpoint_to_shared_storage_and_recover_from_a_killed_node(
     local_cluster, tiny_bert, mlflow_uri, tmp_path
 ) -> None:
-    every, max_steps = 10, 50
+    # 15 checkpoints: the kill must land after the controller has committed one and before the run ends, and the
+    # controller's commits lag the workers' steps by seconds when the machine is loaded.
+    every, max_steps = 10, 150
     before = {a["actor_id"] for a in local_cluster.state_actors(TRAIN_WORKER)}
     job = _job(tmp_path, tiny_bert, mlflow_uri, optim__max_steps=max_steps,
                checkpoint__every_n_steps=every, checkpoint__max_failures=2, tracking__log_every_n_steps=every)
@@ -72,16 +74,21 @@ def test_two_workers_on_two_nodes_checkpoint_to_shared_storage_and_recover_from_
         # record a restarted worker group resumes from. A worker's report returns once the
         # files are written, before the controller registers them; a kill in that window
         # loses the checkpoint, so the worker's own log is not proof enough.
+        # The workers stay where they were placed until a failure, so their nodes are looked up once (a State API
+        # call takes seconds on a loaded machine) and the commit is then polled from the snapshot file alone.
         deadline = time.time() + 600
-        while time.time() < deadline:
+        alive: list[dict] = []
+        while len(alive) < 2 and time.time() < deadline:
             alive = [a for a in _train_workers(local_cluster, before) if a["state"] == "ALIVE"]
-            victims = [n for n in _node_names(local_cluster, alive) if n in WORKER_NODES]
+            time.sleep(0.1)
+        victims = [n for n in _node_names(local_cluster, alive) if n in WORKER_NODES]
+        while victims and time.time() < deadline:
             committed = committed_checkpoint_steps(tmp_path / "shared")
-            if victims and committed and max(committed) < max_steps:
+            if committed and max(committed) < max_steps:
                 killed.update(node=victims[0], pid=local_cluster.kill_node(victims[0]),
                               committed_step=max(committed), workers=alive)
                 return
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     killer = threading.Thread(target=kill_a_worker_node_after_first_checkpoint, daemon=True)
     killer.start()

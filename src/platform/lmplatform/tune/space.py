@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import math
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, TypeVar, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -26,6 +26,8 @@ from lmplatform.retrieval.settings import RetrievalValidationConfig
 from lmplatform.runtime import project_root
 from lmplatform.tracking.mlflow_tracking import flatten
 from lmplatform.tune.metrics import is_corpus_metric, pipeline_reported_metrics, reported_metrics
+
+T = TypeVar("T")
 
 
 class SpaceError(ConfigError):
@@ -423,6 +425,21 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
     return loaded
 
 
+def _load_base(loaded: LoadedSpace, lines: _Lines, field: str, what: str,
+               load: Callable[[Path, list[str]], T]) -> tuple[T, Callable[[str], T]]:
+    """The space's base config (the file its `field` names) with the space's overrides, and a loader of it with one
+    override more, for the parameters' checks; a missing file or an invalid result is a SpaceError."""
+    path = resolve_project_path(getattr(loaded.space, field) or "")
+    if not path.is_file():
+        raise SpaceError(f"{_where(loaded.path, lines, (field,))}: {field} {getattr(loaded.space, field)!r} not found ({path})")
+    try:
+        base = load(path, loaded.base_overrides)
+    except ConfigError as exc:
+        raise SpaceError(f"{_where(loaded.path, lines, ('overrides',))}: {what} with the space's overrides is "
+                         f"invalid:\n{exc}") from None
+    return base, lambda override: load(path, [*loaded.base_overrides, override])
+
+
 def _check_values(loaded: LoadedSpace, lines: _Lines, name: str, param: Parameter, what: str,
                   load: Callable[[str], object]) -> None:
     """Each sampled extreme of a parameter, applied as an override by `load`, must give a valid config."""
@@ -442,17 +459,9 @@ def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
             f"{_where(source, lines, ('requires',))}: this study needs objective(s) {', '.join(missing)}, "
             f"which this installation does not have; available objectives: {', '.join(sorted(objective_names()))}"
         )
-    base_path = loaded.base_config_path
-    if not base_path.is_file():
-        raise SpaceError(f"{_where(source, lines, ('base_config',))}: base_config {space.base_config!r} not found ({base_path})")
-    try:
-        loaded.base = load_run_config(base_path, loaded.base_overrides)
-    except ConfigError as exc:
-        raise SpaceError(f"{_where(source, lines, ('overrides',))}: "
-                         f"the base run config with the space's overrides is invalid:\n{exc}") from None
+    loaded.base, with_override = _load_base(loaded, lines, "base_config", "the base run config", load_run_config)
     for name, param in space.parameters.items():
-        _check_values(loaded, lines, name, param, f"the base run config {space.base_config}",
-                      lambda override: load_run_config(base_path, [*loaded.base_overrides, override]))
+        _check_values(loaded, lines, name, param, f"the base run config {space.base_config}", with_override)
         _check_conditions(loaded, lines, name, param)
     objective = loaded.base.objective.name
     allowed = reported_metrics(loaded.base)
@@ -472,14 +481,8 @@ def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
     """Every parameter must address a stage field the base pipeline accepts, with its sampled values; every
     target must be a metric some stage reports (`<stage>/<metric>`)."""
     space, source = loaded.space, loaded.path
-    path = loaded.base_pipeline_path
-    if not path.is_file():
-        raise SpaceError(f"{_where(source, lines, ('base_pipeline',))}: base_pipeline {space.base_pipeline!r} not found ({path})")
-    try:
-        loaded.base_pipeline = load_pipeline_config(path, loaded.base_overrides)
-    except ConfigError as exc:
-        raise SpaceError(f"{_where(source, lines, ('overrides',))}: the base pipeline with the space's overrides is "
-                         f"invalid:\n{exc}") from None
+    loaded.base_pipeline, with_override = _load_base(loaded, lines, "base_pipeline", "the base pipeline",
+                                                     load_pipeline_config)
     stages = [stage.name for stage in loaded.base_pipeline.stages]
     for name, param in space.parameters.items():
         parts = name.split(".")
@@ -487,8 +490,7 @@ def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
             raise SpaceError(f"{_where(source, lines, ('parameters', name))}: parameter {name!r} names no stage of "
                              f"{space.base_pipeline}; its stages: {', '.join(stages)} (address a field as "
                              "stages.<stage>.<field>..., e.g. stages.<stage>.run.optim.lr)")
-        _check_values(loaded, lines, name, param, f"the base pipeline {space.base_pipeline}",
-                      lambda override: load_pipeline_config(path, [*loaded.base_overrides, override]))
+        _check_values(loaded, lines, name, param, f"the base pipeline {space.base_pipeline}", with_override)
         for cond in param.when:
             if cond not in space.parameters:
                 raise SpaceError(f"{_where(source, lines, ('parameters', name, 'when', cond))}: condition on {cond!r}, "
@@ -517,18 +519,10 @@ def _check_evaluation_space(loaded: LoadedSpace, lines: _Lines) -> None:
     """Every parameter must address a field of the base evaluation config with each sampled value; every target must
     name one of its tasks and that task's datasets (a report's metrics are <task>.<dataset>...)."""
     space, source = loaded.space, loaded.path
-    path = loaded.base_evaluation_path
-    if not path.is_file():
-        raise SpaceError(f"{_where(source, lines, ('base_evaluation',))}: base_evaluation {space.base_evaluation!r} not "
-                         f"found ({path})")
-    try:
-        loaded.base_evaluation = load_evaluation_config(path, loaded.base_overrides)
-    except ConfigError as exc:
-        raise SpaceError(f"{_where(source, lines, ('overrides',))}: the base evaluation with the space's overrides is "
-                         f"invalid:\n{exc}") from None
+    loaded.base_evaluation, with_override = _load_base(loaded, lines, "base_evaluation", "the base evaluation",
+                                                       load_evaluation_config)
     for name, param in space.parameters.items():
-        _check_values(loaded, lines, name, param, f"the base evaluation {space.base_evaluation}",
-                      lambda override: load_evaluation_config(path, [*loaded.base_overrides, override]))
+        _check_values(loaded, lines, name, param, f"the base evaluation {space.base_evaluation}", with_override)
     datasets = {task.task: [ds.name for ds in task.datasets] for task in loaded.base_evaluation.tasks}
     for index, target in enumerate(space.targets):
         key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
