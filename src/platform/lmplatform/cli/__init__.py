@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from lmplatform.cli import behavioural, config, data, evaluate, export, graph, models, pipeline, run, serve, tune
+from lmplatform.runtime import apply_runtime_defaults
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="lmplatform: adapt, tune, track and serve text encoders on Ray.")
@@ -18,8 +19,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 @app.callback()
 def _runtime_defaults() -> None:
     """Offline and loopback defaults for this process and every Ray process it starts (user settings win)."""
-    from lmplatform.runtime import apply_runtime_defaults
-
     apply_runtime_defaults()
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 
+from lmplatform.config.loader import ConfigError
+from lmplatform.data.readers import DataError
+from lmplatform.models.resolve import ModelNotFoundError
+
 console = Console(stderr=True)
 RunConfigSetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")
 
@@ -19,8 +23,4 @@ def fail(message: str, code: int = 2) -> None:
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Errors that are the user's input, reported in one line instead of a traceback."""
-    from lmplatform.config.loader import ConfigError
-    from lmplatform.data.readers import DataError
-    from lmplatform.models.resolve import ModelNotFoundError
-
     return (ConfigError, DataError, ModelNotFoundError, FileNotFoundError)

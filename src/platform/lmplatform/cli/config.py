@@ -9,7 +9,7 @@ import typer
 
 from lmplatform.cli.common import RunConfigSetOption, fail
 from lmplatform.config.loader import ConfigError
-from lmplatform.objectives.run_config import load_run_config
+from lmplatform.objectives.run_config import RunConfig, load_run_config
 
 app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs.")
 
@@ -17,8 +17,6 @@ app = typer.Typer(no_args_is_help=True, help="Inspect and validate run configs."
 @app.command("schema")
 def config_schema() -> None:
     """Print the JSON schema of the run config."""
-    from lmplatform.objectives.run_config import RunConfig
-
     typer.echo(json.dumps(RunConfig.model_json_schema(), indent=2))
 
 

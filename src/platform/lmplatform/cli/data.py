@@ -8,6 +8,9 @@ from typing import List, Optional
 import typer
 
 from lmplatform.cli.common import RunConfigSetOption, fail, user_errors
+from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
+from lmplatform.evaluation.tasks.retrieval.data import write_split_pairs
+from lmplatform.objectives.run_config import load_run_config
 
 DEFAULT_MAX_SPANS = [4, 8, 16, 32, 64, 128]
 
@@ -21,7 +24,6 @@ def data_report(
 ) -> None:
     """Scan a run's corpus: rows, bad rows with file and line, duplicates, split sizes."""
     from lmplatform.data.corpus import scan_corpus
-    from lmplatform.objectives.run_config import load_run_config
 
     try:
         cfg = load_run_config(config, overrides or [])
@@ -50,7 +52,6 @@ def span_report_command(
     from lmplatform.data.corpus import scan_corpus
     from lmplatform.models.encoder import load_tokenizer
     from lmplatform.objectives.declutr.spans import span_report
-    from lmplatform.objectives.run_config import load_run_config
 
     try:
         cfg = load_run_config(config, overrides or [])
@@ -96,9 +97,6 @@ def pairs_command(
 ) -> None:
     """Pair files for the bi-encoder and cross-encoder: one row per duplicate relation of each split, with the
     duplicate group (over all splits) in `group`, for data.group_field."""
-    from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
-    from lmplatform.evaluation.tasks.retrieval.data import write_split_pairs
-
     dataset = RetrievalDataset(name="pairs", corpus=str(corpus), relations=str(relations), id_field=id_field,
                                query_id_field=query_id_field, target_id_field=target_id_field, split_field=split_field)
     try:

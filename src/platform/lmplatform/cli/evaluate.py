@@ -7,6 +7,10 @@ from typing import List, Optional
 
 import typer
 
+from lmplatform.config.loader import ConfigError
+from lmplatform.evaluation.config import load_evaluation_config
+from lmplatform.evaluation.runner import run_evaluation
+
 app = typer.Typer(no_args_is_help=True, help="Evaluate models: retrieval, STS and classification metrics, reports, MLflow.")
 EvaluationSetOption = typer.Option(None, "--set", help="Override a field, a list entry by name: --set output_dir=runs/eval/x, "
                                    "--set tasks.retrieval.retrievers.minilm.batch_size=32 (repeatable).")
@@ -24,9 +28,6 @@ def evaluate_run(
 ) -> None:
     """Run every task of the config; write report.json, report.md and PNGs; log them to MLflow."""
     from lmplatform.cli.common import fail, user_errors
-    from lmplatform.evaluation.config import load_evaluation_config
-    from lmplatform.evaluation.runner import run_evaluation
-
     extra = list(overrides or [])
     if output_dir:
         extra.append(f"output_dir={output_dir}")
@@ -56,9 +57,6 @@ def evaluate_validate(
     import yaml
 
     from lmplatform.cli.common import fail
-    from lmplatform.config.loader import ConfigError
-    from lmplatform.evaluation.config import load_evaluation_config
-
     try:
         cfg = load_evaluation_config(config, overrides or [])
     except ConfigError as exc:

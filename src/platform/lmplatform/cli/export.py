@@ -6,6 +6,10 @@ from typing import Optional
 
 import typer
 
+from lmplatform.models.kind import CROSS_ENCODER
+from lmplatform.models.resolve import download_model
+from lmplatform.runtime import resolve_tracking_uri
+
 
 def export(
     model: str = typer.Option(..., "--model", "-m", help="models:/<name>@<alias>, models:/<name>/<version>, runs:/..., "
@@ -25,7 +29,6 @@ def export(
 
     from lmplatform.cli.common import fail, user_errors
     from lmplatform.models.export import FORMATS, ExportError, export_model
-    from lmplatform.models.kind import CROSS_ENCODER
     from lmplatform.models.openvino_backend import MissingExtra, read_calibration_texts
 
     if fmt not in FORMATS:
@@ -47,8 +50,6 @@ def export(
             if run_id is None:
                 fail(f"--log needs a models:/ or runs:/ model (its run receives the export); {model} is neither")
         if model.startswith(("models:/", "runs:/")) and tracking_uri:
-            from lmplatform.models.resolve import download_model
-
             model = str(download_model(model, tracking_uri))
         result = export_model(model, fmt, out, calibration=texts)  # type: ignore[arg-type]
     except (*user_errors(), ExportError, MissingExtra, MlflowException) as exc:
@@ -74,7 +75,6 @@ def export(
     if run_id is not None:
         from mlflow.tracking import MlflowClient
 
-        from lmplatform.runtime import resolve_tracking_uri
         from lmplatform.tracking.exports import log_export
 
         uri = log_export(MlflowClient(resolve_tracking_uri(tracking_uri)), run_id, result)

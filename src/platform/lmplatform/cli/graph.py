@@ -7,6 +7,11 @@ from typing import List, Optional
 
 import typer
 
+from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
+from lmplatform.graph.data import read_ade, read_folds, split_fold
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.runtime import resolve_tracking_uri
+
 app = typer.Typer(no_args_is_help=True, help="Graph contrastive learning: relation data and KNN NER / RE evaluation.")
 
 
@@ -18,7 +23,6 @@ def inspect_data(
 ) -> None:
     """Validate sentences (spans, relations, tokens) and print counts, bad rows and fold sizes."""
     from lmplatform.cli.common import fail, user_errors
-    from lmplatform.graph.data import read_ade, read_folds, split_fold
 
     try:
         sentences, report = read_ade(paths, "fail" if fail_on_bad_row else "skip")
@@ -45,9 +49,7 @@ def evaluate(
 ) -> None:
     """KNN NER / RE / RE- macro-F1 (k chosen per fold), linear probes and CLGS accuracy; one Ray task per fold."""
     from lmplatform.cli.common import fail, user_errors
-    from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
     from lmplatform.evaluation.relations import RelationEvalConfig, run_cross_validation
-    from lmplatform.runtime import resolve_tracking_uri
 
     try:
         cfg = parse_config(apply_overrides(read_yaml(config), overrides or []), RelationEvalConfig, source=str(config))
@@ -55,8 +57,6 @@ def evaluate(
             if not Path(path).is_file():
                 raise FileNotFoundError(f"{path} not found (from {config})")
         if address and not local:
-            from lmplatform.ray_runtime import ensure_ray
-
             ensure_ray(address)
         summary = run_cross_validation(cfg, output, resolve_tracking_uri(tracking_uri), experiment, run_name, parallel=not local)
     except user_errors() as exc:

@@ -7,6 +7,10 @@ from typing import Any, Optional
 
 import typer
 
+from lmplatform.runtime import resolve_tracking_uri
+from lmplatform.tracking.model_card import read_model_card, write_model_card
+from lmplatform.tracking.version_tags import DECISION_TAG, FINGERPRINT_TAG, METRIC_TAG, REASON_TAG, VALUE_TAG
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The MLflow model registry.")
 
 
@@ -14,7 +18,6 @@ def model_versions(tracking_uri: str, name: Optional[str] = None) -> list[dict[s
     """Every version (of `name`, or of every registered model), newest first, with aliases and metric tags."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tracking.version_tags import FINGERPRINT_TAG, METRIC_TAG, VALUE_TAG
 
     client = MlflowClient(tracking_uri)
     names = [name] if name else sorted(m.name for m in client.search_registered_models())
@@ -45,7 +48,6 @@ def list_models(
     from rich.table import Table
 
     from lmplatform.cli.common import fail
-    from lmplatform.runtime import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
@@ -76,7 +78,6 @@ def champion_explanation(tracking_uri: str, name: str, version: Optional[str] = 
     """Why `version` (default: the newest) of `name` does or does not hold `alias`, from the gate's tags."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tracking.version_tags import DECISION_TAG, REASON_TAG
     from lmplatform.tune.gate import GATE_TAG
 
     client = MlflowClient(tracking_uri)
@@ -110,7 +111,6 @@ def why(
     from mlflow.exceptions import MlflowException
 
     from lmplatform.cli.common import fail
-    from lmplatform.runtime import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
@@ -134,9 +134,6 @@ def card(
     from mlflow.tracking import MlflowClient
 
     from lmplatform.cli.common import fail
-    from lmplatform.runtime import resolve_tracking_uri
-    from lmplatform.tracking.model_card import read_model_card, write_model_card
-
     uri = resolve_tracking_uri(tracking_uri)
     try:
         if version is None:
@@ -164,9 +161,6 @@ def promote(
     from mlflow.tracking import MlflowClient
 
     from lmplatform.cli.common import fail
-    from lmplatform.runtime import resolve_tracking_uri
-    from lmplatform.tracking.version_tags import DECISION_TAG, REASON_TAG
-
     uri = resolve_tracking_uri(tracking_uri)
     client = MlflowClient(uri)
     try:

@@ -7,6 +7,12 @@ from typing import List, Optional
 
 import typer
 
+from lmplatform.config.loader import ConfigError
+from lmplatform.pipeline.config import load_pipeline_config
+from lmplatform.pipeline.state import PipelineState
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.runtime import resolve_storage_path
+
 app = typer.Typer(no_args_is_help=True, help="Multi-stage pipelines (domain MLM -> task, EWC, forgetting).")
 PipelineSetOption = typer.Option(
     None, "--set", help="pipeline field (tracking.experiment=x) or stages.<stage>.<section>.<field>=v; repeatable.")
@@ -21,9 +27,7 @@ def pipeline_run(
 ) -> None:
     """Run every stage as a Ray Train run nested under one MLflow parent run."""
     from lmplatform.cli.common import fail, user_errors
-    from lmplatform.pipeline.config import load_pipeline_config
     from lmplatform.pipeline.runner import run_pipeline
-    from lmplatform.ray_runtime import ensure_ray
 
     try:
         cfg = load_pipeline_config(config, overrides or [])
@@ -53,9 +57,6 @@ def pipeline_validate(
 ) -> None:
     """Validate a pipeline and every stage's run config; print the stage plan."""
     from lmplatform.cli.common import fail
-    from lmplatform.config.loader import ConfigError
-    from lmplatform.pipeline.config import load_pipeline_config
-
     try:
         cfg = load_pipeline_config(config, overrides or [])
     except ConfigError as exc:
@@ -81,9 +82,6 @@ def pipeline_status(
 ) -> None:
     """Print a pipeline run's state file (which stages finished, their models, errors)."""
     from lmplatform.cli.common import fail
-    from lmplatform.pipeline.state import PipelineState
-    from lmplatform.runtime import resolve_storage_path
-
     path = PipelineState.path(Path(resolve_storage_path(storage_path)) / run_name)
     if not path.is_file():
         fail(f"no pipeline state at {path}")

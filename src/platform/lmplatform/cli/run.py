@@ -9,6 +9,7 @@ import typer
 
 from lmplatform.cli.common import RunConfigSetOption, fail, user_errors
 from lmplatform.objectives.run_config import load_run_config
+from lmplatform.ray_runtime import ensure_ray
 
 app = typer.Typer()
 
@@ -22,7 +23,6 @@ def train(
 ) -> None:
     """Train with one objective as a Ray Train job, tracked in MLflow."""
     from lmplatform.jobs.train_run import run_training
-    from lmplatform.ray_runtime import ensure_ray
 
     try:
         cfg = load_run_config(config, overrides or [])

@@ -10,6 +10,10 @@ from typing import List, Optional
 
 import typer
 
+from lmplatform.ray_runtime import ensure_ray
+from lmplatform.serving.access_log import ACCESS_LOG_ENV
+from lmplatform.serving.settings import ServeConfigError
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Serve the champion encoder with Ray Serve.")
 
 
@@ -17,7 +21,6 @@ def _errors() -> tuple[type[BaseException], ...]:
     from lmplatform.cli.common import user_errors
     from lmplatform.serving.control import ServeControlError
     from lmplatform.serving.release import ReleaseError
-    from lmplatform.serving.settings import ServeConfigError
 
     return (*user_errors(), ServeConfigError, ReleaseError, ServeControlError)
 
@@ -47,7 +50,6 @@ def run(
 ) -> None:
     """Validate, deploy on 127.0.0.1 and keep serving until Ctrl-C (the bearer token comes from $LMP_SERVE_TOKEN)."""
     from lmplatform.cli.common import fail
-    from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
     from lmplatform.serving.launch import launch, plan_launch
 
@@ -62,8 +64,6 @@ def run(
         if direct_ingress and not address:
             os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"  # read by every Ray process at start
         if verbose:
-            from lmplatform.serving.access_log import ACCESS_LOG_ENV
-
             os.environ[ACCESS_LOG_ENV] = "1"  # an embedded Ray's replicas inherit it
             # A cluster's replicas get it from the app's runtime env (Serve merges env_vars into the job's).
             plan.app.setdefault("runtime_env", {}).setdefault("env_vars", {})[ACCESS_LOG_ENV] = "1"
@@ -112,7 +112,6 @@ def reload(
 ) -> None:
     """Move the running application to the version its alias names now; requests keep being answered."""
     from lmplatform.cli.common import fail
-    from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
 
     try:
@@ -132,7 +131,6 @@ def rebuild(
     """Rebuild the index of the version the alias names now from the documents served now (base corpus, upserts,
     no deletions) with a Ray Data job, log it with the version, and hot-reload onto it (needs live.dir)."""
     from lmplatform.cli.common import fail
-    from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
 
     try:
@@ -151,7 +149,6 @@ def status(
 ) -> None:
     """Application and deployment states, replicas, and the model version being served."""
     from lmplatform.cli.common import fail
-    from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
 
     try:

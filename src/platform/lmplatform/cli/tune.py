@@ -6,6 +6,8 @@ from typing import List, Optional
 
 import typer
 
+from lmplatform.ray_runtime import ensure_ray
+
 
 def tune(
     space: Path = typer.Option(..., "--space", "-s", help="Search space YAML (tune_spaces/*.yaml)."),
@@ -27,7 +29,6 @@ def tune(
             typer.echo(f"{space}: ok ({len(loaded.space.parameters)} parameter(s), {loaded.space.num_samples} "
                        f"{loaded.space.trial} trial(s), target {loaded.space.metric} {loaded.space.mode})")
             return
-        from lmplatform.ray_runtime import ensure_ray
         from lmplatform.tune.tuner import run_study
 
         if address:
