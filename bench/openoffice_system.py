@@ -18,7 +18,7 @@ Quality: R@1/10/20, MRR@10, nDCG@10, MAP@100 with 95% bootstrap intervals; each 
 bootstrap interval. Time: the peer's `trainer.train()`, the recipe's pipeline, the whole study (its trials, and how
 many stages were reused), each on this machine.
 
-    python bench/openoffice_system.py [--data ../shared/data] [--study NAME] [--trials 12] [--toy]
+    python bench/openoffice_system.py [--data ../shared/data] [--study NAME [--reuse]] [--trials 12] [--toy]
 
 Writes bench/results/openoffice_system.json (openoffice_system_toy.json with --toy).
 """
@@ -138,6 +138,14 @@ def train_reranker(files: dict[str, Path], out: Path, tracking_uri: str, champio
     return {"model": result.state.stages["reranker"].model_dir, "seconds": time.perf_counter() - start}
 
 
+def newest(out: Path, pattern: str) -> Path:
+    """The model folder of the newest pipeline run under out/pipelines whose stage folder matches `pattern`."""
+    found = sorted((out / "pipelines").glob(f"{pattern}/model"))
+    if not found:
+        raise SystemExit(f"--reuse: no {pattern}/model under {out / 'pipelines'}: run the bench without --reuse first")
+    return found[-1]
+
+
 def dev_select(study: dict[str, Any]) -> Path:
     """The dev_select pairs of the study's best trial: where its system's settings were chosen."""
     from lmplatform.pipeline.state import PipelineState
@@ -240,10 +248,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--data", type=Path, default=SHARED_DATA, help="The shared data folder.")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "openoffice_system")
     parser.add_argument("--study", default=None, help="Score a study this bench already ran (its name) instead of running one.")
+    parser.add_argument("--reuse", action="store_true",
+                        help="With --study: score the peer, recipe and re-ranker models an earlier run left in --out "
+                             "instead of training them again (the rows are the same; the timing is the earlier run's).")
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--toy", action="store_true", help="A few pairs and steps: checks the script, measures nothing.")
     args = parser.parse_args(argv)
+    if args.reuse and args.study is None:
+        parser.error("--reuse needs --study: the study whose run left the models in --out")
 
     import ray
 
@@ -264,19 +277,26 @@ def main(argv: Optional[list[str]] = None) -> None:
     per_query: dict[str, dict[str, Any]] = {}
     timing: dict[str, Any] = {}
     per_query["MiniLM zero-shot"] = test.score("default", BUDGET["max_seq_length"])["per_query"]
-    peer = train_peer(files, args.out, max_steps)
-    timing[PEER] = {"seconds": peer["train_seconds"]}
+    if args.reuse:
+        peer = {"model": str(args.out / "peer-model")}
+        recipe = {"model": str(newest(args.out, "openoffice_recipe-*/biencoder-*"))}
+    else:
+        peer = train_peer(files, args.out, max_steps)
+        timing[PEER] = {"seconds": peer["train_seconds"]}
+        recipe = run_recipe(pipeline_spec(files, args.out, tracking_uri, "recipe", max_steps, max_distractors), args.out)
+        timing["shipped recipe"] = {"seconds": recipe["pipeline_seconds"]}
     per_query[PEER] = test.score(peer["model"], BUDGET["max_seq_length"])["per_query"]
-    recipe = run_recipe(pipeline_spec(files, args.out, tracking_uri, "recipe", max_steps, max_distractors), args.out)
-    timing["shipped recipe"] = {"seconds": recipe["pipeline_seconds"]}
     per_query["shipped recipe"] = test.score(recipe["model"], BUDGET["max_seq_length"])["per_query"]
 
     study = run_or_find_study(args, tracking_uri)
     timing["study"] = {"seconds": study["seconds"], "trials": len(study["trials"]), "stages_reused": study["stages_reused"]}
     model, settings = champion_system(study, tracking_uri)
     corpus = files["corpus"]
-    reranker = train_reranker(files, args.out, tracking_uri, model, corpus, max_steps, max_distractors)
-    timing["re-ranker"] = {"seconds": reranker["seconds"]}
+    if args.reuse:
+        reranker = {"model": str(newest(args.out, "openoffice_reranker-*/cross_encoder-*"))}
+    else:
+        reranker = train_reranker(files, args.out, tracking_uri, model, corpus, max_steps, max_distractors)
+        timing["re-ranker"] = {"seconds": reranker["seconds"]}
     reranking, reranking_tried = choose_reranking(model, reranker["model"], settings, dev_select(study), corpus,
                                                   max_distractors)
     scorer = load_scorer(model, test.rset, test.cfg, reranker["model"], BUDGET["max_seq_length"])
@@ -321,6 +341,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             "study_at_most_90_minutes_with_12_trials": study["seconds"] <= 5400 and len(study["trials"]) >= 12,
         },
     }
+    if args.reuse:
+        payload["note"] = (f"the peer, recipe and re-ranker models were trained by an earlier run of this bench and scored "
+                           f"here (--study {study['name']} --reuse): timing has the study only")
     print(table(rows), flush=True)
     for name, diff in minus_peer.items():
         print(f"[bench] {name} - peer: " + ", ".join(f"{m[3:]} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"

@@ -1,3 +1,4 @@
+import random
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,27 @@ def test_a_long_pair_keeps_both_texts(tiny_bert: Path) -> None:
     ids = model.tokenize(["printer " * 100], ["scanner " * 100])["input_ids"][0].tolist()
     printer, scanner = model.tokenizer.convert_tokens_to_ids(["printer", "scanner"])
     assert len(ids) == 32 and sorted([ids.count(printer), ids.count(scanner)]) == [14, 15]  # 29 after [CLS] and two [SEP], halved
+
+
+def test_cutting_long_texts_first_gives_the_pairs_the_whole_texts_give(tiny_bert: Path) -> None:
+    """Pair truncation of two long texts is quadratic in the tokenizer, so each side is cut first: the ids must be
+    those of the whole texts, including which side keeps the odd token when both are long (the longer one)."""
+    model = CrossEncoder.from_pretrained(tiny_bert, max_seq_length=16)
+    rng = random.Random(0)
+    words = ["disk", "full", "printer", "scanner's", "crash", "x1y2", "é", "漢字", "don't", "backup"]
+
+    def text() -> str:
+        return " ".join(rng.choice(words) for _ in range(rng.choice([0, 1, 6, 7, 20, 40, 41, 90])))
+
+    cut = 0
+    for _ in range(50):
+        queries, documents = [text() for _ in range(6)], [text() for _ in range(6)]
+        whole = model.tokenizer(queries, documents, padding=True, truncation="longest_first", max_length=16,
+                                return_tensors="pt")
+        ours = model.tokenize(queries, documents)
+        assert set(ours) == set(whole) and all(ours[k].equal(whole[k]) for k in whole)
+        cut += sum(a != b for a, b in zip(model._cut(queries, documents)[0], queries))
+    assert cut > 0  # the texts were long enough to be cut
 
 
 def test_the_head_is_the_classifier_and_the_pooler(tiny_bert: Path) -> None:
