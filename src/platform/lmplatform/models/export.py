@@ -28,17 +28,15 @@ from typing import TYPE_CHECKING, Literal, Optional, Sequence
 
 from lmplatform.models.kind import CROSS_ENCODER, ENCODER, ModelKind
 from lmplatform.models.onnx_backend import export_onnx, quantize_onnx
+from lmplatform.models.openvino_backend import OPENVINO_KEEP_FP32, export_openvino, quantize_openvino
 from lmplatform.models.resolve import resolve_model_path
+from lmplatform.models.sentence_transformers_layout import write_sentence_transformers_modules
 
 if TYPE_CHECKING:
     from lmplatform.models.encoder import Encoder
 
 ExportFormat = Literal["sentence-transformers", "onnx", "onnx-int8", "openvino", "openvino-int8"]
 FORMATS: tuple[str, ...] = ("sentence-transformers", "onnx", "onnx-int8", "openvino", "openvino-int8")
-# The sentence-transformers module classes named in modules.json (stable import paths since v2).
-_TRANSFORMER = "sentence_transformers.models.Transformer"
-_POOLING = "sentence_transformers.models.Pooling"
-_NORMALIZE = "sentence_transformers.models.Normalize"
 _SIGMOID = "torch.nn.modules.activation.Sigmoid"
 
 
@@ -97,8 +95,6 @@ def export_model(model: str | Path, fmt: ExportFormat, out: str | Path, keep_fp3
     if fmt == "sentence-transformers":
         result = write_sentence_transformers(encoder, out)
     elif fmt.startswith("openvino"):
-        from lmplatform.models.openvino_backend import OPENVINO_KEEP_FP32
-
         result = write_openvino(encoder, out, calibration if fmt == "openvino-int8" else None,
                                 OPENVINO_KEEP_FP32 if keep_fp32 is None else keep_fp32)
     else:
@@ -119,32 +115,6 @@ def write_sentence_transformers(encoder: "Encoder", out: Path, normalize: bool =
     return ExportResult("sentence-transformers", ENCODER, out, _files(out),
                         [f"{encoder.pooling} pooling{', normalised' if normalize else ''}, "
                          f"max_seq_length {encoder.max_seq_length}"])
-
-
-def write_sentence_transformers_modules(encoder: "Encoder", out: Path, normalize: bool) -> None:
-    """The files that tell sentence-transformers how `encoder` pools, normalises and truncates."""
-    (out / "sentence_bert_config.json").write_text(json.dumps(
-        {"max_seq_length": encoder.max_seq_length, "do_lower_case": False}, indent=2))
-    pooling = out / "1_Pooling"
-    pooling.mkdir()
-    (pooling / "config.json").write_text(json.dumps({
-        "word_embedding_dimension": encoder.dim,
-        "pooling_mode_cls_token": encoder.pooling == "cls",
-        "pooling_mode_mean_tokens": encoder.pooling == "mean",
-        "pooling_mode_max_tokens": encoder.pooling == "max",
-        "pooling_mode_mean_sqrt_len_tokens": False,
-        "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False,
-        "include_prompt": True,
-    }, indent=2))
-    modules = [{"idx": 0, "name": "0", "path": "", "type": _TRANSFORMER},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": _POOLING}]
-    if normalize:
-        (out / "2_Normalize").mkdir()
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": _NORMALIZE})
-    (out / "modules.json").write_text(json.dumps(modules, indent=2))
-    (out / "config_sentence_transformers.json").write_text(json.dumps(
-        {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2))
 
 
 def write_cross_encoder(source: Path, out: Path, max_seq_length: int) -> ExportResult:
@@ -184,8 +154,6 @@ def write_onnx(encoder: "Encoder", out: Path, int8: bool, keep_fp32: Sequence[st
 def write_openvino(encoder: "Encoder", out: Path, calibration: Optional[Sequence[str]], keep_fp32: Sequence[str] = ()
                    ) -> ExportResult:
     """`encoder` as an OpenVINO folder: fp32, or only its static int8 variant when `calibration` texts are given."""
-    from lmplatform.models.openvino_backend import export_openvino, quantize_openvino
-
     if calibration is None:
         config = export_openvino(encoder, out)
         return ExportResult("openvino", ENCODER, out, _files(out), [f"{config.pooling} pooling and normalisation "

@@ -37,7 +37,6 @@ import numpy as np
 
 from lmplatform.data.fields import join_fields
 from lmplatform.data.readers import DataError
-from lmplatform.models.export import write_sentence_transformers_modules
 from lmplatform.models.graph import (
     OUTPUT,
     TOKEN_OUTPUT,
@@ -46,6 +45,7 @@ from lmplatform.models.graph import (
     trace_inputs,
     write_model_files,
 )
+from lmplatform.models.sentence_transformers_layout import write_sentence_transformers_modules
 
 if TYPE_CHECKING:
     from lmplatform.models.encoder import Encoder
