@@ -31,10 +31,10 @@ def _space(tmp_path: Path, tiny_bert: Path, mlflow_uri: str) -> Path:
                 "objective": {"name": "biencoder"},
                 # Long enough that both trials train at once whatever the skew of their start-ups (seconds apart on
                 # a loaded machine): at 40 steps the first could finish before the second's first checkpoint.
-                "optim": {"batch_size": 4, "max_steps": 240, "lr": 1e-3},
+                "optim": {"batch_size": 4, "max_steps": 160, "lr": 1e-3},
                 "scaling": {"cpus_per_worker": 1},
                 "checkpoint": {"every_n_steps": 10, "max_failures": 0},  # a lost node fails the trial
-                "tracking": {"log_every_n_steps": 10, "eval_every_n_steps": 120}}},
+                "tracking": {"log_every_n_steps": 10, "eval_every_n_steps": 80}}},
         ],
     }
     (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))

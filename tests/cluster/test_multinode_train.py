@@ -61,9 +61,9 @@ def _node_names(cluster: LocalCluster, actors: list[dict]) -> list[str]:
 def test_two_workers_on_two_nodes_checkpoint_to_shared_storage_and_recover_from_a_killed_node(
     local_cluster, tiny_bert, mlflow_uri, tmp_path
 ) -> None:
-    # 15 checkpoints: the kill must land after the controller has committed one and before the run ends, and the
+    # 10 checkpoints: the kill must land after the controller has committed one and before the run ends, and the
     # controller's commits lag the workers' steps by seconds when the machine is loaded.
-    every, max_steps = 10, 150
+    every, max_steps = 10, 100
     before = {a["actor_id"] for a in local_cluster.state_actors(TRAIN_WORKER)}
     job = _job(tmp_path, tiny_bert, mlflow_uri, optim__max_steps=max_steps,
                checkpoint__every_n_steps=every, checkpoint__max_failures=2, tracking__log_every_n_steps=every)
