@@ -429,7 +429,7 @@ def _load_base(loaded: LoadedSpace, lines: _Lines, field: str, what: str,
                load: Callable[[Path, list[str]], T]) -> tuple[T, Callable[[str], T]]:
     """The space's base config (the file its `field` names) with the space's overrides, and a loader of it with one
     override more, for the parameters' checks; a missing file or an invalid result is a SpaceError."""
-    path = resolve_project_path(getattr(loaded.space, field) or "")
+    path: Path = getattr(loaded, f"{field}_path")
     if not path.is_file():
         raise SpaceError(f"{_where(loaded.path, lines, (field,))}: {field} {getattr(loaded.space, field)!r} not found ({path})")
     try:
