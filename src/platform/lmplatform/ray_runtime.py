@@ -66,12 +66,13 @@ def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, se
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
         return
-    # The dashboard (on loopback) backs the State API that Ray Train's own
-    # monitors query; without it they log a warning every second.
+    # The dashboard (on loopback) backs the State API that Ray Train's own monitors query; without it
+    # they log a warning every second. None starts it where ray[default]'s packages are installed and
+    # runs without it on a minimal Ray (True refuses to start there: seen on a GPU machine, 27 Nov).
     ray.init(
         address="local",
         num_cpus=num_cpus,
-        include_dashboard=True,
+        include_dashboard=None,
         dashboard_host="127.0.0.1",
         logging_level=logging.WARNING,
         runtime_env=embedded_runtime_env(training_owns_node=not serving),
