@@ -199,7 +199,13 @@ def ray_cluster() -> Iterator["LocalCluster"]:
 
 
 @pytest.fixture(scope="module")
-def ray_session(ray_cluster):
+def ray_worker_env() -> dict[str, str]:
+    """Environment variables of this module's Ray workers, beyond lmplatform's own (a folder's conftest.py may add)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def ray_session(ray_cluster, ray_worker_env: dict[str, str]):
     """This test module's driver connection to the session's Ray.
 
     Each module gets a fresh driver (a new Ray job): a driver that lives through dozens of
@@ -212,7 +218,9 @@ def ray_session(ray_cluster):
 
     from lmplatform.ray_runtime import embedded_runtime_env, quiet_ray_data
 
-    ray.init(address=ray_cluster.address, logging_level=logging.WARNING, runtime_env=embedded_runtime_env())
+    runtime_env = embedded_runtime_env()
+    runtime_env["env_vars"] = {**runtime_env["env_vars"], **ray_worker_env}
+    ray.init(address=ray_cluster.address, logging_level=logging.WARNING, runtime_env=runtime_env)
     quiet_ray_data()
     yield ray
     ray.shutdown()

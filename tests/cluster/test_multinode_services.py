@@ -24,6 +24,7 @@ from lmplatform.serving.launch import DEFAULT_CONFIG
 from lmplatform.testing.local_cluster import LocalCluster, free_port
 from tests.cluster.conftest import ROOT, last_json, run_driver
 from tests.conftest import write_corpus
+from tests.serving.servable import QUICK_STOP
 
 # Ray Data names a map_batches pool's actor class after its operator: MapWorker(MapBatches(EncodeBatch)...)
 ENCODER_ACTOR = "MapWorker(MapBatches(EncodeBatch)"
@@ -105,9 +106,9 @@ def _serve_config(tmp: Path, port: int) -> Path:
     # The ingress and classifier take no CPU: a fraction on a node would leave it less than the
     # one CPU a retriever replica needs, and with one-CPU nodes a replica would never place.
     app["deployments"] = [
-        {"name": "ServeIngress", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
-        {"name": "RetrieverDeployment", "num_replicas": 2, "ray_actor_options": {"num_cpus": 1}},
-        {"name": "ClassifierDeployment", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0}},
+        {"name": "ServeIngress", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0}, **QUICK_STOP},
+        {"name": "RetrieverDeployment", "num_replicas": 2, "ray_actor_options": {"num_cpus": 1}, **QUICK_STOP},
+        {"name": "ClassifierDeployment", "num_replicas": 1, "ray_actor_options": {"num_cpus": 0}, **QUICK_STOP},
     ]
     path = tmp / "serve.yaml"
     path.write_text(yaml.safe_dump(raw))

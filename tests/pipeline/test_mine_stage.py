@@ -1,6 +1,6 @@
-"""A real `mine -> train` pipeline on the demo pairs with a tiny BERT: the mine stage encodes on Ray actors,
-searches exactly, writes and logs the pairs file; the next stage trains on it with group-aware batches. And
-`mine_pairs` where the queries are corpus documents too: each text is encoded once and the negatives stay right."""
+"""A real mine stage of a `mine -> train` pipeline on the demo pairs with a tiny BERT: it encodes on Ray actors,
+searches exactly, writes and logs the pairs file, which the next stage's run config reads with group-aware batches.
+And `mine_pairs` where the queries are corpus documents too: each text is encoded once and the negatives stay right."""
 from __future__ import annotations
 
 import json
@@ -16,12 +16,13 @@ from lmplatform.data.pairs import Pair
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
 
 
-def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
+def test_a_mine_stage_writes_the_pairs_the_next_stage_reads_in_group_aware_batches(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
     from mlflow.tracking import MlflowClient
 
     from lmplatform.evaluation.retrieval_validation import read_distractors
-    from lmplatform.pipeline.config import load_pipeline_config
-    from lmplatform.pipeline.runner import STAGE_TAG, run_pipeline
+    from lmplatform.objectives.registry import objective_spec
+    from lmplatform.pipeline.config import build_stage_config, load_pipeline_config
+    from lmplatform.pipeline.runner import STAGE_TAG, run_pipeline, stage_outputs
     from lmplatform.pipeline.state import FINISHED
     from lmplatform.retrieval.settings import DistractorConfig
 
@@ -46,10 +47,13 @@ def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow
     }
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(spec))
-    result = run_pipeline(load_pipeline_config(path))
+    cfg = load_pipeline_config(path)
+    # The mine stage alone: a bi-encoder stage's Ray Train run on a mine stage's pairs (with their hard negatives) is
+    # tests/tune/test_pipeline_trials.py's; group-aware batches on Train workers, test_group_batches_on_workers.py's.
+    result = run_pipeline(cfg.model_copy(update={"stages": [cfg.stage("mined")]}))
 
-    mined, trained = result.state.stages["mined"], result.state.stages["train"]
-    assert mined.status == trained.status == FINISHED and mined.model_dir is None
+    mined = result.state.stages["mined"]
+    assert mined.status == FINISHED and mined.model_dir is None
     rows = [json.loads(line) for line in Path(mined.output_path).read_text().splitlines()]
     assert len(rows) == 108 and all(len(row["hard_negatives"]) == 2 for row in rows)
     pairs = [Pair(row["query"], row["document"]) for row in rows]
@@ -67,10 +71,14 @@ def test_mine_then_train_with_the_mined_negatives(ray_session, tiny_bert, mlflow
     assert run.data.metrics["mine/encoded_texts"] == len(candidates | {row["query"] for row in rows})  # each text once
     assert [a.path for a in client.list_artifacts(mined.mlflow_run_id, "mined")] == ["mined/pairs.jsonl"]
 
-    train_run = client.get_run(trained.mlflow_run_id)
-    assert train_run.data.params["data.train_paths"] == str([mined.output_path])
-    assert train_run.data.metrics["data/group_batches_epochs"] >= 1 and train_run.data.metrics["data/train_groups"] > 0
-    assert trained.model_dir and (Path(trained.model_dir) / "config.json").is_file()
+    # The train stage's run config, as the pipeline builds it once the mine stage has finished: `stage:mined` is the
+    # mined file, which the bi-encoder's data preparation reads into group-aware batches with the hard negatives.
+    run_cfg = build_stage_config(cfg, cfg.stage("train"), str(tiny_bert), str(tmp_path / "runs"), "train",
+                                 stage_outputs=stage_outputs(result.state))
+    assert run_cfg.data.train_paths == [mined.output_path]
+    prepared = objective_spec(run_cfg.objective.name).prepare_data(run_cfg)
+    assert prepared.metrics["data/group_batches_epochs"] >= 1 and prepared.metrics["data/train_groups"] > 0
+    assert prepared.metrics["data/rows_read"] == len(rows) and prepared.metrics["data/bad_rows"] == 0
 
 
 # Every query is also a corpus document except the last; the two printer queries share their document,

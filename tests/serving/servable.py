@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Sequence
 
 LABELS = ("network", "storage", "billing")
+# A replica being stopped waits graceful_shutdown_wait_loop_s (2 s by default) before it looks for requests still in
+# flight, and Serve deletes an application's deployments one after another: 2 s a deployment at each module's teardown.
+# These tests stop replicas only there (a reload reconfigures the replicas in place; a crash is a kill).
+QUICK_STOP = {"graceful_shutdown_wait_loop_s": 0.1}
 WORDS = {
     "network": "vpn tunnel network timeout gateway certificate router latency packet dns".split(),
     "storage": "disk backup database queue memory volume snapshot quota replica index".split(),

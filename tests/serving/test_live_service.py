@@ -26,7 +26,7 @@ from lmplatform.testing.registered import register_with_index
 from tests.conftest import new_mlflow_store, write_tiny_bert
 from tests.serving import hostile
 from tests.serving.scrape import metric_reaches, samples
-from tests.serving.servable import make_documents, write_index
+from tests.serving.servable import QUICK_STOP, make_documents, write_index
 
 APP = "lmp-live-test"
 MODEL_NAME = "live-test-encoder"
@@ -68,7 +68,7 @@ def live(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: 
         batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
     )
     small = {"num_cpus": 0.1}
-    deployments = [{"name": d, "ray_actor_options": small, "num_replicas": 2 if d == RETRIEVER else 1}
+    deployments = [{"name": d, "ray_actor_options": small, "num_replicas": 2 if d == RETRIEVER else 1, **QUICK_STOP}
                    for d in (RETRIEVER, "ClassifierDeployment", "ServeIngress", WRITER)]
     port = free_port()
     control.start("127.0.0.1", port)

@@ -11,7 +11,7 @@ import pytest
 from lmplatform.models.encoder import Encoder
 from lmplatform.models.export import export_model
 from lmplatform.testing.local_cluster import free_port
-from tests.serving.servable import make_documents, write_index
+from tests.serving.servable import QUICK_STOP, make_documents, write_index
 
 
 def test_serve_runs_an_openvino_int8_export(ray_session, tiny_bert: Path, tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_serve_runs_an_openvino_int8_export(ray_session, tiny_bert: Path, tmp_pa
     settings = ServeSettings(model=str(model), index=str(index), cache_dir=str(tmp_path / "cache"), num_threads=1,
                              encoder={"backend": "openvino", "precision": "auto"}, limits={"max_texts": 4},
                              batching={"max_batch_size": 8})
-    deployments = [{"name": d, "ray_actor_options": {"num_cpus": 0.1}}
+    deployments = [{"name": d, "ray_actor_options": {"num_cpus": 0.1}, **QUICK_STOP}
                    for d in ("RetrieverDeployment", "ClassifierDeployment", "ServeIngress")]
     port = free_port()
     control.start("127.0.0.1", port)

@@ -35,6 +35,7 @@ from tests.serving import hostile
 from tests.serving.scrape import metric_reaches, samples
 from tests.serving.servable import (
     LABELS,
+    QUICK_STOP,
     make_documents,
     write_classifier_model,
     write_cross_encoder,
@@ -90,7 +91,7 @@ def service(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factor
         batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
     )
     small = {"num_cpus": 0.1}  # six replicas beside everything else on 2 CPUs
-    deployments = [{"name": d, "ray_actor_options": small, "num_replicas": 2 if d in MODEL_DEPLOYMENTS else 1}
+    deployments = [{"name": d, "ray_actor_options": small, "num_replicas": 2 if d in MODEL_DEPLOYMENTS else 1, **QUICK_STOP}
                    for d in ("RetrieverDeployment", "ClassifierDeployment", "RerankerDeployment", "ServeIngress")]
     port = free_port()
     control.start("127.0.0.1", port)
@@ -623,8 +624,8 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
         problems = lacking(app, deployment, f"{MODEL_NAME}/99")
         assert len(problems) == 2 and all(any(rid in p for p in problems) for rid in listed), problems
 
-    # The served version is in the metrics. (Version 1's series ends about 20 s later, once Ray has not been
-    # sent it for two export intervals: not waited for here.)
+    # The served version is in the metrics. (Version 1's series ends later, once Ray has not been sent it for two
+    # export intervals: not waited for here.)
     metric_reaches("lmp_model_info", 1, model_version="2", release=f"{MODEL_NAME}/2")
 
     info = _ok(service.client.get("/v1/model"))

@@ -35,7 +35,7 @@ def _space(folder: Path, tiny_bert: Path, mlflow_uri: str, parameter: str, metri
         mode: max
         num_samples: 2
         seed: 0                  # TPE's first two draws of the choice differ under this seed
-        max_concurrent: 1
+        max_concurrent: 2        # an evaluation trial takes 1 CPU: both at once on the session's 2
         scheduler: {{name: fifo}}
         storage_path: {folder / 'tune'}
         """))
