@@ -16,7 +16,9 @@ from lmplatform.data.pairs import Pair
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
 
 
-def test_a_mine_stage_writes_the_pairs_the_next_stage_reads_in_group_aware_batches(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
+def test_a_mine_stage_writes_the_pairs_the_next_stage_reads_in_group_aware_batches(
+    ray_session, tiny_bert, mlflow_uri, tmp_path
+) -> None:
     from mlflow.tracking import MlflowClient
 
     from lmplatform.evaluation.retrieval_validation import read_distractors
