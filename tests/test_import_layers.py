@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_tree import parse_source
+
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "platform" / "lmplatform"
 
 # Bottom to top. A subpackage may import from any layer below its own; never from its own layer or one above.
@@ -78,7 +80,7 @@ def import_arrows(package_dir: Path) -> list[Arrow]:
         if is_init:
             module = module.removesuffix(".__init__")
         source = rel.parts[0] if len(rel.parts) > 1 else rel.stem
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(parse_source(path)):
             for name in imported_modules(node, module, is_init):
                 target = subpackage_of(name, package_dir, names)
                 arrow = Arrow(source, target, f"{rel}:{node.lineno}")

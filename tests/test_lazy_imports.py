@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.source_tree import parse_source
 from tests.test_import_layers import PACKAGE, imported_modules
 
 HEAVY = frozenset({"torch", "numpy", "transformers", "sentence_transformers", "ray", "mlflow", "faiss", "onnxruntime", "onnx",
@@ -56,7 +57,7 @@ class ModuleGraph:
 
     def __init__(self, package_dir: Path):
         self.paths = {_module_name(p, package_dir): p for p in sorted(package_dir.rglob("*.py"))}
-        self.trees = {m: ast.parse(p.read_text(), filename=str(p)) for m, p in self.paths.items()}
+        self.trees = {m: parse_source(p) for m, p in self.paths.items()}
         self.package = package_dir.name
         self.modules: dict[str, set[str]] = {}
         self.heavy: dict[str, set[str]] = {}
