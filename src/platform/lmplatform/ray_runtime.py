@@ -68,7 +68,7 @@ def ensure_ray(address: Optional[str] = None, num_cpus: Optional[int] = None, se
         return
     # The dashboard (on loopback) backs the State API that Ray Train's own monitors query; without it
     # they log a warning every second. None starts it where ray[default]'s packages are installed and
-    # runs without it on a minimal Ray (True refuses to start there: seen on a GPU machine, 27 Nov).
+    # runs without it on a minimal Ray, where True refuses to start.
     ray.init(
         address="local",
         num_cpus=num_cpus,
