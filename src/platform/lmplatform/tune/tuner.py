@@ -35,6 +35,7 @@ from lmplatform.tune.evaluation_trial import evaluation_trial
 from lmplatform.tune.gate import check_held_out, check_system_held_out
 from lmplatform.tune.report import print_summary, save_plots
 from lmplatform.tune.results import RUN_ID_KEY, STUDY_TAG, TRIAL_TAG, StudyResult
+from lmplatform.tune.search_state import forget_unsaved_trials
 from lmplatform.tune.space import (
     ChampionSpec,
     LoadedSpace,
@@ -310,6 +311,10 @@ def run_study(
     parent_tracker = TrackedRun(tracking_uri, parent_run_id)
     try:
         if resume:
+            forgotten = forget_unsaved_trials(experiment_path)
+            if forgotten:
+                print(f"[lmp] study {study_name}: trial(s) {', '.join(forgotten)} were suggested but never saved "
+                      "before the interruption; their places are suggested again", flush=True)
             # resume_errored keeps an errored trial's id (restart_errored gives it a new one): its runs are named
             # after the id, so the trial continues them from their checkpoints instead of starting over.
             tuner = tune.Tuner.restore(str(experiment_path), trainable=trainable, resume_unfinished=True,
