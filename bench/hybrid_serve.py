@@ -3,7 +3,7 @@
 The index is the 4,548 OpenOffice reports (title and description) encoded by MiniLM ('default') in a flat
 FAISS index, with the BM25 index of the same texts beside it: what ray_jobs/build_index.py writes. Queries
 are the duplicate reports of pairs.jsonl, title and description cut to 500 characters, as a new report
-would be searched. One application (batched, Serve's HTTP proxy) answers both modes; at each concurrency
+would be searched. One application (batched; Serve's HTTP proxy unless --ingress) answers both modes; at each concurrency
 the dense and the hybrid requests alternate in rounds, so a change of load on a shared machine hits both
 alike. Hybrid uses the default fusion settings (convex, weight 0.2, top 100 of each retriever pooled).
 In-process, the same query is encoded and searched both ways, and BM25's share (tokenize + score every
@@ -80,7 +80,7 @@ def build(model: str, documents: list[dict[str, str]], out: Path) -> dict[str, A
     return info
 
 
-def in_process(model: str, index_dir: Path, queries: list[str], threads: int) -> dict[str, Any]:
+def in_process(model: str, index_dir: Path, queries: list[str], threads: int, backend: str = "torch") -> dict[str, Any]:
     """Per query: encode + dense search, encode + hybrid search, and hybrid's BM25-and-fusion part alone."""
     import torch
 
@@ -90,7 +90,7 @@ def in_process(model: str, index_dir: Path, queries: list[str], threads: int) ->
     from lmplatform.retrieval.settings import FusionSettings
 
     torch.set_num_threads(threads)
-    encoder, index = Encoder.from_pretrained(model), VectorIndex.load(index_dir)
+    encoder, index = Encoder.from_pretrained(model, backend=backend), VectorIndex.load(index_dir)
     bm25, settings = BM25Retriever.load(index_dir / BM25_DIR), FusionSettings()
     timings: dict[str, list[float]] = {"dense": [], "hybrid": [], "bm25_and_fusion": []}
     for n, query in enumerate(queries):
@@ -110,7 +110,7 @@ def in_process(model: str, index_dir: Path, queries: list[str], threads: int) ->
 
 
 def serve_both(model: str, index_dir: Path, queries: list[str], levels: list[int], requests: int, rounds: int,
-               work: Path) -> dict[str, Any]:
+               work: Path, ingress: str = "proxy", backend: str = "torch") -> dict[str, Any]:
     import ray
     from ray import serve
 
@@ -118,20 +118,24 @@ def serve_both(model: str, index_dir: Path, queries: list[str], levels: list[int
     from lmplatform.serving import control
     from lmplatform.serving.settings import ServeSettings
 
+    os.environ.update(control.INGRESS_ENV[ingress])  # read by every Ray process at its start
     ensure_ray(None)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     control.start("127.0.0.1", port)
     try:
-        settings = ServeSettings(model=model, index=str(index_dir), num_threads=1, cache_dir=str(work / "cache"))
+        settings = ServeSettings(model=model, index=str(index_dir), num_threads=1, cache_dir=str(work / "cache"),
+                                 encoder={"backend": backend})
         deployments = [{"name": "RetrieverDeployment", "ray_actor_options": {"num_cpus": 1}, "max_ongoing_requests": 128},
                        {"name": "ClassifierDeployment", "ray_actor_options": {"num_cpus": 0.05}},
                        {"name": "ServeIngress", "ray_actor_options": {"num_cpus": 0.25}}]
         quiet = {"log_level": "WARNING", "enable_access_log": False}
         control.deploy(control.application_config(settings, name="bench-hybrid", deployments=deployments, logging_config=quiet),
                        timeout_s=600, progress=lambda line: print(f"  {line}", flush=True))
-        url = f"http://127.0.0.1:{port}"
+        if control.ingress_mode("bench-hybrid") != ingress:
+            raise SystemExit(f"{ingress} ingress is not active: Serve serves by {control.ingress_mode('bench-hybrid')}")
+        url = f"http://127.0.0.1:{port}" if ingress != "direct" else control.direct_ingress_urls("bench-hybrid")[0]
         results: dict[str, Any] = {}
         for concurrency in levels:
             latencies: dict[str, list[float]] = {"dense": [], "hybrid": []}
@@ -163,6 +167,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="Requests per mode and concurrency level.")
     parser.add_argument("--rounds", type=int, default=4, help="Alternations of the two modes per level.")
     parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--ingress", default="proxy", choices=["proxy", "direct", "haproxy"],
+                        help="How HTTP reaches the ingress replica (serving/control.INGRESS_ENV).")
+    parser.add_argument("--backend", default="torch", choices=["torch", "onnx", "openvino"],
+                        help="The encoder's backend, served and in process (the index is built by torch fp32).")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "bench" / "hybrid_serve"))
     parser.add_argument("--name", default="hybrid_serve", help="Result file bench/results/<name>.json.")
     args = parser.parse_args()
@@ -174,10 +182,11 @@ def main() -> None:
     index_dir = Path(args.work_dir) / "index"
     built = build(model, documents, index_dir)
     print(f"index: {json.dumps(built)}; {len(queries)} queries", flush=True)
-    local = in_process(model, index_dir, queries[:105], threads=1)
+    local = in_process(model, index_dir, queries[:105], threads=1, backend=args.backend)
     print(f"in-process: {json.dumps(local)}", flush=True)
     levels = [int(c) for c in args.concurrency.split(",")]
-    served = serve_both(model, index_dir, queries, levels, args.requests, args.rounds, Path(args.work_dir))
+    served = serve_both(model, index_dir, queries, levels, args.requests, args.rounds, Path(args.work_dir), args.ingress,
+                        args.backend)
     checks = {f"hybrid_p50_over_dense_c{c}": check(f"hybrid / dense p50 at c={c}", served[f"c{c}"]["hybrid"]["p50_ms"]
                                                    / served[f"c{c}"]["dense"]["p50_ms"], 1.3, higher_is_better=False)
               for c in levels}

@@ -17,7 +17,8 @@ most any batching can gain on this hardware (`batching_ceiling`).
 Where a request's time goes (one request end to end, at c=1): the in-process encode + search; the same
 search called on the retriever replica through a Serve handle from this process (adds Ray's actor call,
 @serve.batch and the worker thread); the HTTP request (adds the client, Serve's proxy or not, and the
-ingress: FastAPI, validation, the answer's JSON). `breakdown_c1` holds the three p50s.
+ingress: FastAPI, validation, the answer's JSON); GET /healthz over the same HTTP path (no model call: the
+path's own cost). `breakdown_c1` holds the four p50s.
 
 Targets: p50 at concurrency 1 <= 1.5x in-process encode+search;
 batched requests/s >= 2x unbatched at concurrency 32.
@@ -194,8 +195,8 @@ def main() -> None:
     parser.add_argument("--backend", default="torch", choices=["torch", "onnx", "openvino"],
                         help="The encoder backend, served and in process alike (the index is built by torch fp32).")
     parser.add_argument("--ingress", default="proxy,direct",
-                        help="proxy: Serve's HTTP proxy; "
-                             "direct: RAY_SERVE_THROUGHPUT_OPTIMIZED=1, clients call the ingress replica.")
+                        help="proxy: Serve's HTTP proxy; direct: clients call the ingress replica's own port; "
+                             "haproxy: HAProxy on the service's port forwards to it (serving/control.INGRESS_ENV).")
     parser.add_argument("--encode-batch-size", type=int, default=64, help="Batch size when building the index.")
     parser.add_argument("--work-dir", default=str(ROOT / "runs" / "bench" / "serve_load"))
     parser.add_argument("--name", default="serve_load", help="Result file bench/results/<name>.json.")
@@ -227,6 +228,7 @@ def main() -> None:
         if 1 in levels:
             handle = runs[f"{ingress}-batched-handle"][0]
             breakdown[ingress] = {"in_process_p50_ms": baseline["p50_ms"], "retriever_handle_p50_ms": handle["p50_ms"],
+                                  "http_route_only_p50_ms": runs[f"{ingress}-batched-route"][0]["p50_ms"],
                                   "http_p50_ms": by["batched"][1]["p50_ms"]}
             print(f"{ingress}: where a request's p50 goes: {json.dumps(breakdown[ingress])}", flush=True)
         if 1 in levels:
@@ -262,6 +264,21 @@ def retriever_handle(app: str, url: str, queries: list[str], total: int) -> dict
     return {"concurrency": 1, "requests": len(latencies), **percentiles(latencies)}
 
 
+def route_only(url: str, total: int) -> dict[str, Any]:
+    """GET /healthz one at a time: the same client, proxy (or not) and ingress as a search, no model call. What
+    this costs is the HTTP path's own share of a search's time."""
+    import httpx
+
+    latencies = []
+    with httpx.Client(timeout=60) as client:
+        for n in range(total + 10):
+            start = time.perf_counter()
+            client.get(f"{url}/healthz").raise_for_status()
+            if n >= 10:
+                latencies.append((time.perf_counter() - start) * 1000)
+    return {"concurrency": 1, "requests": len(latencies), **percentiles(latencies)}
+
+
 def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: Path, threads: int,
                  queries: list[str], levels: list[int]) -> dict[str, list[dict[str, Any]]]:
     """Both batching modes at every concurrency level, on a Ray started for this ingress mode."""
@@ -274,8 +291,8 @@ def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: 
     from lmplatform.serving import control
     from lmplatform.serving.settings import ServeSettings
 
-    # Serve reads the flag at import in every Ray process: it must be set before Ray starts.
-    os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1" if ingress == "direct" else "0"
+    # Serve reads these at import in every Ray process: they must be set before Ray starts.
+    os.environ.update(control.INGRESS_ENV[ingress])
     ensure_ray(None)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -302,6 +319,8 @@ def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: 
                            timeout_s=600,
                            progress=lambda line: print(f"  {line}", flush=True))
             url = f"http://127.0.0.1:{port}"
+            if control.ingress_mode(name) != ingress:
+                raise SystemExit(f"{ingress} ingress is not active: Serve serves by {control.ingress_mode(name)}")
             if ingress == "direct":
                 urls = control.direct_ingress_urls(name)
                 if not urls:
@@ -311,6 +330,8 @@ def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: 
             key = f"{ingress}-{mode}"
             runs[f"{key}-handle"] = [retriever_handle(name, url, queries, args.requests)]
             print(f"{key + '-handle':16s} c=1   {json.dumps(runs[f'{key}-handle'][0])}", flush=True)
+            runs[f"{key}-route"] = [route_only(url, args.requests)]
+            print(f"{key + '-route':16s} c=1   {json.dumps(runs[f'{key}-route'][0])}", flush=True)
             runs[key] = []
             for concurrency in levels:
                 result = asyncio.run(drive(url, queries, concurrency, args.requests))

@@ -645,7 +645,9 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
     status = json.loads(shown.stdout)
     assert status["status"] == "RUNNING" and status["release"]["version"] == "2"
     assert status["deployments"]["RetrieverDeployment"]["replicas"] == 2
-    assert status["direct_ingress"] == []  # the test Ray runs Serve behind its proxy
+    assert status["ingress"] == "proxy" and status["direct_ingress"] == []  # the test Ray runs Serve behind its proxy
+    bad = runner.invoke(lmp, ["serve", "run", "--ingress", "nginx"])
+    assert bad.exit_code == 2 and "--ingress 'nginx': choose one of proxy, direct, haproxy" in bad.output, bad.output
     missing = runner.invoke(lmp, ["serve", "status", "--name", "no-such-app"])
     assert missing.exit_code == 2 and "no Serve application named 'no-such-app'" in missing.output
 

@@ -42,9 +42,12 @@ def run(
     watch_interval: float = typer.Option(0.0, help="Seconds between checks of the model alias; reload when it moves "
                                          "(with live.dir set, after rebuilding the new version's index; 0: off)."),
     detach: bool = typer.Option(False, help="Return once running (needs --address: an embedded Ray ends with this command)."),
-    direct_ingress: bool = typer.Option(
-        False, help="Clients call the ingress replica itself, skipping Serve's HTTP proxy (Ray Serve's throughput-optimised "
-                    "mode). An embedded Ray gets it here; a cluster needs RAY_SERVE_THROUGHPUT_OPTIMIZED=1 on every node."),
+    ingress: Optional[str] = typer.Option(
+        None, help="How HTTP reaches the ingress replicas: proxy (Serve's HTTP proxy), direct (each replica on its own "
+                   "port, skipping the proxy's hop) or haproxy (HAProxy on --port, forwarding to those ports). An "
+                   "embedded Ray is started for it (default proxy); a cluster must have been started for it (default: "
+                   "as it was): RAY_SERVE_THROUGHPUT_OPTIMIZED=1 for direct and haproxy, RAY_SERVE_ENABLE_HA_PROXY=1 "
+                   "too for haproxy, on every node before `ray start`."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print each request's access log line "
                                  "(by default they go to the replicas' log files only)."),
 ) -> None:
@@ -53,6 +56,9 @@ def run(
     from lmplatform.serving import control
     from lmplatform.serving.launch import launch, plan_launch
 
+    if ingress is not None and ingress not in control.INGRESS_ENV:
+        fail(f"--ingress {ingress!r}: choose one of {', '.join(control.INGRESS_ENV)}")
+        return
     if detach and not address:
         fail("--detach needs --address: without it the application lives in this command's embedded Ray")
         return
@@ -61,8 +67,8 @@ def run(
         plan = plan_launch(config, name, sets, {"model": model, "index": index, "documents": documents,
                                                  "reranker": reranker, "tracking_uri": tracking_uri}, host, port)
         typer.echo(f"[lmp] serving {plan.release.id} ({plan.release.model_uri}) as {plan.name!r} at {plan.url}", err=True)
-        if direct_ingress and not address:
-            os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"  # read by every Ray process at start
+        if ingress is not None and not address:
+            os.environ.update(control.INGRESS_ENV[ingress])  # read by every Ray process at its start
         if verbose:
             os.environ[ACCESS_LOG_ENV] = "1"  # an embedded Ray's replicas inherit it
             # A cluster's replicas get it from the app's runtime env (Serve merges env_vars into the job's).
@@ -72,11 +78,13 @@ def run(
     except _errors() as exc:
         fail(str(exc))
         return
-    direct_urls = control.direct_ingress_urls(plan.name)
-    if direct_ingress and not direct_urls:
-        fail("--direct-ingress: the Ray cluster at --address was not started with RAY_SERVE_THROUGHPUT_OPTIMIZED=1; "
-             f"the app is serving through the proxy at {plan.url}")
+    active = control.ingress_mode(plan.name)
+    if ingress is not None and active != ingress:
+        needs = " and ".join(f"{k}={v}" for k, v in control.INGRESS_ENV[ingress].items())
+        fail(f"--ingress {ingress}: the Ray cluster at --address serves HTTP by {active}; {ingress} needs every node "
+             f"started with {needs}; the app is serving at {plan.url}")
         return
+    direct_urls = control.direct_ingress_urls(plan.name)
     import ray
 
     from lmplatform.serving.metrics import scrape_urls
@@ -84,7 +92,8 @@ def run(
     ray_address = ray.get_runtime_context().gcs_address  # for `lmp serve reload|status --address`
     url = direct_urls[0] if direct_urls else plan.url
     typer.echo(json.dumps({"app": plan.name, "url": url, "docs": f"{url}/docs", "release": plan.release.id,
-                           "ray_address": ray_address, "direct_ingress": direct_urls, "metrics": scrape_urls()}))
+                           "ray_address": ray_address, "ingress": active, "direct_ingress": direct_urls,
+                           "metrics": scrape_urls()}))
     if detach:
         return
     stopping = {"now": False}

