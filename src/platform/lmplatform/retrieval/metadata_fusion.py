@@ -1,0 +1,153 @@
+"""Learned fusion of first-stage scores with the documents' metadata: a logistic regression over features.
+
+Duplicate bug reports share more than words: they name the same product and component, and they are filed close in
+time. Each candidate of a query's pool (the union of the dense and BM25 top `pool`) gets one feature row:
+
+    dense_norm    (s_dense(q, c) - min_pool s_dense) / (max_pool s_dense - min_pool s_dense)
+    bm25_norm     the same for BM25 (0 for a candidate that shares no term with the query)
+    dense         s_dense(q, c), the cosine itself
+    same_<field>  1 if q and c have the same non-empty value of <field>, else 0        (one per `match_fields`)
+    log_days      log(1 + |t_c - t_q| / 1 day), 0 when either time is unknown         (with a `time_field`)
+    earlier       1 if t_c < t_q, else 0                                               (with a `time_field`)
+    time_unknown  1 if either time is unknown, else 0                                  (with a `time_field`)
+
+score(q, c) = w · features(q, c) + b, with w and b fitted by L2-regularised logistic regression (scikit-learn) on the
+pools of training queries, a row labelled 1 when the candidate is relevant. Ranking a pool by score needs no
+probability calibration, so the regularisation `regularization` (scikit-learn's C) is the one setting to choose on dev.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from lmplatform.data.readers import DataError
+
+SECONDS_PER_DAY = 86_400.0
+
+
+class MetadataFusionConfig(BaseModel):
+    """Which metadata the fusion reads, how many candidates each first stage adds to a pool, and its regularisation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    match_fields: list[str] = Field(default_factory=lambda: ["product", "component"],
+                                    description="Fields whose equality between query and candidate is a feature.")
+    time_field: Optional[str] = Field("created", description="A timestamp field (ISO 8601 or epoch seconds); "
+                                      "its distance between query and candidate is a feature. None: no time features.")
+    pool: int = Field(100, ge=1, description="Candidates each first stage (dense, BM25) adds to a query's pool.")
+    regularization: float = Field(1.0, gt=0, description="Inverse L2 strength of the logistic regression (C).")
+
+
+def feature_names(cfg: MetadataFusionConfig) -> list[str]:
+    names = ["dense_norm", "bm25_norm", "dense", *(f"same_{f}" for f in cfg.match_fields)]
+    return names + (["log_days", "earlier", "time_unknown"] if cfg.time_field else [])
+
+
+def parse_time(value: Any, field: str) -> Optional[float]:
+    """Seconds since the epoch of an ISO 8601 string ("2000-10-25 10:37:00 +0000") or a number; None when empty.
+    Anything else is a `DataError` naming the field."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            pass
+        else:
+            return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    raise DataError(f"{field}: {value!r} is not a time (an ISO 8601 string or epoch seconds)")
+
+
+def candidate_pool(dense: np.ndarray, bm25: np.ndarray, size: int, excluded: Sequence[int] = ()) -> np.ndarray:
+    """Indices of a query's pool: the union of the `size` best by dense and by BM25 score over all documents
+    ([documents] each), less `excluded` (the query itself) and BM25's non-matches; ascending."""
+    dense, bm25 = np.asarray(dense, dtype=np.float64).copy(), np.asarray(bm25, dtype=np.float64).copy()
+    dense[list(excluded)], bm25[list(excluded)] = -np.inf, -np.inf
+    k = min(size, len(dense))
+    best_dense = np.argpartition(-dense, k - 1)[:k] if k < len(dense) else np.arange(len(dense))
+    best_bm25 = np.argpartition(-bm25, k - 1)[:k] if k < len(bm25) else np.arange(len(bm25))
+    pool = np.union1d(best_dense[np.isfinite(dense[best_dense])], best_bm25[bm25[best_bm25] > 0])
+    return pool.astype(np.int64)
+
+
+def _normalised(scores: np.ndarray) -> np.ndarray:
+    low, high = float(scores.min()), float(scores.max())
+    return (scores - low) / (high - low) if high > low else np.zeros_like(scores)
+
+
+def fusion_features(dense: np.ndarray, bm25: np.ndarray, query: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]],
+                    cfg: MetadataFusionConfig) -> np.ndarray:
+    """Feature rows [len(candidates), len(feature_names(cfg))] of one query's pool (see the module doc).
+
+    dense, bm25: [len(candidates)] first-stage scores of the pool's candidates; query, candidates: their metadata."""
+    dense, bm25 = np.asarray(dense, dtype=np.float64), np.asarray(bm25, dtype=np.float64)
+    if not (len(dense) == len(bm25) == len(candidates)):
+        raise ValueError(f"{len(dense)} dense scores, {len(bm25)} BM25 scores and {len(candidates)} candidates")
+    columns = [_normalised(dense), _normalised(bm25), dense]
+    for field in cfg.match_fields:
+        wanted = query.get(field)
+        columns.append(np.array([float(bool(wanted) and c.get(field) == wanted) for c in candidates]))
+    if cfg.time_field:
+        at = parse_time(query.get(cfg.time_field), cfg.time_field)
+        times = np.array([np.nan if (t := parse_time(c.get(cfg.time_field), cfg.time_field)) is None or at is None
+                          else t - at for c in candidates])
+        unknown = np.isnan(times)
+        days = np.where(unknown, 0.0, times) / SECONDS_PER_DAY
+        columns += [np.log1p(np.abs(days)), (days < 0).astype(np.float64), unknown.astype(np.float64)]
+    return np.stack(columns, axis=1) if len(candidates) else np.zeros((0, len(feature_names(cfg))))
+
+
+@dataclass
+class MetadataFusion:
+    """A fitted fusion: `score(features)` ranks a pool (higher first)."""
+
+    config: MetadataFusionConfig
+    weights: np.ndarray  # [features]
+    bias: float
+
+    @classmethod
+    def fit(cls, features: Sequence[np.ndarray], labels: Sequence[np.ndarray], cfg: MetadataFusionConfig) -> "MetadataFusion":
+        """Fit on the pools of training queries: features[i] [pool_i, f], labels[i] [pool_i] (1: relevant)."""
+        from sklearn.linear_model import LogisticRegression
+
+        x, y = np.concatenate(list(features)), np.concatenate(list(labels)).astype(int)
+        if x.shape[1] != len(feature_names(cfg)):
+            raise ValueError(f"features have {x.shape[1]} columns; the config makes {len(feature_names(cfg))}")
+        if len(set(y.tolist())) < 2:
+            raise ValueError("fitting the fusion needs relevant and irrelevant candidates in the training pools")
+        model = LogisticRegression(C=cfg.regularization, max_iter=5000).fit(x, y)
+        return cls(cfg, model.coef_[0].astype(np.float64), float(model.intercept_[0]))
+
+    def score(self, features: np.ndarray) -> np.ndarray:
+        """[pool] scores of a query's feature rows."""
+        return np.asarray(features, dtype=np.float64) @ self.weights + self.bias
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.model_dump(), "bias": self.bias,
+                "weights": dict(zip(feature_names(self.config), self.weights.tolist()))}
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> "MetadataFusion":
+        cfg = MetadataFusionConfig.model_validate(payload["config"])
+        names, weights = feature_names(cfg), payload["weights"]
+        if sorted(weights) != sorted(names):
+            raise ValueError(f"weights name {sorted(weights)}; the config's features are {names}")
+        return cls(cfg, np.array([weights[n] for n in names], dtype=np.float64), float(payload["bias"]))
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "MetadataFusion":
+        return cls.from_dict(json.loads(Path(path).read_text()))
