@@ -133,9 +133,9 @@ def serve_both(model: str, index_dir: Path, queries: list[str], levels: list[int
         quiet = {"log_level": "WARNING", "enable_access_log": False}
         control.deploy(control.application_config(settings, name="bench-hybrid", deployments=deployments, logging_config=quiet),
                        timeout_s=600, progress=lambda line: print(f"  {line}", flush=True))
-        if control.ingress_mode("bench-hybrid") != ingress:
-            raise SystemExit(f"{ingress} ingress is not active: Serve serves by {control.ingress_mode('bench-hybrid')}")
-        url = f"http://127.0.0.1:{port}" if ingress != "direct" else control.direct_ingress_urls("bench-hybrid")[0]
+        active = control.ingress("bench-hybrid")
+        active.require(ingress)
+        url = active.client_url(f"http://127.0.0.1:{port}")
         results: dict[str, Any] = {}
         for concurrency in levels:
             latencies: dict[str, list[float]] = {"dense": [], "hybrid": []}

@@ -28,7 +28,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -71,6 +71,7 @@ class Corpus:
 
         filed = [parse_time(r.get("created"), "created") for r in self.rows]
         self.filed = np.array([np.nan if t is None else t for t in filed])
+        self.later: Optional[dict[int, np.ndarray]] = None  # as filed: per query, the reports filed at its time or later
 
     def as_filed(self) -> "Corpus":
         """The same queries as each was filed: only earlier reports are candidates or relevant, and a query with
@@ -83,8 +84,7 @@ class Corpus:
 
     def excluded(self, q: int) -> np.ndarray:
         """What a query is never ranked against: itself, and (as filed) every report filed at its time or later."""
-        later = getattr(self, "later", None)
-        return later[q] if later is not None else np.array([q])
+        return self.later[q] if self.later is not None else np.array([q])
 
 
 def first_relevant_metrics(ranking: np.ndarray, relevant: frozenset[int]) -> tuple[float, float]:

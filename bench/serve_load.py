@@ -37,7 +37,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -255,13 +255,8 @@ def retriever_handle(app: str, url: str, queries: list[str], total: int) -> dict
     release = httpx.get(f"{url}/v1/model", timeout=60).json()["release_id"]
     handle = serve.get_deployment_handle("RetrieverDeployment", app_name=app)
     text_chars = ServeLimits().snippet_chars + 1
-    latencies = []
-    for n in range(total + 10):
-        start = time.perf_counter()
-        handle.search.remote(release, [queries[n % len(queries)][:500]], 10, text_chars).result()
-        if n >= 10:  # the first ten warm up, as for HTTP
-            latencies.append((time.perf_counter() - start) * 1000)
-    return {"concurrency": 1, "requests": len(latencies), **percentiles(latencies)}
+    return one_at_a_time(lambda n: handle.search.remote(release, [queries[n % len(queries)][:500]], 10, text_chars)
+                         .result(), total)
 
 
 def route_only(url: str, total: int) -> dict[str, Any]:
@@ -269,13 +264,18 @@ def route_only(url: str, total: int) -> dict[str, Any]:
     this costs is the HTTP path's own share of a search's time."""
     import httpx
 
-    latencies = []
     with httpx.Client(timeout=60) as client:
-        for n in range(total + 10):
-            start = time.perf_counter()
-            client.get(f"{url}/healthz").raise_for_status()
-            if n >= 10:
-                latencies.append((time.perf_counter() - start) * 1000)
+        return one_at_a_time(lambda n: client.get(f"{url}/healthz").raise_for_status(), total)
+
+
+def one_at_a_time(call: Callable[[int], Any], total: int) -> dict[str, Any]:
+    """Latency percentiles of `call(n)` for n in 0..total+9, one after another; the first ten warm up, as for HTTP."""
+    latencies = []
+    for n in range(total + 10):
+        start = time.perf_counter()
+        call(n)
+        if n >= 10:
+            latencies.append((time.perf_counter() - start) * 1000)
     return {"concurrency": 1, "requests": len(latencies), **percentiles(latencies)}
 
 
@@ -318,15 +318,10 @@ def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: 
             control.deploy(control.application_config(settings, name=name, deployments=deployments, logging_config=quiet),
                            timeout_s=600,
                            progress=lambda line: print(f"  {line}", flush=True))
-            url = f"http://127.0.0.1:{port}"
-            if control.ingress_mode(name) != ingress:
-                raise SystemExit(f"{ingress} ingress is not active: Serve serves by {control.ingress_mode(name)}")
-            if ingress == "direct":
-                urls = control.direct_ingress_urls(name)
-                if not urls:
-                    raise SystemExit("direct ingress is not active: no ingress replica address")
-                url = urls[0]
-                print(f"  direct ingress addresses: {urls}", flush=True)
+            active = control.ingress(name)
+            active.require(ingress)
+            url = active.client_url(f"http://127.0.0.1:{port}")
+            print(f"  {ingress} ingress: clients call {url}", flush=True)
             key = f"{ingress}-{mode}"
             runs[f"{key}-handle"] = [retriever_handle(name, url, queries, args.requests)]
             print(f"{key + '-handle':16s} c=1   {json.dumps(runs[f'{key}-handle'][0])}", flush=True)

@@ -35,6 +35,7 @@ def test_features_by_hand() -> None:
     # an empty value never matches, even an empty one in the query
     x = fusion_features(np.ones(1), np.zeros(1), {"product": ""}, [{"product": ""}], MetadataFusionConfig(time_field=None))
     assert x.tolist() == [[0.0, 0.0, 1.0, 0.0, 0.0]]
+    assert fusion_features(np.zeros(0), np.zeros(0), query, [], CFG).shape == (0, len(feature_names(CFG)))  # no pool
 
 
 def test_a_bad_time_names_its_field() -> None:

@@ -78,21 +78,21 @@ def run(
     except _errors() as exc:
         fail(str(exc))
         return
-    active = control.ingress_mode(plan.name)
-    if ingress is not None and active != ingress:
-        needs = " and ".join(f"{k}={v}" for k, v in control.INGRESS_ENV[ingress].items())
-        fail(f"--ingress {ingress}: the Ray cluster at --address serves HTTP by {active}; {ingress} needs every node "
-             f"started with {needs}; the app is serving at {plan.url}")
-        return
-    direct_urls = control.direct_ingress_urls(plan.name)
+    active = control.ingress(plan.name)
+    if ingress is not None:
+        try:
+            active.require(ingress)
+        except control.ServeControlError as exc:
+            fail(f"--ingress {ingress}: {exc}; the app is serving at {plan.url}")
+            return
     import ray
 
     from lmplatform.serving.metrics import scrape_urls
 
     ray_address = ray.get_runtime_context().gcs_address  # for `lmp serve reload|status --address`
-    url = direct_urls[0] if direct_urls else plan.url
+    url = active.client_url(plan.url)
     typer.echo(json.dumps({"app": plan.name, "url": url, "docs": f"{url}/docs", "release": plan.release.id,
-                           "ray_address": ray_address, "ingress": active, "direct_ingress": direct_urls,
+                           "ray_address": ray_address, "ingress": active.mode, "direct_ingress": active.direct_urls,
                            "metrics": scrape_urls()}))
     if detach:
         return

@@ -92,6 +92,8 @@ def fusion_features(dense: np.ndarray, bm25: np.ndarray, query: Mapping[str, Any
     dense, bm25 = np.asarray(dense, dtype=np.float64), np.asarray(bm25, dtype=np.float64)
     if not (len(dense) == len(bm25) == len(candidates)):
         raise ValueError(f"{len(dense)} dense scores, {len(bm25)} BM25 scores and {len(candidates)} candidates")
+    if not len(candidates):
+        return np.zeros((0, len(feature_names(cfg))))
     columns = [_normalised(dense), _normalised(bm25), dense]
     for field in cfg.match_fields:
         wanted = query.get(field)
@@ -103,7 +105,7 @@ def fusion_features(dense: np.ndarray, bm25: np.ndarray, query: Mapping[str, Any
         unknown = np.isnan(times)
         days = np.where(unknown, 0.0, times) / SECONDS_PER_DAY
         columns += [np.log1p(np.abs(days)), (days < 0).astype(np.float64), unknown.astype(np.float64)]
-    return np.stack(columns, axis=1) if len(candidates) else np.zeros((0, len(feature_names(cfg))))
+    return np.stack(columns, axis=1)
 
 
 @dataclass

@@ -268,8 +268,8 @@ def status(name: str = DEFAULT_APP) -> dict[str, Any]:
             "status": _plain(info["status"]), "replicas": len(info.get("replicas", [])),
             "target_replicas": info.get("target_num_replicas"),
         }
-    out["ingress"] = ingress_mode(name)
-    out["direct_ingress"] = direct_ingress_urls(name)
+    found = ingress(name)
+    out["ingress"], out["direct_ingress"] = found.mode, found.direct_urls
     try:
         release = active_release(app)
         out["release"] = {"id": release.id, "model_uri": release.model_uri, "registered_name": release.registered_name,
@@ -301,16 +301,36 @@ def direct_ingress_urls(name: str = DEFAULT_APP) -> list[str]:
             for t in g.targets]
 
 
-def ingress_mode(name: str = DEFAULT_APP) -> str:
-    """How HTTP reaches the app's ingress replicas on the running cluster: a key of `INGRESS_ENV`."""
+@dataclass
+class Ingress:
+    """How HTTP reaches an app's ingress replicas on the running cluster."""
+
+    mode: str  # a key of INGRESS_ENV
+    direct_urls: list[str]  # the replicas' own addresses with direct ingress, else []
+
+    def client_url(self, service_url: str) -> str:
+        """Where clients send requests: a replica's own address with direct ingress, else the service's port (Serve's
+        proxy or HAProxy on it)."""
+        return self.direct_urls[0] if self.direct_urls else service_url
+
+    def require(self, mode: str) -> None:
+        """A `ServeControlError` naming the environment `mode` needs, unless the cluster serves by it."""
+        if self.mode != mode:
+            needs = " and ".join(f"{k}={v}" for k, v in INGRESS_ENV[mode].items())
+            raise ServeControlError(f"the Ray cluster serves HTTP by {self.mode}; {mode} needs every node started "
+                                    f"with {needs}")
+
+
+def ingress(name: str = DEFAULT_APP) -> Ingress:
+    """How HTTP reaches the app `name`'s ingress replicas on the running cluster."""
     import ray
 
-    controller = _client()._controller
-    if direct_ingress_urls(name):
-        return "direct"
+    direct_urls = direct_ingress_urls(name)
+    if direct_urls:
+        return Ingress("direct", direct_urls)
     # Behind HAProxy the controller lists the HAProxy addresses to clients and the replicas to HAProxy only.
-    behind = ray.get(controller.get_target_groups.remote(name, from_proxy_manager=True))
-    return "haproxy" if any(g.app_name == name and g.ingress_deployment_name for g in behind) else "proxy"
+    behind = ray.get(_client()._controller.get_target_groups.remote(name, from_proxy_manager=True))
+    return Ingress("haproxy" if any(g.app_name == name and g.ingress_deployment_name for g in behind) else "proxy", [])
 
 
 def watch(name: str, interval_s: float, stop: Callable[[], bool], progress: Callable[[str], None]) -> None:
