@@ -4,9 +4,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 RESULTS = Path(__file__).parent / "results"
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -56,3 +59,33 @@ def training_steps_seconds(tracking_uri: str, run_id: str, batch_size: int) -> t
     seconds = sum((window.step - before) * batch_size / window.value
                   for before, window in zip([0] + [m.step for m in windows], windows))
     return windows[-1].step, seconds
+
+
+@contextmanager
+def lmp_serve(model_uri: str, tracking_uri: str, index: Path, port: int, settings: Sequence[str] = ()) -> Iterator[str]:
+    """`lmp serve run` (its own embedded Ray) with a registered version over `index` and `--set` `settings`: yields the
+    service's URL once it answers /healthz, and stops it (SIGINT: it shuts the application and its Ray down)."""
+    import httpx
+
+    command = [sys.executable, "-m", "lmplatform.cli", "serve", "run", "--model", model_uri, "--index", str(index),
+               "--tracking-uri", tracking_uri, "--port", str(port)]
+    for setting in settings:
+        command += ["--set", setting]
+    server = subprocess.Popen(command, cwd=REPOSITORY, start_new_session=True,
+                              env={**os.environ, "PYTHONPATH": str(REPOSITORY / "src" / "platform")})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(900):  # a safety net against a server that never comes up
+            if server.poll() is not None:
+                raise SystemExit(f"lmp serve run exited with {server.returncode}")
+            try:
+                health = httpx.get(f"{url}/healthz", timeout=2)
+                if health.status_code == 200 and health.json().get("status") == "ok":
+                    break
+            except httpx.HTTPError:
+                pass  # the proxy is not listening yet (until the app deploys it answers 404 in plain text)
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(server.pid, 2)
+        server.wait(timeout=120)

@@ -15,7 +15,14 @@ the packaged MiniLM), in each protocol:
 Each row on test: MRR@10 and R@10 with 95% bootstrap intervals, and its paired gain over --peer's dense row (the
 sentence-transformers trainer's model) when --peer is given, else over the first model's dense row.
 
-    python bench/openoffice_metadata.py [--data ../shared/data] [--model NAME=FOLDER ...] [--peer FOLDER]
+With --serve NAME, that encoder's system is then served as measured (whole corpus): an index of every report
+(FAISS over the vectors scored above, BM25, the document store with product, component and created), the version
+registered in a sqlite MLflow with its settings (mode 'metadata', the fusion fitted above, the hybrid weight chosen
+on dev), `lmp serve run`, and every test query replayed over HTTP one at a time with its own metadata and its own
+report left out (exclude_ids), in the modes dense, hybrid and as registered: p50/p99 latency per mode, and each
+mode's MRR@10 and R@10 against the offline row's.
+
+    python bench/openoffice_metadata.py [--data ../shared/data] [--model NAME=FOLDER ...] [--peer FOLDER] [--serve NAME]
 
 Writes bench/results/openoffice_metadata.json (--name).
 """
@@ -25,6 +32,7 @@ import argparse
 import copy
 import json
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -33,12 +41,15 @@ from typing import Any, Optional
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result
+from common import SHARED_DATA, lmp_serve, write_result
 from openoffice_retrieval import interval, paired
 
 HYBRID_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5)
 REGULARIZATIONS = (0.1, 1.0, 10.0)
 PEER = "sentence-transformers trainer"
+METADATA_FIELDS = ("product", "component", "created")
+# "as registered": no mode in the request, so the version's registered settings (mode 'metadata') answer.
+SERVED_MODES = {"dense": {"mode": "dense"}, "hybrid": {"mode": "hybrid"}, "as registered": {}}
 
 
 class Corpus:
@@ -139,24 +150,119 @@ class Scored:
         return fusion, (lambda q: fusion.score(self.features[q][:, columns]))
 
 
+# -- the served replay --------------------------------------------------------------------------------------
+def served_index(corpus: Corpus, corpus_file: Path, vectors: np.ndarray, folder: Path) -> Path:
+    """An index folder of every report, as build_index makes one (FAISS, BM25 of the texts, the document store with
+    METADATA_FIELDS), over the vectors the offline rows were scored with; ids are the reports' own."""
+    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
+    from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
+
+    ids = [str(r["id"]) for r in corpus.rows]
+    VectorIndex.build(ids, vectors, kind="flat").save(folder)
+    bm25 = BM25Retriever()
+    bm25.index(ids, corpus.texts)
+    bm25.save(folder / BM25_DIR)
+    write_document_store(corpus_file, folder / DOCUMENTS_FILE, text_fields=["description"], metadata_fields=METADATA_FIELDS)
+    return folder
+
+
+def replay(url: str, corpus: Corpus) -> dict[str, Any]:
+    """Every test query in every mode, one request at a time: per-query metrics and latencies per mode."""
+    import httpx
+
+    position = {str(r["id"]): n for n, r in enumerate(corpus.rows)}
+    out: dict[str, Any] = {}
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for label, mode in SERVED_MODES.items():
+            metrics, latencies = defaultdict(list), []
+            for q in corpus.queries["test"]:
+                row = corpus.rows[q]
+                body = {"query": corpus.texts[q], "k": 10, "exclude_ids": [str(row["id"])], **mode,
+                        "metadata": {f: row[f] for f in METADATA_FIELDS if row.get(f) is not None}}
+                start = time.perf_counter()
+                response = client.post("/v1/search", json=body)
+                latencies.append(time.perf_counter() - start)
+                response.raise_for_status()
+                ranking = np.array([position[hit["id"]] for hit in response.json()["hits"]])
+                mrr, recall = first_relevant_metrics(ranking, corpus.relevant[q])
+                metrics["mrr@10"].append(mrr)
+                metrics["recall@10"].append(recall)
+            out[label] = {"per_query": {m: np.asarray(v) for m, v in metrics.items()},
+                          "p50_ms": float(np.percentile(latencies, 50) * 1000),
+                          "p99_ms": float(np.percentile(latencies, 99) * 1000)}
+            print(f"[bench] served {label}: p50 {out[label]['p50_ms']:.1f} ms, p99 {out[label]['p99_ms']:.1f} ms, "
+                  f"MRR@10 {out[label]['per_query']['mrr@10'].mean():.4f}", flush=True)
+    return out
+
+
+def serve_and_replay(corpus: Corpus, corpus_file: Path, vectors: np.ndarray, model: str, settings: Any,
+                     port: int) -> dict[str, Any]:
+    """Index, register (sqlite MLflow in a temporary folder) and serve the system, replay the test queries, stop."""
+    from lmplatform.testing.registered import register_with_index
+    from lmplatform.tracking.registry import register_search_settings
+
+    with tempfile.TemporaryDirectory(prefix="lmp-metadata-serve-") as tmp:
+        work = Path(tmp)
+        tracking_uri = f"sqlite:///{work / 'mlflow.db'}"
+        index = served_index(corpus, corpus_file, vectors, work / "index")
+        version = register_with_index(tracking_uri, "openoffice-metadata", Path(model), index,
+                                      experiment="openoffice-metadata-bench").version
+        register_search_settings(tracking_uri, "openoffice-metadata", version, settings)
+        with lmp_serve(f"models:/openoffice-metadata/{version}", tracking_uri, index, port,
+                       ["limits.max_query_chars=100000"]) as url:
+            return replay(url, corpus)
+
+
+def served_rows(served: dict[str, Any], name: str, whole: dict[str, Any], per_query: dict[str, Any]) -> dict[str, Any]:
+    """The served modes as rows (whole corpus), each against its offline row, with latencies and the targets."""
+    offline = {"dense": f"{name}, dense", "hybrid": f"{name}, hybrid", "as registered": f"{name}, metadata fusion"}
+    reference = per_query[whole["reference"]]
+    rows = {}
+    for mode, replayed in served.items():
+        scores = replayed["per_query"]
+        rows[mode] = {"metrics": {m: interval(v) for m, v in scores.items()},
+                      "gain_over_reference": {m: paired(v, reference[m]) for m, v in scores.items()},
+                      "minus_offline": {m: round(float(v.mean() - per_query[offline[mode]][m].mean()), 6)
+                                        for m, v in scores.items()},
+                      "offline_row": offline[mode], "p50_ms": round(replayed["p50_ms"], 2),
+                      "p99_ms": round(replayed["p99_ms"], 2)}
+    system, peer_mrr = rows["as registered"], whole["rows"][whole["reference"]]["metrics"]["mrr@10"][0]
+    targets = {
+        "served_mrr_at_10_at_least_reference_plus_0.05": system["metrics"]["mrr@10"][0] >= peer_mrr + 0.05,
+        "mrr_at_10_gain_interval_above_0": system["gain_over_reference"]["mrr@10"][1] > 0,
+        "recall_at_10_gain_interval_above_0": system["gain_over_reference"]["recall@10"][1] > 0,
+        "served_equals_offline_to_3_decimals": all(abs(d) < 5e-4 for row in rows.values() for d in row["minus_offline"].values()),
+        "hybrid_p50_at_most_1.3x_dense": rows["hybrid"]["p50_ms"] <= 1.3 * rows["dense"]["p50_ms"],
+    }
+    return {"system": name, "protocol": "whole corpus", "rows": rows, "targets": targets,
+            "metadata_p50_over_dense": round(system["p50_ms"] / rows["dense"]["p50_ms"], 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=SHARED_DATA, help="The shared data folder.")
     parser.add_argument("--model", action="append", default=[], help="NAME=FOLDER of an encoder (repeatable).")
     parser.add_argument("--peer", help="The sentence-transformers trainer's model folder: the gains' reference.")
     parser.add_argument("--name", default="openoffice_metadata", help="Result file bench/results/<name>.json.")
+    parser.add_argument("--serve", metavar="NAME", help="Serve this encoder's system and replay the test queries over HTTP.")
+    parser.add_argument("--port", type=int, default=8766)
     args = parser.parse_args()
 
     from lmplatform.models.encoder import Encoder
     from lmplatform.models.resolve import resolve_model_path
     from lmplatform.retrieval.metadata_fusion import MetadataFusionConfig
     from lmplatform.retrieval.retrievers import BM25Retriever
+    from lmplatform.retrieval.settings import SearchSettings
 
     whole = Corpus(args.data / "duplicate_bug_reports" / "openoffice")
     protocols = {"whole corpus": whole, "as filed": whole.as_filed()}
     models = dict(m.split("=", 1) for m in args.model) or {"MiniLM zero-shot": str(resolve_model_path("default"))}
     if args.peer:
         models = {PEER: args.peer, **models}
+    if args.serve is not None and args.serve not in models:
+        parser.error(f"--serve {args.serve!r} is none of the encoders: {list(models)}")
+    served_system: dict[str, Any] = {}
     bm25 = BM25Retriever()
     bm25.index([str(n) for n in range(len(whole.texts))], whole.texts)
     splits = ("train", "dev", "test")
@@ -175,11 +281,12 @@ def main() -> None:
             weight = max(HYBRID_WEIGHTS, key=lambda w: scored.dev_mrr(scored.hybrid(w)))
             chosen: dict[str, Any] = {"hybrid_bm25_weight": weight}
             systems: dict[str, Any] = {"dense": None, "hybrid": scored.hybrid(weight)}
+            fitted = {}
             for label, base in (("metadata fusion", with_time), ("metadata fusion, no time", without_time)):
                 fits = {c: scored.fitted(base.model_copy(update={"regularization": c})) for c in REGULARIZATIONS}
                 best = max(REGULARIZATIONS, key=lambda c: scored.dev_mrr(fits[c][1]))
-                chosen[label] = {"regularization": best, **fits[best][0].to_dict()}
-                systems[label] = fits[best][1]
+                fitted[label], systems[label] = fits[best]
+                chosen[label] = {"regularization": best, **fitted[label].to_dict()}
             for label, score in systems.items():
                 key = f"{name}, {label}"
                 per_query[protocol][key] = scored.metrics("test", score)
@@ -187,6 +294,9 @@ def main() -> None:
                              "metrics": {m: interval(v) for m, v in per_query[protocol][key].items()}}
             rows[f"{name}, dense"]["encode_seconds"] = round(encode_s, 1)
             rows[f"{name}, dense"]["chosen_on_dev"] = chosen
+            if name == args.serve and protocol == "whole corpus":
+                served_system = {"vectors": vectors, "settings": SearchSettings(
+                    mode="metadata", bm25_weight=weight, metadata_fusion=fitted["metadata fusion"].to_dict())}
             print(f"{protocol}, {name}: " + ", ".join(f"{label} {rows[f'{name}, {label}']['metrics']['mrr@10'][0]:.3f}"
                                                       for label in systems) + " (test MRR@10)", flush=True)
     for protocol, corpus in protocols.items():
@@ -196,6 +306,12 @@ def main() -> None:
         for key, row in rows.items():
             row["gain_over_reference"] = {m: paired(scored[key][m], scored[reference][m]) for m in scored[key]}
         results[protocol].update(reference=reference, queries={split: len(corpus.queries[split]) for split in splits})
+    if served_system:
+        results["served"] = served_rows(serve_and_replay(whole, args.data / "duplicate_bug_reports" / "openoffice" /
+                                                         "corpus.jsonl", served_system["vectors"], models[args.serve],
+                                                         served_system["settings"], args.port),
+                                        args.serve, results["whole corpus"], per_query["whole corpus"])
+        print(f"[bench] served: {results['served']['targets']}", flush=True)
     write_result(args.name, {
         # the encoders by name: their folders are this machine's paths
         "config": {"models": list(models), "peer": PEER if args.peer else None, "hybrid_weights": HYBRID_WEIGHTS,

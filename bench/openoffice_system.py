@@ -7,12 +7,14 @@ the rest of its group), all in one run:
     (configs/pipelines/openoffice_duplicates.yaml);
   - the study's champion (tune_spaces/openoffice_system.yaml: each trial the whole pipeline
     configs/pipelines/openoffice_system.yaml, its system chosen on dev_select, the winner confirmed on dev_confirm by
-    the gate): dense; with BM25 fusion, as registered;
+    the gate): dense; with BM25 fusion; with its metadata fusion (product, component, filing time; fitted on the
+    train pairs by the system stage) when it registered one;
   - the champion with a cross-encoder re-ranker trained here on the train pairs, with negatives the champion mines
     (listwise loss; RERANKER_RUN), its depth and weight chosen on the winning trial's dev_select; and that re-ranker
     alone over the hybrid top 10;
   - the served system: `lmp serve run` with the champion's registered version and settings over an index of the test
-    set's candidates; every test query replayed over HTTP (its own report left out with exclude_ids), in each mode,
+    set's candidates (with their metadata); every test query replayed over HTTP with its metadata (its own report left
+    out with exclude_ids), in each mode,
     one at a time (c=1), p50/p99 latency per mode; its rankings scored as the offline rows are.
 Quality: R@1/10/20, MRR@10, nDCG@10, MAP@100 with 95% bootstrap intervals; each row minus the peer as a paired
 bootstrap interval. Time: the peer's `trainer.train()`, the recipe's pipeline, the whole study (its trials, and how
@@ -26,24 +28,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import SHARED_DATA, write_result
+from common import SHARED_DATA, lmp_serve, write_result
 from openoffice_recipe import pair_files, pipeline_spec, run_recipe
 from openoffice_retrieval import BUDGET, METRICS, TestSet, interval, paired, table, train_peer
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "tune_spaces" / "openoffice_system.yaml"
 PEER = "sentence-transformers trainer"
-# "as registered": no mode or rerank in the request, so the version's registered settings answer (the served system).
+# "as registered": no mode or rerank in the request, so the version's registered settings answer (the served system);
+# "metadata" is replayed when the version registers a metadata fusion. Every request carries the query's metadata.
 SERVED_MODES = {"dense": {"mode": "dense", "rerank": False}, "hybrid": {"mode": "hybrid", "rerank": False},
-                "as registered": {}}
+                "metadata": {"mode": "metadata", "rerank": False}, "as registered": {}}
+METADATA_FIELDS = ["product", "component", "created"]  # what the shipped pipeline's metadata fusion reads
 # The re-ranker's recipe (docs/benchmarks.md: the best of the variants tried on dev): listwise loss over the positive
 # and 3 negatives mined with the bi-encoder it re-ranks, the head at its own rate, 128 tokens, one epoch.
 RERANKER_RUN = {
@@ -57,6 +59,7 @@ RERANKER_RUN = {
     "tracking": {"log_every_n_steps": 20, "register_model": False},
 }
 K = 100  # every cut-off of METRICS, and the service's limits.max_k
+FIRST_STAGE_ROWS = {"dense": "champion, dense", "hybrid": "champion + hybrid", "metadata": "champion + metadata fusion"}
 
 
 # -- the study ---------------------------------------------------------------------------------------------
@@ -66,7 +69,8 @@ def study_overrides(tracking_uri: str, toy: bool, trials: int) -> list[str]:
         sets += ["stages.data.pairs.limit=40", "stages.biencoder.run.optim.max_steps=3",
                  "stages.negatives.mine.distractors.max_documents=200",
                  "stages.biencoder.run.retrieval_validation.distractors.max_documents=100",
-                 "stages.system.system.select.distractors.max_documents=200", "scheduler.grace_period=1"]
+                 "stages.system.system.select.distractors.max_documents=200",
+                 "stages.system.system.metadata.fit.distractors.max_documents=200", "scheduler.grace_period=1"]
     return sets
 
 
@@ -156,25 +160,26 @@ def dev_select(study: dict[str, Any]) -> Path:
 
 
 def choose_reranking(model: str, reranker: str, settings: Any, select: Path, corpus: Path,
-                     max_distractors: Optional[int]) -> tuple[Any, list[dict[str, Any]]]:
+                     max_distractors: Optional[int], by_text: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
     """The re-rank depth and weight for the champion's first stage, chosen on dev_select as the system stage chooses."""
     from lmplatform.evaluation.retrieval_validation import build_retrieval_set
-    from lmplatform.evaluation.system import load_scorer
+    from lmplatform.evaluation.system import SetMetadata, load_scorer
     from lmplatform.retrieval.settings import RetrievalValidationConfig
 
     cfg = RetrievalValidationConfig.model_validate({
         "pairs": {"train_paths": [str(select)], "validation_fraction": 0.0}, "split": "all",
         "distractors": {"paths": [str(corpus)], "fields": ["title", "description"], "max_documents": max_distractors}})
-    scorer = load_scorer(model, build_retrieval_set(cfg), cfg, reranker, BUDGET["max_seq_length"])
+    rset = build_retrieval_set(cfg)
+    scorer = load_scorer(model, rset, cfg, reranker, BUDGET["max_seq_length"], SetMetadata.of(rset, by_text))
     choice = scorer.choose(settings.model_copy(update={"reranker": reranker}), rerank_depths=[10, 20],
                            rerank_weights=[round(0.1 * i, 1) for i in range(11)])
     return choice.settings, choice.tried
 
 
 # -- the served replay --------------------------------------------------------------------------------------
-def test_index(scorer: Any, folder: Path) -> Path:
+def test_index(scorer: Any, folder: Path, by_text: dict[str, Any]) -> Path:
     """An index folder of the test set's candidates (ids 0..n-1, as the offline rows number them): FAISS over the
-    scorer's own vectors, BM25 and the document store."""
+    scorer's own vectors, BM25 and the document store with each report's metadata."""
     from lmplatform.retrieval.build import BM25_DIR
     from lmplatform.retrieval.index import VectorIndex
     from lmplatform.retrieval.retrievers import BM25Retriever
@@ -186,12 +191,13 @@ def test_index(scorer: Any, folder: Path) -> Path:
     bm25.save(folder / BM25_DIR)
     with (folder / "documents.jsonl").open("w", encoding="utf-8") as handle:
         for doc_id, text in zip(ids, scorer.rset.candidate_texts):
-            handle.write(json.dumps({"id": doc_id, "title": "", "text": text}, ensure_ascii=False) + "\n")
+            record = {"id": doc_id, "title": "", "text": text, "metadata": by_text.get(text, {})}
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     return folder
 
 
-def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:
-    """Every test query in every mode, one request at a time: per-query metrics and latencies per mode."""
+def replay(url: str, rset: Any, cfg: Any, by_text: dict[str, Any], modes: dict[str, Any]) -> dict[str, Any]:
+    """Every test query (with its metadata) in every mode, one request at a time: per-query metrics and latencies."""
     import httpx
     import numpy as np
 
@@ -199,10 +205,11 @@ def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     with httpx.Client(base_url=url, timeout=120) as client:
-        for label, mode in SERVED_MODES.items():
+        for label, mode in modes.items():
             rankings, latencies = [], []
             for query, excluded in zip(rset.query_texts, rset.excluded):
-                body = {"query": query, "k": K, "exclude_ids": [str(i) for i in excluded], **mode}
+                body = {"query": query, "k": K, "exclude_ids": [str(i) for i in excluded], **mode,
+                        "metadata": by_text.get(query, {})}
                 start = time.perf_counter()
                 response = client.post("/v1/search", json=body)
                 latencies.append(time.perf_counter() - start)
@@ -215,31 +222,12 @@ def replay(url: str, rset: Any, cfg: Any) -> dict[str, Any]:
     return out
 
 
-def serve_and_replay(model_uri: str, tracking_uri: str, index: Path, rset: Any, cfg: Any, port: int) -> dict[str, Any]:
-    """`lmp serve run` (its own embedded Ray) with the registered version over `index`, replayed, then stopped."""
-    import httpx
-
-    command = [sys.executable, "-m", "lmplatform.cli", "serve", "run", "--model", model_uri, "--index", str(index),
-               "--tracking-uri", tracking_uri, "--port", str(port), "--set", "replica_cpus=0.5",
-               "--set", "limits.max_query_chars=100000", "--set", f"limits.rerank_candidates={K}"]
-    server = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src" / "platform")},
-                              start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(900):  # a safety net against a server that never comes up
-            if server.poll() is not None:
-                raise SystemExit(f"lmp serve run exited with {server.returncode}")
-            try:
-                health = httpx.get(f"{url}/healthz", timeout=2)
-                if health.status_code == 200 and health.json().get("status") == "ok":
-                    break
-            except httpx.HTTPError:
-                pass  # the proxy is not listening yet (until the app deploys it answers 404 in plain text)
-            time.sleep(1)
-        return replay(url, rset, cfg)
-    finally:
-        os.killpg(server.pid, 2)  # SIGINT: lmp serve run shuts the application and its Ray down
-        server.wait(timeout=120)
+def serve_and_replay(model_uri: str, tracking_uri: str, index: Path, rset: Any, cfg: Any, port: int,
+                     by_text: dict[str, Any], modes: dict[str, Any]) -> dict[str, Any]:
+    """`lmp serve run` with the registered version over `index`, replayed, then stopped."""
+    with lmp_serve(model_uri, tracking_uri, index, port, ["replica_cpus=0.5", "limits.max_query_chars=100000",
+                                                          f"limits.rerank_candidates={K}"]) as url:
+        return replay(url, rset, cfg, by_text, modes)
 
 
 # -- the bench ----------------------------------------------------------------------------------------------
@@ -260,7 +248,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     import ray
 
-    from lmplatform.evaluation.system import load_scorer
+    from lmplatform.evaluation.system import SetMetadata, load_scorer, text_metadata
     from lmplatform.retrieval.settings import SearchSettings
     from lmplatform.runtime import apply_runtime_defaults
 
@@ -292,30 +280,37 @@ def main(argv: Optional[list[str]] = None) -> None:
     timing["study"] = {"seconds": study["seconds"], "trials": len(study["trials"]), "stages_reused": study["stages_reused"]}
     model, settings = champion_system(study, tracking_uri)
     corpus = files["corpus"]
+    by_text = text_metadata([corpus], ["title", "description"], METADATA_FIELDS)
+    metadata = SetMetadata.of(test.rset, by_text)
     if args.reuse:
         reranker = {"model": str(newest(args.out, "openoffice_reranker-*/cross_encoder-*"))}
     else:
         reranker = train_reranker(files, args.out, tracking_uri, model, corpus, max_steps, max_distractors)
         timing["re-ranker"] = {"seconds": reranker["seconds"]}
     reranking, reranking_tried = choose_reranking(model, reranker["model"], settings, dev_select(study), corpus,
-                                                  max_distractors)
-    scorer = load_scorer(model, test.rset, test.cfg, reranker["model"], BUDGET["max_seq_length"])
+                                                  max_distractors, by_text)
+    scorer = load_scorer(model, test.rset, test.cfg, reranker["model"], BUDGET["max_seq_length"], metadata)
+    first = FIRST_STAGE_ROWS[settings.mode]
     offline = {"champion, dense": SearchSettings(mode="dense"),
-               "champion + hybrid": settings.model_copy(update={"reranker": None}),
-               "champion + hybrid + re-ranker (chosen on dev)": reranking,
-               "champion + hybrid, re-ranker alone over the top 10": settings.model_copy(update={
+               "champion + hybrid": settings.model_copy(update={"reranker": None, "mode": "hybrid"}),
+               **({"champion + metadata fusion": settings.model_copy(update={"reranker": None, "mode": "metadata"})}
+                  if settings.metadata_fusion else {}),
+               f"{first} + re-ranker (chosen on dev)": reranking,
+               f"{first}, re-ranker alone over the top 10": settings.model_copy(update={
                    "reranker": reranker["model"], "rerank_depth": 10, "rerank_weight": 1.0})}
     for name, searched in offline.items():
         per_query[name] = scorer.per_query(searched)
     ray.shutdown()  # the service starts its own Ray
 
+    modes = {label: mode for label, mode in SERVED_MODES.items() if label != "metadata" or settings.metadata_fusion}
     served = serve_and_replay(f"models:/{study['registered_model']}/{study['version']}", tracking_uri,
-                              test_index(scorer, args.out / "test-index"), test.rset, test.cfg, args.port)
+                              test_index(scorer, args.out / "test-index", by_text), test.rset, test.cfg, args.port,
+                              by_text, modes)
     # The registered system: what the study's system stage chose (its own re-ranker when it trained one).
-    system_row = "champion + hybrid + re-ranker (as registered)" if settings.reranker else "champion + hybrid"
+    system_row = f"{first} + re-ranker (as registered)" if settings.reranker else first
     if settings.reranker:
-        per_query[system_row] = load_scorer(model, test.rset, test.cfg, settings.reranker, BUDGET["max_seq_length"]
-                                            ).per_query(settings)
+        per_query[system_row] = load_scorer(model, test.rset, test.cfg, settings.reranker, BUDGET["max_seq_length"],
+                                            metadata).per_query(settings)
     served_row = "served system (HTTP)"
     per_query[served_row] = served["as registered"]["per_query"]
 

@@ -2,12 +2,13 @@
 
     python ray_jobs/build_index.py --corpus data/demo/reports.jsonl --out runs/index/demo \
         [--model default|FOLDER|models:/name@alias] [--fields title,text] [--actors 2] [--kind flat|hnsw|ivf|ivfpq|auto]
-        [--label-field component] [--no-bm25] [--log-to-run auto|RUN_ID]
+        [--label-field component] [--metadata-fields product,component,created] [--no-bm25] [--log-to-run auto|RUN_ID]
 
-The index folder also gets documents.jsonl (id, title, text, label), the document
-store the serving app shows hits from, and bm25/ (unless --no-bm25), the BM25 index of
-the texts the vectors were made from, which hybrid search (/v1/search mode "hybrid")
-fuses with them. `--log-to-run auto` logs the folder as the `index` artifact of the
+The index folder also gets documents.jsonl (id, title, text, label, metadata), the
+document store the serving app shows hits from and a metadata fusion (/v1/search mode
+"metadata") reads, and bm25/ (unless --no-bm25), the BM25 index of the texts the vectors
+were made from, which hybrid search (/v1/search mode "hybrid") fuses with them.
+`--log-to-run auto` logs the folder as the `index` artifact of the
 --model version's MLflow run, where `lmp serve` finds it.
     ray job submit --working-dir . --runtime-env ray_jobs/runtime_env.yaml -- "$PWD/.venv/bin/python" ray_jobs/build_index.py ...
 """
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantize", choices=["int8"], default=None)
     parser.add_argument("--kind", default="auto", choices=["flat", "hnsw", "ivf", "ivfpq", "auto"])
     parser.add_argument("--label-field", default=None, help="Field copied as the document label (KNN classification).")
+    parser.add_argument("--metadata-fields", default="",
+                        help="Fields kept as each document's metadata (what a metadata fusion matches on), comma-separated.")
     parser.add_argument("--no-bm25", action="store_true", help="Skip the BM25 index (hybrid search is then refused).")
     parser.add_argument("--log-to-run", default=None, help="'auto' (the run of a models:/ --model) or a run id.")
     parser.add_argument("--tracking-uri", default=None)
@@ -51,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_ray(args.address)
     built = build_index_folder(args.corpus, out, args.model, args.fields.split(","), args.id_field, args.actors,
                                args.cpus_per_actor, args.batch_size, args.quantize, IndexParams(kind=args.kind),
-                               bm25=not args.no_bm25, label_field=args.label_field)
+                               bm25=not args.no_bm25, label_field=args.label_field,
+                               metadata_fields=[f for f in args.metadata_fields.split(",") if f])
     stats, index = built.encode, built.index
     run_id = None
     if args.log_to_run:

@@ -123,9 +123,10 @@ def write_corpus(path: Path, n: int = 120, seed: int = 0) -> Path:
 
 
 def write_duplicate_reports(folder: Path, groups: int = 24, seed: int = 0) -> tuple[Path, Path]:
-    """(corpus.jsonl, relations.jsonl) in OpenOffice's layout: reports {id, title, description} and duplicate pairs
-    {duplicate_id, master_id, split}; each group is a master and one or two duplicates sharing its key words,
-    its split (train / dev / test, 2:1:1) drawn by group; 20 unrelated reports join the corpus."""
+    """(corpus.jsonl, relations.jsonl) in OpenOffice's layout: reports {id, title, description, product, component,
+    created} and duplicate pairs {duplicate_id, master_id, split}; each group is a master and one or two duplicates
+    sharing its key words, product and component and filed within days of it, its split (train / dev / test, 2:1:1)
+    drawn by group; 20 unrelated reports join the corpus."""
     import random
 
     rng = random.Random(seed)
@@ -143,6 +144,13 @@ def write_duplicate_reports(folder: Path, groups: int = 24, seed: int = 0) -> tu
     reports += [{"id": f"x{n}", "title": " ".join(rng.sample(TOKEN_WORDS, 3)),
                  "description": " ".join(rng.sample(TOKEN_WORDS, 5))}
                 for n in range(20)]
+    filed = random.Random(seed + 1)  # its own draws: the texts stay those of `seed`
+    for report in reports:
+        group = report["id"].split("-")[0]
+        report |= {"product": f"p{int(group[1:]) % 3}", "component": f"{group}-part",
+                   "created": (int(group[1:]) * 30 + filed.randint(0, 3)) * 86_400} if group.startswith("r") else \
+            {"product": f"p{filed.randint(0, 2)}", "component": f"x-part{filed.randint(0, 3)}",
+             "created": filed.randint(0, 800) * 86_400}
     corpus, links = folder / "corpus.jsonl", folder / "relations.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in reports))
     links.write_text("".join(json.dumps(r) + "\n" for r in relations))

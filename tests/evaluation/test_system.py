@@ -76,3 +76,60 @@ def test_a_reranker_that_helps_is_kept_with_its_depth_and_weight() -> None:
     assert choice.settings.rerank_weight in (0.5, 1.0)
     with pytest.raises(ValueError, match="given no re-ranker"):
         _scorer().hits(SearchSettings(reranker="planted"))
+
+
+def test_metadata_fusion_ranks_the_pool_by_hand() -> None:
+    """Only the component decides: the relevant report shares the query's, the distractors do not."""
+    from lmplatform.evaluation.system import SetMetadata
+    from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionConfig
+
+    cfg = MetadataFusionConfig(match_fields=["component"], time_field=None)
+    fusion = MetadataFusion(cfg, np.array([0.0, 0.0, 0.0, 1.0]), 0.0).to_dict()
+    scorer = _scorer()
+    by_text = {"alpha report": {"component": "ui"}, "alpha issue": {"component": "ui"}, "beta issue": {"component": "db"}}
+    scorer.metadata = SetMetadata.of(scorer.rset, by_text)
+    settings = SearchSettings(mode="metadata", metadata_fusion=fusion)
+    hits = scorer.hits(settings)[0]
+    # alpha issue first (score 1); the two at 0 tie, in pool order
+    assert [(scorer.rset.candidate_texts[i], s) for i, s in hits] == [("alpha issue", 1.0), ("beta issue", 0.0),
+                                                                       ("gamma note", 0.0)]
+    assert scorer.per_query(settings)["ir_mrr_at_3"].tolist() == [1.0]  # dense alone: 0.5
+    with pytest.raises(ValueError, match="needs the set's metadata"):
+        _scorer().hits(settings)
+
+
+def _metadata_set(seed: int, dense_finds_it: bool):
+    """Queries q<i> with their report d<i> among 20 distractors; relevant reports share the query's component and
+    were filed a day before it, distractors are random. Dense is noise unless `dense_finds_it`."""
+    from lmplatform.evaluation.system import SetMetadata, SystemScorer
+
+    rng = np.random.default_rng(seed)
+    pairs = [Pair(f"q{seed}-{i}", f"d{seed}-{i}") for i in range(12)]
+    distractors = [f"x{seed}-{j}" for j in range(20)]
+    table, by_text = {}, {}
+    for i, pair in enumerate(pairs):
+        table[pair.query] = rng.normal(size=8).tolist()
+        table[pair.document] = table[pair.query] if dense_finds_it else rng.normal(size=8).tolist()
+        by_text[pair.query] = {"component": f"c{i % 4}", "created": 100 * 86_400 + i * 86_400}
+        by_text[pair.document] = {"component": f"c{i % 4}", "created": 99 * 86_400 + i * 86_400}
+    for text in distractors:
+        table[text] = rng.normal(size=8).tolist()
+        by_text[text] = {"component": f"c{rng.integers(8)}", "created": float(rng.uniform(0, 900)) * 86_400}
+    rset = retrieval_set_from_pairs(pairs, pairs, distractors, CFG)
+    return SystemScorer(TableEncoder(table), rset, CFG, metadata=SetMetadata.of(rset, by_text))
+
+
+def test_a_fusion_fitted_on_training_queries_becomes_the_mode_only_when_it_beats_the_first_stage() -> None:
+    from lmplatform.retrieval.metadata_fusion import MetadataFusionConfig, MetadataFusionWeights
+
+    cfg = MetadataFusionConfig(match_fields=["component"])
+    fusions = [MetadataFusionWeights.model_validate(_metadata_set(1, False).fit_metadata_fusion(
+        cfg.model_copy(update={"regularization": c})).to_dict()) for c in (0.1, 10.0)]
+    select = _metadata_set(2, False)
+    choice = select.choose(SearchSettings(mode="dense"), metric="ir_mrr_at_3", metadata_fusions=fusions)
+    assert choice.settings.mode == "metadata" and choice.settings.metadata_fusion in fusions
+    assert select.means(choice.settings)["ir_mrr_at_3"] > select.means(SearchSettings())["ir_mrr_at_3"] + 0.3
+    assert [t["metadata_regularization"] for t in choice.tried] == [0.1, 10.0]
+    # where dense already ranks every relevant report first, the fusion is kept for requests but is not the mode
+    perfect = _metadata_set(3, True).choose(SearchSettings(mode="dense"), metric="ir_mrr_at_3", metadata_fusions=fusions)
+    assert perfect.settings.mode == "dense" and perfect.settings.metadata_fusion is not None

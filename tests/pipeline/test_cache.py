@@ -35,15 +35,19 @@ def test_the_packaged_model_is_keyed_by_its_files() -> None:
     assert stage_key("mine", {"init_from": "default"}) == stage_key("mine", {"init_from": str(packaged_model_path())})
 
 
-def test_an_entry_whose_outputs_are_gone_is_not_reused(tmp_path: Path) -> None:
+def test_an_entry_whose_outputs_are_gone_or_runs_are_elsewhere_is_not_reused(tmp_path: Path) -> None:
     cache = StageCache(tmp_path / "cache")
     output = tmp_path / "pairs.jsonl"
     output.write_text("{}\n")
-    cache.store(CachedStage("k1", "mined", "mine", "run-1", {"output_path": str(output)}, {"metrics": {"mine/pairs": 1.0}}))
-    assert cache.lookup("k1").record == {"metrics": {"mine/pairs": 1.0}}
-    assert cache.lookup("k2") is None
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cache.store(CachedStage("k1", "mined", "mine", "run-1", {"output_path": str(output)}, {"metrics": {"mine/pairs": 1.0}},
+                            tracking_uri=store))
+    assert cache.lookup("k1", store).record == {"metrics": {"mine/pairs": 1.0}}
+    assert cache.lookup("k2", store) is None
+    # made under another MLflow store: its runs (the model a later step registers from) are not in this one
+    assert cache.lookup("k1", f"sqlite:///{tmp_path / 'other.db'}") is None
     output.unlink()
-    assert cache.lookup("k1") is None
+    assert cache.lookup("k1", store) is None
 
 
 def test_a_second_run_of_the_same_stage_waits_for_the_first(tmp_path: Path) -> None:

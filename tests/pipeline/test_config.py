@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -175,3 +176,22 @@ def test_an_unknown_stage_or_field_is_refused_naming_it(tmp_path: Path, override
     path = _write(tmp_path, [_mine(), {"name": "inline", "run": _pairs_run("stage:mined")}])
     with pytest.raises(ConfigError, match=message):
         load_pipeline_config(path, [override])
+
+
+def test_a_system_stage_fits_a_metadata_fusion_and_refuses_one_set_by_hand(tmp_path: Path) -> None:
+    metadata = {"corpus": ["reports.jsonl"], "fit": {"pairs": {"train_paths": ["train.jsonl"]}, "split": "all"}}
+    system = {"retriever": "default", "select": {"pairs": {"train_paths": ["dev.jsonl"]}, "split": "all"},
+              "metadata": metadata}
+    cfg = load_pipeline_config(_write(tmp_path, [{"name": "system", "system": system}]))
+    chosen = cfg.stage("system").system.metadata
+    assert chosen.fusion.read_fields() == ["product", "component", "created"] and chosen.regularizations == [0.1, 1.0, 10.0]
+    from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionConfig
+
+    fitted = MetadataFusion(MetadataFusionConfig(), np.zeros(8), 0.0).to_dict()
+    for change, message in [({"search": {"mode": "metadata"}}, r"system.search: .*mode 'metadata' needs metadata_fusion"),
+                            ({"search": {"metadata_fusion": fitted}}, r"system.search: mode 'metadata' and its "
+                                                                      r"metadata_fusion are chosen by the stage"),
+                            ({"metadata": {**metadata, "regularizations": [1.0, 0.0]}}, r"must be > 0"),
+                            ({"metadata": {**metadata, "fusion": {"pool": 0}}}, r"metadata.fusion.pool")]:
+        with pytest.raises(ConfigError, match=message):
+            load_pipeline_config(_write(tmp_path, [{"name": "system", "system": {**system, **change}}]))

@@ -10,6 +10,7 @@ from lmplatform.data.readers import DataError
 from lmplatform.retrieval.metadata_fusion import (
     MetadataFusion,
     MetadataFusionConfig,
+    MetadataFusionWeights,
     candidate_pool,
     feature_names,
     fusion_features,
@@ -83,3 +84,51 @@ def test_a_fit_finds_the_metadata_signal_and_survives_saving(tmp_path) -> None:
         MetadataFusion.from_dict(broken)
     with pytest.raises(ValueError, match="needs relevant and irrelevant"):
         MetadataFusion.fit([held_out[0]], [np.zeros(len(held_out[0]), dtype=bool)], CFG)
+
+
+def test_a_stored_time_that_does_not_parse_counts_as_unknown() -> None:
+    x = fusion_features(np.ones(2), np.ones(2), {"created": 0}, [{"created": "last tuesday"}, {"created": 86_400}], CFG)
+    assert x[:, -1].tolist() == [1.0, 0.0] and x[1, -3] == pytest.approx(math.log(2))
+
+
+def test_fitted_weights_are_validated_as_data() -> None:
+    fitted = MetadataFusion(CFG, np.arange(len(feature_names(CFG)), dtype=float), 0.5).to_dict()
+    assert MetadataFusionWeights.model_validate(fitted).weights["dense"] == 2.0
+    for broken in ({**fitted, "weights": {**fitted["weights"], "dense": float("nan")}},
+                   {**fitted, "bias": float("inf")}, {**fitted, "extra": 1}):
+        with pytest.raises(ValueError):
+            MetadataFusionWeights.model_validate(broken)
+
+
+def test_metadata_search_ranks_each_pool_as_the_offline_fusion() -> None:
+    """The served search (FAISS top-N, BM25 top-N, exact scores of their union) against the offline rule computed
+    from every document's score (`candidate_pool`): the same pools, the same order, with and without excluded ids."""
+    from lmplatform.metrics.retrieval import rank_by_score
+    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.retrieval.retrievers import BM25Retriever, metadata_search
+
+    rng = np.random.default_rng(3)
+    words = ["printer", "vpn", "crash", "save", "font", "table", "macro", "chart", "print", "export"]
+    n = 60
+    ids = [f"r{i}" for i in range(n)]
+    texts = [" ".join(rng.choice(words, size=4)) for _ in range(n)]
+    metadata = [{"product": str(rng.choice(["Writer", "Calc"])), "component": str(rng.choice(["ui", "code", "save"])),
+                 "created": float(rng.uniform(0, 400)) * 86_400} for _ in range(n)]
+    vectors = rng.normal(size=(n, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = VectorIndex.build(ids, vectors, kind="flat")
+    bm25 = BM25Retriever()
+    bm25.index(ids, texts)
+    cfg = MetadataFusionConfig(pool=7)
+    fusion = MetadataFusion(cfg, np.array([2.0, 1.0, 0.5, 0.8, 0.3, -0.6, 0.4, -0.2]), 0.1)
+    queries = [3, 17, 42]
+    drop = [{"r3"}, {"r17", ids[int(np.argsort(-(vectors @ vectors[17]))[1])]}, set()]
+    served = metadata_search(index, bm25, lambda doc: metadata[ids.index(doc)], vectors[queries], [texts[q] for q in queries],
+                             [metadata[q] for q in queries], 5, fusion, drop)
+    for q, excluded, hits in zip(queries, drop, served):
+        dense, lexical = vectors @ vectors[q], bm25.query_scores([texts[q]])[0].astype(np.float64)
+        pool = candidate_pool(dense, lexical, cfg.pool, excluded=[ids.index(d) for d in excluded])
+        scores = fusion.score(fusion_features(dense[pool], lexical[pool], metadata[q], [metadata[c] for c in pool], cfg))
+        expected = rank_by_score((ids[c], float(s)) for c, s in zip(pool, scores))[:5]
+        assert [d for d, _ in hits] == [d for d, _ in expected] and not excluded & {d for d, _ in hits}
+        assert [s for _, s in hits] == pytest.approx([s for _, s in expected], abs=1e-5)

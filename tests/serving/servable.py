@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 LABELS = ("network", "storage", "billing")
 # A replica being stopped waits graceful_shutdown_wait_loop_s (2 s by default) before it looks for requests still in
@@ -18,14 +18,21 @@ WORDS = {
 }
 
 
-def make_documents(n: int = 36, seed: int = 0) -> list[dict[str, str]]:
-    """Unique texts, each of one label's vocabulary, so a text's nearest neighbour is itself."""
+PRODUCTS = ("gateway", "ledger")
+DAY = 86_400
+
+
+def make_documents(n: int = 36, seed: int = 0) -> list[dict[str, Any]]:
+    """Unique texts, each of one label's vocabulary, so a text's nearest neighbour is itself; each with the metadata a
+    metadata fusion reads (product, component, created: a day apart, some unknown), as the store holds it."""
     rng = random.Random(seed)
     docs = []
     for i in range(n):
         label = LABELS[i % len(LABELS)]
         words = [rng.choice(WORDS[label]) for _ in range(6 + i % 9)]
-        docs.append({"id": f"doc-{i}", "title": f"report {i}", "text": " ".join(words) + f" case {i}", "label": label})
+        metadata = {"product": PRODUCTS[i % 2], "component": label, **({"created": i * DAY} if i % 5 else {})}
+        docs.append({"id": f"doc-{i}", "title": f"report {i}", "text": " ".join(words) + f" case {i}", "label": label,
+                     "metadata": metadata})
     return docs
 
 

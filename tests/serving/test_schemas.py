@@ -64,16 +64,47 @@ def test_a_search_plan_takes_the_request_over_the_registered_settings() -> None:
     def plan(registered=None, reranker=False, **request):
         return plan_search(SearchRequest(query="vpn", **request), registered, reranker, 8)
 
-    assert plan() == SearchPlan("dense", None, False, 8, 1.0)  # nothing registered: today's dense search
+    assert plan() == SearchPlan("dense", None, None, False, 8, 1.0)  # nothing registered: today's dense search
     hybrid = plan(mode="hybrid", bm25_weight=0.4)
     assert (hybrid.mode, hybrid.fusion.bm25_weight, hybrid.fusion.hybrid_candidates) == ("hybrid", 0.4, 100)
     registered = SearchSettings(mode="hybrid", bm25_weight=0.3, reranker="models:/ce/1", rerank_depth=12, rerank_weight=0.6)
-    assert plan(registered, reranker=True) == SearchPlan("hybrid", registered.fusion_settings(), True, 12, 0.6)
-    assert plan(registered, reranker=True, mode="dense", rerank=False) == SearchPlan("dense", None, False, 12, 0.6)
+    assert plan(registered, reranker=True) == SearchPlan("hybrid", registered.fusion_settings(), None, True, 12, 0.6)
+    assert plan(registered, reranker=True, mode="dense", rerank=False) == SearchPlan("dense", None, None, False, 12, 0.6)
     assert not plan(registered).rerank  # a registered re-ranker that is not deployed: not used by default
     _limit_error(lambda: plan(bm25_weight=0.5), "bm25_weight", 422)  # the release searches dense
     _limit_error(lambda: plan(SearchSettings(mode="hybrid", fusion="rrf"), bm25_weight=0.5), "bm25_weight", 422)
     _limit_error(lambda: plan(rerank=True), "rerank", 422)
+
+
+def test_a_metadata_search_plan_needs_a_registered_fusion_and_a_readable_time() -> None:
+    import numpy as np
+
+    from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionConfig, feature_names
+
+    def plan(registered=None, **request):
+        return plan_search(SearchRequest(query="vpn", **request), registered, False, 8)
+
+    cfg = MetadataFusionConfig()
+    fitted = MetadataFusion(cfg, np.ones(len(feature_names(cfg))), 0.0).to_dict()
+    registered = SearchSettings(metadata_fusion=fitted)  # dense by default; mode 'metadata' on request
+    assert plan(registered).metadata_fusion is None
+    chosen = plan(registered, mode="metadata", metadata={"product": "Writer", "created": "2001-01-10T09:30:00Z"})
+    assert (chosen.mode, chosen.fusion, chosen.metadata_fusion.weights) == ("metadata", None, fitted["weights"])
+    assert plan(registered, mode="metadata").mode == "metadata"  # no metadata: nothing matches, still an answer
+    assert plan(registered, metadata={"created": "soon"}).mode == "dense"  # ignored outside mode 'metadata'
+    _limit_error(lambda: plan(registered, mode="metadata", metadata={"created": "soon"}), "metadata.created", 422)
+    _limit_error(lambda: plan(SearchSettings(), mode="metadata"), "mode", 422)
+    with pytest.raises(ValidationError, match="needs metadata_fusion"):
+        SearchSettings(mode="metadata")
+    for bad in ({"product": ["Writer"]}, {"product": {"name": "Writer"}}, {"created": float("nan")}, []):
+        with pytest.raises(ValidationError) as caught:
+            SearchRequest.model_validate({"query": "vpn", "metadata": bad})
+        assert caught.value.errors()[0]["loc"][0] == "metadata"
+    limits = ServeLimits(max_id_chars=5)
+    _limit_error(lambda: limits.check_search(SearchRequest(query="vpn", metadata={"product": "LibreOffice"})),
+                 "metadata.product", 413)
+    _limit_error(lambda: limits.check_search(SearchRequest(query="vpn", metadata={f"f{i}": 1 for i in range(65)})),
+                 "metadata", 413)
 
 
 def test_text_limits_name_the_offending_item() -> None:

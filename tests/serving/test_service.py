@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lmplatform.models.encoder import Encoder
+from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionConfig
 from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.serving.routes import Route
 from lmplatform.testing.local_cluster import free_port
@@ -47,7 +48,9 @@ APP = "lmp-test"
 MODEL_NAME = "serving-test-encoder"
 MODEL_DEPLOYMENTS = ("RetrieverDeployment", "ClassifierDeployment")
 MAX_BODY_BYTES = 20_000
-V1_SEARCH = SearchSettings(bm25_weight=0.3, hybrid_candidates=10, rerank_depth=20)
+# A metadata fusion as a fit would leave it (same product and component count, so does being filed close in time).
+FUSION = MetadataFusion(MetadataFusionConfig(pool=10), np.array([1.0, 0.5, 0.2, 0.6, 0.4, -0.3, 0.1, -0.2]), 0.05)
+V1_SEARCH = SearchSettings(bm25_weight=0.3, hybrid_candidates=10, rerank_depth=20, metadata_fusion=FUSION.to_dict())
 
 
 @dataclass
@@ -232,6 +235,36 @@ def test_served_hybrid_search_ranks_as_the_offline_hybrid_retriever(service: Ser
     metric_reaches("lmp_searches_total", hybrid_requests, mode="hybrid")
 
 
+def test_served_metadata_search_ranks_as_the_offline_fusion(service: Service) -> None:
+    """mode 'metadata': the registered fusion over the dense and BM25 pool, with the request's metadata and the
+    documents' from the store, ranks as `metadata_search` does offline (the function a bench scores with)."""
+    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.retrieval.retrievers import BM25Retriever, metadata_search
+
+    client, docs = service.client, service.documents
+    ids, texts = [d["id"] for d in docs], [d["text"] for d in docs]
+    encoder = Encoder.from_pretrained(service.model_dir, backend="onnx")
+    index = VectorIndex.build(ids, encoder.encode(texts), kind="flat")
+    bm25 = BM25Retriever()
+    bm25.index(ids, texts)
+    stored = {d["id"]: d["metadata"] for d in docs}
+    asks = [("vpn tunnel timeout at the gateway", {"product": "gateway", "component": "network", "created": 9 * 86_400}, []),
+            ("refund the card payment", {"product": "ledger", "created": "1970-01-20T00:00:00+00:00"}, ["doc-2"]),
+            (docs[4]["text"], {}, [docs[4]["id"]])]
+    for query, metadata, drop in asks:
+        served = _ok(client.post("/v1/search", json={"query": query, "k": 8, "mode": "metadata", "metadata": metadata,
+                                                     "exclude_ids": drop}))
+        assert (served["mode"], served["fusion"], served["bm25_weight"]) == ("metadata", None, None)
+        (offline,) = metadata_search(index, bm25, stored.__getitem__, encoder.encode([query]), [query], [metadata], 8, FUSION,
+                                     [set(drop)])
+        _assert_same_ranking(served["hits"], offline)
+    # the metadata moves the ranking: the same query without it ranks otherwise
+    plain = _ok(client.post("/v1/search", json={"query": asks[0][0], "k": 8, "mode": "metadata"}))
+    with_it = _ok(client.post("/v1/search", json={"query": asks[0][0], "k": 8, "mode": "metadata", "metadata": asks[0][1]}))
+    assert [h["score"] for h in plain["hits"]] != [h["score"] for h in with_it["hits"]]
+    metric_reaches("lmp_searches_total", len(asks) + 2, mode="metadata")
+
+
 def test_openai_embeddings_route_answers_what_the_openai_sdk_sends(service: Service) -> None:
     """The request of `OpenAI(base_url=.../v1).embeddings.create(input=[...], model=...)`, byte for byte in shape:
     the SDK asks for base64 unless told otherwise and decodes it as little-endian float32."""
@@ -331,6 +364,9 @@ BAD_REQUESTS = [
     ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": True}, 422, "bm25_weight"),
     ("/v1/search", {"query": "vpn", "mode": "hybrid", "bm25_weight": float("nan")}, 422, "bm25_weight"),
     ("/v1/search", {"query": "vpn", "bm25_weight": 0.5}, 422, "bm25_weight"),  # the champion searches dense by default
+    ("/v1/search", {"query": "vpn", "mode": "metadata", "metadata": {"created": "last tuesday"}}, 422, "metadata.created"),
+    ("/v1/search", {"query": "vpn", "mode": "metadata", "metadata": {"product": ["gateway"]}}, 422, "metadata.product"),
+    ("/v1/search", {"query": "vpn", "metadata": "gateway"}, 422, "metadata"),
     ("/v1/search", {"query": "vpn", "exclude_ids": "d1"}, 422, "exclude_ids"),
     ("/v1/search", {"query": "vpn", "exclude_ids": [7]}, 422, "exclude_ids.0"),
     ("/v1/search", {"query": "vpn", "exclude_ids": [f"d{i}" for i in range(101)]}, 413, "exclude_ids"),

@@ -3,6 +3,7 @@ two concurrent pipeline trials (tiny BERT, real Ray Tune, MLflow) runs each shar
 pipeline -> stages in MLflow, feeds the training stage's reports to ASHA, and registers its winner."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,8 @@ from tests.pipeline.test_stage_reuse import pipeline_spec
 
 
 def system_pipeline(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, corpus: Path, relations: Path) -> dict:
-    """pairs -> mine -> bi-encoder -> cross-encoder on the mined pairs -> the system (hybrid, re-ranked) chosen on
-    dev_select, indexed and registered."""
+    """pairs -> mine -> bi-encoder -> cross-encoder on the mined pairs -> the system (hybrid or a metadata fusion fitted
+    on the train pairs, re-ranked) chosen on dev_select, indexed and registered."""
     pipeline = pipeline_spec(tmp_path, tiny_bert, mlflow_uri, corpus, relations)
     pipeline["reuse"] = {"enabled": False}  # a study turns it on itself
     pipeline["stages"] += [
@@ -33,6 +34,10 @@ def system_pipeline(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, corpus: Pa
                        "distractors": {"paths": [str(corpus)], "fields": ["title", "description"]}, "batch_size": 16},
             "search": {"mode": "hybrid", "hybrid_candidates": 20},
             "choose": {"bm25_weights": [0.0, 0.5], "rerank_depths": [5], "rerank_weights": [0.5, 1.0]},
+            "metadata": {"corpus": [str(corpus)], "fields": ["title", "description"], "regularizations": [1.0],
+                         "fit": {"pairs": {"train_paths": ["stage:data/train"], "validation_fraction": 0.0}, "split": "all",
+                                 "distractors": {"paths": [str(corpus)], "fields": ["title", "description"]},
+                                 "batch_size": 16}},
             "index": {"corpus": str(corpus), "fields": ["title", "description"], "kind": "flat"},
             "register_as": {"name": "pipe-system"}}},
     ]
@@ -141,7 +146,12 @@ def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
     from lmplatform.tracking.registry import read_search_settings
 
     settings = read_search_settings(mlflow_uri, "pipe-winner", decision.version)
-    assert settings.mode == "hybrid" and settings.bm25_weight == best.stages["system"].search["bm25_weight"]
+    assert settings.mode == best.stages["system"].search["mode"] and settings.mode in ("hybrid", "metadata")
+    assert settings.bm25_weight == best.stages["system"].search["bm25_weight"]
+    # the fusion fitted on the trial's train pairs travels with the version, and the served store keeps what it reads
+    assert settings.metadata_fusion.config.match_fields == ["product", "component"]
+    store = client.download_artifacts(version.run_id, "index/documents.jsonl")
+    assert all({"product", "component", "created"} <= json.loads(line)["metadata"].keys() for line in open(store))
     assert settings.reranker == "models:/pipe-winner-reranker/1" and settings.rerank_depth == 5
     assert client.get_model_version("pipe-winner-reranker", "1").run_id == best.stages["rerank"].model_run_id
     # each version names the objective its training run trained: the system's is its retriever's

@@ -11,7 +11,8 @@ The key is derived from content, never from names or places:
 An entry is a small JSON file under `<cache>/<key>.json` naming the outputs of the run that made it (which
 stay in that run's folder), its metrics and the reports it sent while it ran. Concurrent trials that reach
 the same stage at the same time run it once: the first holds a lock on the key while it runs, the others
-wait and then reuse it. An entry whose outputs were deleted is ignored.
+wait and then reuse it. An entry whose outputs were deleted is ignored, and so is one made under another MLflow
+tracking store: the reused stage's runs (the model a later step registers from) must be in the reusing pipeline's.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class CachedStage:
     outputs: dict[str, Optional[str]]  # model_dir / output_path / one file per pairs output
     record: dict[str, Any]  # the StageState fields worth copying (metrics, runs, versions)
     reports: list[dict[str, Any]] = field(default_factory=list)  # what it reported while it ran, in order
+    tracking_uri: str = ""  # the MLflow store holding the runs in `record`
 
     def outputs_exist(self) -> bool:
         return all(path is None or Path(path).exists() for path in self.outputs.values())
@@ -124,7 +126,8 @@ class StageCache:
     def _entry(self, key: str) -> Path:
         return self.folder / f"{key}.json"
 
-    def lookup(self, key: str) -> Optional[CachedStage]:
+    def lookup(self, key: str, tracking_uri: str) -> Optional[CachedStage]:
+        """The entry of `key` made under `tracking_uri`, if its outputs are still there."""
         path = self._entry(key)
         if not path.is_file():
             return None
@@ -132,7 +135,7 @@ class StageCache:
             cached = CachedStage(**json.loads(path.read_text()))
         except (ValueError, TypeError):
             return None  # written by another version of this format
-        return cached if cached.outputs_exist() else None
+        return cached if cached.outputs_exist() and cached.tracking_uri == tracking_uri else None
 
     def store(self, cached: CachedStage) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)

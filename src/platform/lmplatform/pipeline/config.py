@@ -18,6 +18,7 @@ from lmplatform.config.schema import DataConfig
 from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
 from lmplatform.objectives.registry import objective_names, objective_spec
 from lmplatform.objectives.run_config import RunConfig
+from lmplatform.retrieval.metadata_fusion import MetadataFusionConfig
 from lmplatform.retrieval.settings import DistractorConfig, RetrievalValidationConfig, SearchSettings
 
 STAGE_PREFIX = "stage:"
@@ -180,6 +181,30 @@ class SystemIndexConfig(Section):
     id_field: str = "id"
     kind: Literal["flat", "hnsw", "ivf", "ivfpq", "auto"] = "auto"
     cpus_per_actor: float = Field(1.0, gt=0.0, description="The encoding actor's CPUs.")
+    metadata_fields: list[str] = Field(default_factory=list, description="Fields kept as each document's metadata in "
+                                       "the store (what a metadata fusion reads: product, component, created...).")
+
+
+class SystemMetadataConfig(Section):
+    """A metadata fusion for the system (lmplatform/retrieval/metadata_fusion.py): fitted on `fit`'s queries once per
+    `regularizations` value, the best on `select` kept with the settings, and the mode when it beats the first stage
+    chosen before it. The texts' metadata is read from `corpus`, each document found by its text."""
+
+    corpus: list[str] = Field(..., min_length=1, description="JSONL of documents with the metadata fields (e.g. every "
+                              "report), the same documents the pairs and distractors were made from.")
+    fields: list[str] = Field(["title", "text"], min_length=1, description="Fields joined with '. ' into a document's "
+                              "text, as the pairs' texts and the distractors join them (how a text finds its metadata).")
+    fit: RetrievalValidationConfig = Field(..., description="The training queries the fusion is fitted on: pairs "
+                                           "(e.g. the train split) ranked against their documents and distractors.")
+    fusion: MetadataFusionConfig = Field(default_factory=MetadataFusionConfig)
+    regularizations: list[float] = Field([0.1, 1.0, 10.0], min_length=1, description="Values of the fusion's "
+                                         "regularization (C) fitted and tried on `select`.")
+
+    @model_validator(mode="after")
+    def _positive_regularizations(self) -> "SystemMetadataConfig":
+        if any(c <= 0 for c in self.regularizations):
+            raise ValueError(f"metadata.regularizations must be > 0, got {self.regularizations}")
+        return self
 
 
 class SystemRegisterConfig(Section):
@@ -204,6 +229,8 @@ class SystemConfig(Section):
     search: SearchSettings = Field(default_factory=SearchSettings, description="The settings; `choose` replaces the "
                                    "values it tries. Its `reranker` is set from `reranker` above.")
     choose: SystemChoiceConfig = Field(default_factory=SystemChoiceConfig)
+    metadata: Optional[SystemMetadataConfig] = Field(None, description="Fit a metadata fusion and choose it on `select` "
+                                                     "like the other settings; null: dense and BM25 only.")
     max_seq_length: Optional[int] = Field(None, ge=8, description="Encoder length; default: the model's.")
     cpus: float = Field(1.0, gt=0.0, description="CPUs of the Ray task that measures the system (its encoder and "
                         "re-ranker run there, one thread per CPU).")
@@ -215,6 +242,9 @@ class SystemConfig(Section):
     def _pairs_and_index(self) -> "SystemConfig":
         if self.select.pairs is None:
             raise ValueError("system.select.pairs is required: the dev pairs the settings are chosen on")
+        if self.search.mode == "metadata" or self.search.metadata_fusion is not None:
+            raise ValueError("system.search: mode 'metadata' and its metadata_fusion are chosen by the stage: set "
+                             "system.metadata (the fusion is fitted on its queries) and search.mode 'dense' or 'hybrid'")
         if self.register_as is not None and self.index is None:
             raise ValueError("system.register_as needs system.index: a registered system is served from its index")
         if self.choose.rerank_depths or self.choose.rerank_weights:

@@ -215,7 +215,7 @@ def _run_or_reuse(cache: StageCache, cfg: PipelineConfig, stage: StageConfig, in
     record = state.stage(stage.name)
     record.cache_key = key
     with cache.hold(key):
-        hit = cache.lookup(key)
+        hit = cache.lookup(key, state.tracking_uri)
         if hit is not None:
             _reuse_stage(hit, cfg, stage, index, state, folder, parent, reporter)
             return
@@ -226,7 +226,7 @@ def _run_or_reuse(cache: StageCache, cfg: PipelineConfig, stage: StageConfig, in
         outputs = {"model_dir": record.model_dir, "output_path": record.output_path} | dict(record.outputs)
         cache.store(CachedStage(key, stage.name, stage.kind, state.run_name, outputs,
                                 {name: getattr(record, name) for name in (*REUSED_FIELDS, "mlflow_run_id", "seconds")},
-                                read_reports(report_log)))
+                                read_reports(report_log), state.tracking_uri))
 
 
 def _reuse_stage(hit: CachedStage, cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState,

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from lmplatform.evaluation.retrieval_validation import build_retrieval_set
-from lmplatform.evaluation.system import load_scorer
-from lmplatform.pipeline.config import SystemConfig
+from lmplatform.evaluation.system import SetMetadata, SystemScorer, load_scorer, text_metadata
+from lmplatform.pipeline.config import SystemConfig, SystemMetadataConfig
 from lmplatform.retrieval.build import build_index_folder
 from lmplatform.retrieval.index import IndexParams
+from lmplatform.retrieval.metadata_fusion import MetadataFusionWeights
 from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.serving.release import publish_index
 from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
@@ -42,6 +43,8 @@ class SystemResult:
     def summary(self) -> str:
         m, s = self.metrics, self.settings
         how = f"{s.mode}" + (f" (BM25 weight {s.bm25_weight:g})" if s.mode == "hybrid" and s.fusion == "convex" else "")
+        if s.mode == "metadata" and s.metadata_fusion is not None:
+            how += f" (fusion fitted with C {s.metadata_fusion.config.regularization:g})"
         if s.reranker is not None:
             how += f", re-ranked top {s.rerank_depth} (weight {s.rerank_weight:g})"
         first = f", first stage {m['first_stage_ir_mrr_at_10']:.4f}" if "first_stage_ir_mrr_at_10" in m else ""
@@ -49,14 +52,29 @@ class SystemResult:
                 f"(dense {m['dense_ir_mrr_at_10']:.4f}{first})")
 
 
+def fit_metadata_fusions(cfg: SystemMetadataConfig, encoder: Any, batch_size: int) -> tuple[list[MetadataFusionWeights], Any]:
+    """(one fusion fitted on `cfg.fit`'s queries per `cfg.regularizations` value, the texts' metadata by text)."""
+    by_text = text_metadata(cfg.corpus, cfg.fields, cfg.fusion.read_fields())
+    rset = build_retrieval_set(cfg.fit)
+    print(f"[lmp] system: metadata fusion fitted on {rset.summary()}", flush=True)
+    scorer = SystemScorer(encoder, rset, cfg.fit, batch_size=batch_size, metadata=SetMetadata.of(rset, by_text))
+    fusions = [scorer.fit_metadata_fusion(cfg.fusion.model_copy(update={"regularization": c})).to_dict()
+               for c in cfg.regularizations]
+    return [MetadataFusionWeights.model_validate(f) for f in fusions], by_text
+
+
 def measure_system(cfg: SystemConfig, retriever: str, reranker: Optional[str]) -> tuple[SearchSettings, dict[str, float], list]:
     """(the chosen settings, their metrics on `select` with the dense and first-stage baselines, every try)."""
     rset = build_retrieval_set(cfg.select)
     print(f"[lmp] system: {rset.summary()}", flush=True)
     scorer = load_scorer(retriever, rset, cfg.select, reranker, cfg.max_seq_length)
+    fusions: list[MetadataFusionWeights] = []
+    if cfg.metadata is not None:
+        fusions, by_text = fit_metadata_fusions(cfg.metadata, scorer.encoder, cfg.select.batch_size)
+        scorer.metadata = SetMetadata.of(rset, by_text)
     base = cfg.search.model_copy(update={"reranker": reranker})
     choice = scorer.choose(base, cfg.choose.bm25_weights, cfg.choose.rerank_depths, cfg.choose.rerank_weights,
-                           cfg.choose.metric)
+                           cfg.choose.metric, fusions)
     chosen = choice.settings
     metrics = dict(scorer.means(chosen))
     metrics |= {f"dense_{k}": v for k, v in scorer.means(SearchSettings(mode="dense")).items() if k.startswith("ir_")
@@ -109,7 +127,8 @@ def publish_system(cfg: SystemConfig, tracking_uri: str, name: str, version: str
     client = MlflowClient(tracking_uri)
     built = build_index_folder(cfg.index.corpus, folder / "served", retriever, cfg.index.fields, cfg.index.id_field,
                                cpus_per_actor=cfg.index.cpus_per_actor, params=IndexParams(kind=cfg.index.kind),
-                               max_seq_length=cfg.max_seq_length)
+                               max_seq_length=cfg.max_seq_length, metadata_fields=list(dict.fromkeys(
+                                   [*cfg.index.metadata_fields, *(cfg.metadata.fusion.read_fields() if cfg.metadata else [])])))
     publish_index(built.folder, client.get_model_version(name, version).run_id, tracking_uri)
     print(f"[lmp] system: index of {len(built.index)} documents ({built.index.kind}, BM25 "
           f"{'yes' if built.bm25 else 'no'}) logged with {name} version {version}", flush=True)

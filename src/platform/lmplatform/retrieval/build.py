@@ -206,9 +206,10 @@ def build_index_folder(corpus: str | Sequence[str], out: str | Path, model: str 
                        text_fields: Sequence[str] = ("title", "text"), id_field: str = "id", actors: int = 1,
                        cpus_per_actor: float = 1, batch_size: int = 64, quantize: Optional[str] = None,
                        params: Optional[IndexParams] = None, bm25: bool = True, label_field: Optional[str] = None,
-                       max_seq_length: Optional[int] = None) -> IndexFolder:
+                       max_seq_length: Optional[int] = None, metadata_fields: Sequence[str] = ()) -> IndexFolder:
     """The served index of a corpus in `out/index`: FAISS over the encoded texts (shards in `out/shards`), BM25 over
-    the same texts (unless `bm25` is False) and the document store (id, title, text, label) hits are shown from."""
+    the same texts (unless `bm25` is False) and the document store (id, title, text, label, the `metadata_fields` a
+    metadata fusion reads) hits are shown from."""
     out = Path(out)
     stats = encode_corpus_to_shards(corpus, out / "shards", model=model, text_fields=text_fields, id_field=id_field,
                                     actors=actors, cpus_per_actor=cpus_per_actor, batch_size=batch_size, quantize=quantize,
@@ -217,5 +218,5 @@ def build_index_folder(corpus: str | Sequence[str], out: str | Path, model: str 
     built_bm25 = build_bm25_index(corpus, out / "index", text_fields, id_field, index.ids) if bm25 else None
     stored = write_document_store(corpus, out / "index" / DOCUMENTS_FILE, id_field=id_field,
                                   text_fields=[f for f in text_fields if f != "title"] or list(text_fields),
-                                  label_field=label_field)
+                                  label_field=label_field, metadata_fields=metadata_fields)
     return IndexFolder(out / "index", stats, index, stored, built_bm25)

@@ -14,6 +14,10 @@ time. Each candidate of a query's pool (the union of the dense and BM25 top `poo
 score(q, c) = w · features(q, c) + b, with w and b fitted by L2-regularised logistic regression (scikit-learn) on the
 pools of training queries, a row labelled 1 when the candidate is relevant. Ranking a pool by score needs no
 probability calibration, so the regularisation `regularization` (scikit-learn's C) is the one setting to choose on dev.
+
+A query's time that does not parse is an error naming the field (the client's to mend); a candidate's counts as
+unknown, so one bad stored value never fails a search. `MetadataFusionWeights` is a fitted fusion as data: what a
+model version's search settings carry to the service (`SearchSettings.metadata_fusion`).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmplatform.data.readers import DataError
 
@@ -44,10 +48,33 @@ class MetadataFusionConfig(BaseModel):
     pool: int = Field(100, ge=1, description="Candidates each first stage (dense, BM25) adds to a query's pool.")
     regularization: float = Field(1.0, gt=0, description="Inverse L2 strength of the logistic regression (C).")
 
+    def read_fields(self) -> list[str]:
+        """The metadata fields the fusion reads (what a document store must keep for it)."""
+        return [*self.match_fields, *([self.time_field] if self.time_field else [])]
+
 
 def feature_names(cfg: MetadataFusionConfig) -> list[str]:
     names = ["dense_norm", "bm25_norm", "dense", *(f"same_{f}" for f in cfg.match_fields)]
     return names + (["log_days", "earlier", "time_unknown"] if cfg.time_field else [])
+
+
+class MetadataFusionWeights(BaseModel):
+    """A fitted fusion as data (`MetadataFusion.to_dict`): its config, bias and one weight per feature name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: MetadataFusionConfig
+    bias: float = Field(..., allow_inf_nan=False)
+    weights: dict[str, float] = Field(..., description="One finite weight per feature of `config` (`feature_names`).")
+
+    @model_validator(mode="after")
+    def _one_weight_per_feature(self) -> "MetadataFusionWeights":
+        names = feature_names(self.config)
+        if sorted(self.weights) != sorted(names):
+            raise ValueError(f"weights name {sorted(self.weights)}; the config's features are {names}")
+        if not all(math.isfinite(w) for w in self.weights.values()):
+            raise ValueError("every weight must be a finite number")
+        return self
 
 
 def parse_time(value: Any, field: str) -> Optional[float]:
@@ -65,6 +92,14 @@ def parse_time(value: Any, field: str) -> Optional[float]:
         else:
             return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
     raise DataError(f"{field}: {value!r} is not a time (an ISO 8601 string or epoch seconds)")
+
+
+def _stored_time(value: Any) -> Optional[float]:
+    """A candidate's time; one that does not parse is unknown (see the module doc)."""
+    try:
+        return parse_time(value, "")
+    except DataError:
+        return None
 
 
 def candidate_pool(dense: np.ndarray, bm25: np.ndarray, size: int, excluded: Sequence[int] = ()) -> np.ndarray:
@@ -100,7 +135,7 @@ def fusion_features(dense: np.ndarray, bm25: np.ndarray, query: Mapping[str, Any
         columns.append(np.array([float(bool(wanted) and c.get(field) == wanted) for c in candidates]))
     if cfg.time_field:
         at = parse_time(query.get(cfg.time_field), cfg.time_field)
-        times = np.array([np.nan if (t := parse_time(c.get(cfg.time_field), cfg.time_field)) is None or at is None
+        times = np.array([np.nan if (t := _stored_time(c.get(cfg.time_field))) is None or at is None
                           else t - at for c in candidates])
         unknown = np.isnan(times)
         days = np.where(unknown, 0.0, times) / SECONDS_PER_DAY
@@ -138,12 +173,10 @@ class MetadataFusion:
                 "weights": dict(zip(feature_names(self.config), self.weights.tolist()))}
 
     @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> "MetadataFusion":
-        cfg = MetadataFusionConfig.model_validate(payload["config"])
-        names, weights = feature_names(cfg), payload["weights"]
-        if sorted(weights) != sorted(names):
-            raise ValueError(f"weights name {sorted(weights)}; the config's features are {names}")
-        return cls(cfg, np.array([weights[n] for n in names], dtype=np.float64), float(payload["bias"]))
+    def from_dict(cls, payload: Mapping[str, Any] | MetadataFusionWeights) -> "MetadataFusion":
+        fitted = payload if isinstance(payload, MetadataFusionWeights) else MetadataFusionWeights.model_validate(payload)
+        names = feature_names(fitted.config)
+        return cls(fitted.config, np.array([fitted.weights[n] for n in names], dtype=np.float64), fitted.bias)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

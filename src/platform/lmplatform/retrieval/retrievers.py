@@ -1,4 +1,5 @@
-"""Retrievers behind one interface: dense (Encoder + VectorIndex), BM25 (bm25s), hybrid (both fused), two-stage re-ranking.
+"""Retrievers behind one interface: dense (Encoder + VectorIndex), BM25 (bm25s), hybrid (both fused), two-stage re-ranking;
+and the served searches over a built index: `hybrid_search`, `metadata_search` (both ranked with the documents' metadata).
 
 Every retriever is first given a corpus with `index(ids, texts)`, then answers
 `search(queries, k, exclude=None) -> list[list[(id, score)]]`, best first, with
@@ -12,13 +13,14 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from lmplatform.metrics.retrieval import rank_by_score
 from lmplatform.retrieval.fusion import combine_rerank, fuse
 from lmplatform.retrieval.index import IndexParams, VectorIndex
+from lmplatform.retrieval.metadata_fusion import MetadataFusion, fusion_features
 from lmplatform.retrieval.settings import FusionSettings
 
 logger = logging.getLogger(__name__)
@@ -208,6 +210,35 @@ def hybrid_search(vector_index: VectorIndex, bm25: BM25Retriever, query_vectors:
             return vector_index.reconstruct(pool) @ vector, bm25_row[bm25.positions(pool)]
 
         out.append(fuse(dense_hits, bm25_hits, exact, settings)[:k])
+    return out
+
+
+def metadata_search(vector_index: VectorIndex, bm25: BM25Retriever, document_metadata: Callable[[str], Mapping[str, Any]],
+                    query_vectors: np.ndarray, query_texts: Sequence[str], query_metadata: Sequence[Mapping[str, Any]],
+                    k: int, fusion: MetadataFusion, exclude: Optional[Sequence[set[str]]] = None) -> list[Hits]:
+    """Each query's pool ranked by a fitted metadata fusion (`retrieval.metadata_fusion`), the top k per query.
+
+    The pool is `candidate_pool`'s: the dense top `fusion.config.pool` and BM25's (documents sharing a term with the
+    query) after `exclude`; each member gets its exact cosine (`VectorIndex.reconstruct`), its BM25 score and its
+    metadata (`document_metadata(id)`), and is scored w · features + b. query_vectors: [q, dim] normalised, for
+    query_texts [q] with query_metadata [q]. A hit's score is the fusion's logit.
+    """
+    size = fusion.config.pool
+    drops = list(exclude) if exclude is not None else [set()] * len(query_texts)
+    extra = max((len(d) for d in drops), default=0)
+    dense_lists = vector_index.search(query_vectors, size + extra)
+    out = []
+    for vector, bm25_row, dense_hits, drop, metadata in zip(query_vectors, bm25.query_scores(query_texts), dense_lists,
+                                                             drops, query_metadata):
+        dense_ids = [doc for doc, _ in dense_hits if doc not in drop][:size]
+        bm25_ids = [doc for doc, _ in bm25.top_hits(bm25_row, size + len(drop)) if doc not in drop][:size]
+        pool = sorted(set(dense_ids) | set(bm25_ids))
+        if not pool:
+            out.append([])
+            continue
+        features = fusion_features(vector_index.reconstruct(pool) @ vector, bm25_row[bm25.positions(pool)], metadata,
+                                   [document_metadata(doc) for doc in pool], fusion.config)
+        out.append(rank_by_score(zip(pool, fusion.score(features).tolist()))[:k])
     return out
 
 

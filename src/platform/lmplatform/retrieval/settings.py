@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping, Optional
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.config.schema import DataConfig
+from lmplatform.retrieval.metadata_fusion import MetadataFusionWeights
 
-Mode = Literal["dense", "hybrid"]
+Mode = Literal["dense", "hybrid", "metadata"]
 Fusion = Literal["convex", "rrf"]
 
 
@@ -40,13 +41,23 @@ class FusionSettings(Section):
 class SearchSettings(FusionSettings):
     """The retrieval a model version is meant to be served (and evaluated) with."""
 
-    mode: Mode = Field("dense", description="First stage: 'dense' (bi-encoder + FAISS) or 'hybrid' (BM25 fused with it).")
+    mode: Mode = Field("dense", description="First stage: 'dense' (bi-encoder + FAISS), 'hybrid' (BM25 fused with it) or "
+                       "'metadata' (the dense and BM25 candidates ranked by `metadata_fusion`, with the documents' metadata).")
+    metadata_fusion: Optional[MetadataFusionWeights] = Field(
+        None, description="The fitted metadata fusion (retrieval.metadata_fusion: its config, bias and weights) that mode "
+        "'metadata' ranks with; null: none.")
     reranker: Optional[str] = Field(None, min_length=1, description="Cross-encoder (models:/ URI or folder) re-ranking "
                                     "the first stage's top rerank_depth; null: none.")
     rerank_depth: int = Field(20, ge=1, le=1000, description="First-stage hits the re-ranker re-scores; the rest keep "
                               "their first-stage order below them.")
     rerank_weight: float = Field(1.0, ge=0.0, le=1.0, allow_inf_nan=False, description="v in (1-v)·minmax(first stage) "
                                  "+ v·minmax(re-ranker) over the re-ranked hits; 1: the re-ranker's order alone.")
+
+    @model_validator(mode="after")
+    def _metadata_mode_has_a_fusion(self) -> "SearchSettings":
+        if self.mode == "metadata" and self.metadata_fusion is None:
+            raise ValueError("mode 'metadata' needs metadata_fusion (a fitted fusion: MetadataFusion.to_dict())")
+        return self
 
     def fusion_settings(self) -> FusionSettings:
         return FusionSettings.model_validate(self.model_dump(include=set(FusionSettings.model_fields)))

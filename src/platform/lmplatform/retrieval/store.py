@@ -1,20 +1,22 @@
-"""The document store served next to an index: id -> title, text and (optionally) label.
+"""The document store served next to an index: id -> title, text, (optionally) label and metadata.
 
 It is one JSONL file, `documents.jsonl` in the index folder by default, written
 by `write_document_store` when the index is built. Loading checks that every id
-of the index has a document, so a hit can always be shown.
+of the index has a document, so a hit can always be shown. `metadata` holds the
+fields a metadata fusion reads (product, component, created...): JSON scalars by name.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from lmplatform.data.fields import join_fields
 from lmplatform.data.readers import BadRow, DataError, detect_format, read_rows
 
 DOCUMENTS_FILE = "documents.jsonl"
+SCALARS = (str, int, float, bool)
 
 
 @dataclass
@@ -22,6 +24,12 @@ class StoredDocument:
     title: str
     text: str
     label: Optional[str] = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def scalar_fields(row: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """The named fields of a row that hold a JSON scalar (a list, an object or a missing field is left out)."""
+    return {name: row[name] for name in names if isinstance(row.get(name), SCALARS)}
 
 
 @dataclass
@@ -57,10 +65,11 @@ class DocumentStore:
             if doc_id is None or not isinstance(text, str):
                 bad.append(f"{path}:{row.line}: missing {id_field!r} or text field {text_field!r}")
                 continue
-            label = row.fields.get(label_field)
+            label, metadata = row.fields.get(label_field), row.fields.get("metadata")
             documents[str(doc_id)] = StoredDocument(
                 title=str(row.fields.get(title_field) or ""), text=text,
                 label=None if label is None or isinstance(label, (list, dict)) else str(label),
+                metadata=scalar_fields(metadata, list(metadata)) if isinstance(metadata, dict) else {},
             )
         return cls(documents, bad)
 
@@ -73,8 +82,9 @@ class DocumentStore:
 
 def write_document_store(corpus: str | Path | Iterable[str | Path], out_file: str | Path, id_field: str = "id",
                          title_field: str = "title", text_fields: Sequence[str] = ("text",),
-                         label_field: Optional[str] = None) -> int:
-    """Copy id, title, text (text fields joined with '. ') and label of a corpus into a store; returns rows written."""
+                         label_field: Optional[str] = None, metadata_fields: Sequence[str] = ()) -> int:
+    """Copy id, title, text (text fields joined with '. '), label and the `metadata_fields` that hold a scalar of a
+    corpus into a store; returns rows written."""
     paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -88,6 +98,8 @@ def write_document_store(corpus: str | Path | Iterable[str | Path], out_file: st
                           "text": join_fields(row.fields, list(text_fields))}
                 if label_field and row.fields.get(label_field) is not None:
                     record["label"] = str(row.fields[label_field])
+                if metadata := scalar_fields(row.fields, metadata_fields):
+                    record["metadata"] = metadata
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                 written += 1
     return written

@@ -7,7 +7,7 @@ A folder (`live.dir`: a local folder on one machine, shared storage on a cluster
     log-<first seq>.jsonl              the changes since the last snapshot, one JSON object per line
     snapshot-<seq>.jsonl               the last change of every document changed up to <seq>
 
-A change is `{"seq", "op": "upsert"|"delete", "id", ...}`; an upsert carries the document (title, text, label)
+A change is `{"seq", "op": "upsert"|"delete", "id", ...}`; an upsert carries the document (title, text, label, metadata)
 and its vector as the served model encoded it (`model`, `vector`: base64 of little-endian float32), so that
 replaying the log gives every replica the same vectors. Sequence numbers start at 1, with no gap.
 
@@ -54,6 +54,7 @@ class Change:
     model: Optional[str] = None  # the model (URI) `vector` was encoded with
     vector: Optional[bytes] = None  # float32, little-endian
     seq: int = 0  # given by `append`
+    metadata: Optional[dict[str, Any]] = None  # what a metadata fusion reads (None: none)
 
     def vector_array(self) -> np.ndarray:
         if self.vector is None:

@@ -19,12 +19,13 @@ import threading
 import time
 from contextlib import nullcontext
 from datetime import datetime, timezone
-from typing import Any, Callable, Generic, Iterable, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
 import numpy as np
 from ray import serve
 
-from lmplatform.retrieval.retrievers import hybrid_search
+from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionWeights
+from lmplatform.retrieval.retrievers import hybrid_search, metadata_search
 from lmplatform.retrieval.settings import FusionSettings
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
@@ -50,9 +51,22 @@ class NotAvailable(LookupError):
 
 
 class HybridNotAvailable(NotAvailable):
-    """Hybrid search asked of a release whose index has no BM25 index beside it."""
+    """Hybrid (or metadata) search asked of a release whose index has no BM25 index beside it."""
 
     field = "mode"
+
+
+class SearchItem(NamedTuple):
+    """One search call's queries and how to answer them (a member of a `@serve.batch`)."""
+
+    release_id: str
+    texts: list[str]
+    k: int
+    text_chars: int
+    fusion: Optional[FusionSettings]  # hybrid
+    exclude: frozenset[str]
+    metadata_fusion: Optional[MetadataFusionWeights]  # metadata
+    query_metadata: Sequence[Mapping[str, Any]]  # one per text (metadata)
 
 
 class ReleaseSlots(Generic[T]):
@@ -273,56 +287,66 @@ class RetrieverDeployment:
         return out
 
     async def search(self, release_id: str, texts: list[str], k: int, text_chars: int = -1,
-                     fusion: Optional[FusionSettings] = None, exclude: Sequence[str] = ()) -> list[list[dict[str, Any]]]:
+                     fusion: Optional[FusionSettings] = None, exclude: Sequence[str] = (),
+                     metadata_fusion: Optional[MetadataFusionWeights] = None,
+                     query_metadata: Sequence[Mapping[str, Any]] = ()) -> list[list[dict[str, Any]]]:
         """Top-k hits per query text with title, label and text (cut to `text_chars` unless it is -1).
 
-        fusion: None for dense search; else hybrid search fusing BM25 with the vectors so (`hybrid_search`,
-        the function `HybridRetriever` searches with), refused when the release's index has no BM25 index.
-        exclude: ids left out of every query's hits before its top k (and its fusion pool) is taken.
+        fusion: hybrid search fusing BM25 with the vectors so (`hybrid_search`, the function `HybridRetriever`
+        searches with); metadata_fusion: the pool of both ranked by it with `query_metadata` (one mapping per text)
+        and the documents' metadata (`metadata_search`); neither: dense. Both are refused when the release's index
+        has no BM25 index. exclude: ids left out of every query's hits before its top k (and its pool) is taken.
         """
-        if fusion is not None and self.releases.get(release_id).bm25 is None:
-            raise HybridNotAvailable("mode: 'hybrid' needs a BM25 index beside the vector index, and this release's "
+        if (fusion is not None or metadata_fusion is not None) and self.releases.get(release_id).bm25 is None:
+            mode = "hybrid" if fusion is not None else "metadata"
+            raise HybridNotAvailable(f"mode: '{mode}' needs a BM25 index beside the vector index, and this release's "
                                      "index has none (ray_jobs/build_index.py builds one unless --no-bm25); send mode 'dense'")
-        item = (release_id, texts, k, text_chars, fusion, frozenset(exclude))
+        query_metadata = list(query_metadata) or [{}] * len(texts)
+        item = SearchItem(release_id, texts, k, text_chars, fusion, frozenset(exclude), metadata_fusion, query_metadata)
         if not self.batching:
             await self._catch_up([release_id])
             return self._find([item])[0]
         return unwrap(await self._search_batched(item))
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
-    async def _search_batched(self, items: list[tuple[Any, ...]]) -> list[Any]:
-        await self._catch_up(item[0] for item in items)
+    async def _search_batched(self, items: list[SearchItem]) -> list[Any]:
+        await self._catch_up(item.release_id for item in items)
         return await asyncio.to_thread(self.isolate_search, self._search_items, items)
 
-    def _search_items(self, items: list[tuple[Any, ...]]) -> list[list[list[dict[str, Any]]]]:
+    def _search_items(self, items: list[SearchItem]) -> list[list[list[dict[str, Any]]]]:
         record_batch("search", len(items), _texts_in(items))
         return self._find(items)
 
-    def _find(self, items: list[tuple[Any, ...]]) -> list[list[list[dict[str, Any]]]]:
-        """Hits of (release_id, texts, k, text_chars, fusion, exclude) items: one forward pass per release, one FAISS
-        call for every dense member of it, one fusion per hybrid query."""
+    def _find(self, items: list[SearchItem]) -> list[list[list[dict[str, Any]]]]:
+        """Hits of the items: one forward pass per release, one FAISS call for every dense member of it, one fusion
+        per hybrid or metadata query."""
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
             loaded = self.releases.get(release_id)
-            vectors = self._encode(release_id, [t for n in members for t in items[n][1]])
+            vectors = self._encode(release_id, [t for n in members for t in items[n].texts])
             shares = dict(_per_member(vectors, items, members))
             with loaded.reading():
                 self._find_in(loaded, items, members, shares, out)
         return out
 
-    def _find_in(self, loaded: _LoadedRetriever, items: list[tuple[Any, ...]], members: list[int],
+    def _find_in(self, loaded: _LoadedRetriever, items: list[SearchItem], members: list[int],
                  shares: dict[int, Any], out: list[Any]) -> None:
-        dense = [n for n in members if items[n][4] is None]
+        dense = [n for n in members if items[n].fusion is None and items[n].metadata_fusion is None]
         if dense:
-            depth = max(items[n][2] + len(items[n][5]) for n in dense)
+            depth = max(items[n].k + len(items[n].exclude) for n in dense)
             found = loaded.index.search(np.concatenate([shares[n] for n in dense]), depth)
             for n, rows in _per_member(found, items, dense):
-                out[n] = [[hit for hit in hits if hit[0] not in items[n][5]][: items[n][2]] for hits in rows]
+                out[n] = [[hit for hit in hits if hit[0] not in items[n].exclude][: items[n].k] for hits in rows]
         for n in members:
-            _, texts, k, text_chars, fusion, exclude = items[n]
-            if fusion is not None:
-                out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], texts, k, fusion, [set(exclude)] * len(texts))
-            out[n] = [[self._hit(loaded, doc_id, score, text_chars) for doc_id, score in hits] for hits in out[n]]
+            item = items[n]
+            excluded = [set(item.exclude)] * len(item.texts)
+            if item.fusion is not None:
+                out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], item.texts, item.k, item.fusion, excluded)
+            elif item.metadata_fusion is not None:
+                out[n] = metadata_search(loaded.index, loaded.bm25, lambda doc_id: loaded.store[doc_id].metadata,
+                                         shares[n], item.texts, item.query_metadata, item.k,
+                                         MetadataFusion.from_dict(item.metadata_fusion), excluded)
+            out[n] = [[self._hit(loaded, doc_id, score, item.text_chars) for doc_id, score in hits] for hits in out[n]]
 
     @staticmethod
     def _hit(loaded: _LoadedRetriever, doc_id: str, score: float, text_chars: int) -> dict[str, Any]:

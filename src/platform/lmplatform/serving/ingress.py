@@ -50,6 +50,7 @@ from lmplatform.serving.schemas import (
     SimilarityRequest,
     SimilarityResponse,
     TextsRequest,
+    check_time,
     encodable,
     plan_search,
     snippet,
@@ -259,8 +260,9 @@ class ServeIngress:
         depth = max(body.k, plan.rerank_depth) if plan.rerank else body.k
         # Only the snippet travels back, unless the re-ranker needs the whole text.
         text_chars = -1 if plan.rerank else self.limits.snippet_chars + 1
-        (hits,) = await self._call(lambda: self.retriever.search.remote(release.id, [body.query], depth, text_chars,
-                                                                        plan.fusion, body.exclude_ids))
+        (hits,) = await self._call(lambda: self.retriever.search.remote(
+            release.id, [body.query], depth, text_chars, plan.fusion, body.exclude_ids, plan.metadata_fusion,
+            [body.metadata]))
         if plan.rerank and hits:
             top = hits[: plan.rerank_depth]
             documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in top]
@@ -296,10 +298,12 @@ class ServeIngress:
         writer = self._live_writer()
         self.limits.check_documents(body)
         release = self._release()
+        for i, doc in enumerate(body.documents):  # a time the version's fusion could not read is refused now
+            check_time(f"documents[{i}].metadata", doc.metadata, release.search.metadata_fusion if release.search else None)
         texts = [document_text(doc.model_dump(), self.live_fields) for doc in body.documents]
         model, vectors = await self._call(lambda: self.retriever.embed_documents.remote(release.id, texts))
-        changes = [Change("upsert", doc.id, doc.title, doc.text, doc.label, model, vector_bytes(vector))
-                   for doc, vector in zip(body.documents, vectors)]
+        changes = [Change("upsert", doc.id, doc.title, doc.text, doc.label, model, vector_bytes(vector),
+                          metadata=doc.metadata or None) for doc, vector in zip(body.documents, vectors)]
         seqs = await self._call(lambda: writer.append.remote(changes))
         record_documents("upsert", len(changes))
         return DocumentsResponse(upserted=len(changes), seq=seqs[-1], model_version=release.id)

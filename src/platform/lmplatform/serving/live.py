@@ -118,7 +118,8 @@ class LiveIndex:
                 self.bm25.add([c.id for c in upserts], [document_text({"title": c.title, "text": c.text}, self.fields)
                                                        for c in upserts])
         for change in upserts:
-            self.store.documents[change.id] = StoredDocument(change.title, change.text, change.label)
+            self.store.documents[change.id] = StoredDocument(change.title, change.text, change.label,
+                                                             dict(change.metadata or {}))
             if change.label is not None:
                 self.label_counts[change.label] += 1
         for change in changes:
@@ -130,7 +131,8 @@ class LiveIndex:
     def document(self, doc_id: str) -> Optional[dict[str, Any]]:
         with self.lock:
             doc = self.store.documents.get(doc_id)
-            return None if doc is None else {"id": doc_id, "title": doc.title, "text": doc.text, "label": doc.label}
+            return None if doc is None else {"id": doc_id, "title": doc.title, "text": doc.text, "label": doc.label,
+                                             "metadata": dict(doc.metadata)}
 
     def summary(self) -> dict[str, Any]:
         """Where this index stands: seq, documents held, changes applied (and encoded here), the fingerprint of

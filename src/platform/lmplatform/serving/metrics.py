@@ -8,7 +8,7 @@ tags added by Serve (docs/serving.md#metrics has the scrape config):
 |---|---|---|---|
 | `lmp_requests_total` | counter | route, method, status | every HTTP answer, refusals of the guard (401, 413) included |
 | `lmp_request_latency_ms` | histogram | route | time from the request reaching the ingress to its answer |
-| `lmp_searches_total` | counter | mode, reranked | /v1/search answers by first stage (dense, hybrid) and re-ranking |
+| `lmp_searches_total` | counter | mode, reranked | /v1/search answers by first stage (dense, hybrid, metadata) and re-ranking |
 | `lmp_batch_requests` / `lmp_batch_texts` | histogram | method | requests / texts per batched forward pass (`@serve.batch`) |
 | `lmp_index_documents` | gauge | release | documents in the index of each release a replica holds |
 | `lmp_model_info` | gauge | registered_name, model_version, alias, release | 1 for the release the ingress serves |
@@ -63,7 +63,7 @@ def _metric(name: str) -> Any:
                 "lmp_request_latency_ms", description="Milliseconds from a request reaching the ingress to its answer.",
                 boundaries=LATENCY_BOUNDARIES_MS, tag_keys=("route",)),
             "lmp_searches_total": lambda: metrics.Counter(
-                "lmp_searches_total", description="Searches answered, by first stage (dense, hybrid) and re-ranking.",
+                "lmp_searches_total", description="Searches answered, by first stage (dense, hybrid, metadata) and re-ranking.",
                 tag_keys=("mode", "reranked")),
             "lmp_batch_requests": lambda: metrics.Histogram(
                 "lmp_batch_requests", description="Requests computed together in one batch.",

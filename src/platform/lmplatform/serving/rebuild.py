@@ -55,18 +55,20 @@ class RebuildResult:
 
 def documents_as_of(store_file: Path, changes: list[Change], out: Path) -> int:
     """Write the store's documents with `changes` applied (the last change of each changed document) into the folder
-    `out`: `documents.jsonl` (the new index's store: id, title, text, label) and `texts.jsonl` (id, title, text, all
+    `out`: `documents.jsonl` (the new index's store: id, title, text, label, metadata) and `texts.jsonl` (id, title, text, all
     strings: what Ray Data reads and encodes). The store is read line by line; returns the documents written."""
     changed = {change.id for change in changes}
     rows = (row for row in map(json.loads, store_file.open(encoding="utf-8")) if str(row.get("id")) not in changed)
-    upserts = ({"id": c.id, "title": c.title, "text": c.text, "label": c.label} for c in changes if c.op == "upsert")
+    upserts = ({"id": c.id, "title": c.title, "text": c.text, "label": c.label, "metadata": c.metadata}
+               for c in changes if c.op == "upsert")
     written = 0
     with (out / DOCUMENTS_FILE).open("w", encoding="utf-8") as store, (out / "texts.jsonl").open("w", encoding="utf-8") as texts:
         for row in itertools.chain(rows, upserts):
             doc = {"id": str(row["id"]), "title": str(row.get("title") or ""), "text": str(row.get("text") or "")}
             texts.write(json.dumps(doc, ensure_ascii=False) + "\n")
-            label = row.get("label")
-            store.write(json.dumps(doc | ({"label": str(label)} if label is not None else {}), ensure_ascii=False) + "\n")
+            label, metadata = row.get("label"), row.get("metadata")
+            kept = doc | ({"label": str(label)} if label is not None else {}) | ({"metadata": metadata} if metadata else {})
+            store.write(json.dumps(kept, ensure_ascii=False) + "\n")
             written += 1
     return written
 

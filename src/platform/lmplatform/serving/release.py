@@ -265,9 +265,16 @@ def check_release(release: Release, cache_dir: Optional[str] = None, live_collec
         raise ReleaseError(f"the index at {release.index_uri} was built from the change log of collection {built_from}, "
                            f"not the one in live.dir ({live_collection}): its changes cannot be replayed onto it")
     bm25 = load_bm25(folder, index)
-    if bm25 is None and release.search is not None and release.search.mode == "hybrid":
-        raise ReleaseError(f"{release.model_uri} is registered to search in hybrid mode, but the index at "
+    if bm25 is None and release.search is not None and release.search.mode in ("hybrid", "metadata"):
+        raise ReleaseError(f"{release.model_uri} is registered to search in {release.search.mode} mode, but the index at "
                            f"{release.index_uri} has no {BM25_DIR}/ (build it with ray_jobs/build_index.py without --no-bm25)")
+    fusion = release.search.metadata_fusion if release.search is not None else None
+    if fusion is not None:
+        read = set(fusion.config.read_fields())
+        if not any(read & doc.metadata.keys() for doc in store.documents.values()):
+            raise ReleaseError(f"{release.model_uri} is registered with a metadata fusion that reads {sorted(read)}, but no "
+                               f"document of the index at {release.index_uri} has any of them (build it with "
+                               "ray_jobs/build_index.py --metadata-fields)")
     model_dir = fetch(release.model_uri, release.tracking_uri, cache_dir)
     config_file = model_dir / "config.json"
     if not config_file.is_file():

@@ -8,12 +8,25 @@ after parsing rather than baked into the models; every violation names its field
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+)
 
 from lmplatform.config.base import Section
+from lmplatform.data.readers import DataError
+from lmplatform.retrieval.metadata_fusion import MetadataFusionWeights, parse_time
 from lmplatform.retrieval.settings import FusionSettings, Mode, SearchSettings
 
 
@@ -42,7 +55,8 @@ class ServeLimits(Section):
     max_exclude_ids: int = Field(100, ge=0, le=10_000, description="Most ids in one /v1/search exclude_ids.")
     max_documents: int = Field(32, ge=1, description="Most documents in one POST /v1/documents (at most "
                                "batching.max_batch_size: they are encoded in one batch).")
-    max_id_chars: int = Field(256, ge=1, le=10_000, description="Longest document id (and label), in characters.")
+    max_id_chars: int = Field(256, ge=1, le=10_000, description="Longest document id (and label, and metadata string "
+                              "value), in characters.")
 
     def check_text(self, field: str, text: str) -> None:
         if not text.strip():
@@ -68,6 +82,15 @@ class ServeLimits(Section):
         if len(request.exclude_ids) > self.max_exclude_ids:
             raise RequestLimitError("exclude_ids", f"has {len(request.exclude_ids)} ids; the limit is {self.max_exclude_ids}",
                                     413)
+        self.check_metadata("metadata", request.metadata)
+
+    def check_metadata(self, field: str, metadata: dict[str, Any]) -> None:
+        if len(metadata) > MAX_METADATA_FIELDS:
+            raise RequestLimitError(field, f"has {len(metadata)} fields; the limit is {MAX_METADATA_FIELDS}", 413)
+        for name, value in metadata.items():
+            if isinstance(value, str) and len(value) > self.max_id_chars:
+                raise RequestLimitError(f"{field}.{name}", f"has {len(value)} characters; the limit is {self.max_id_chars}",
+                                        413)
 
     def check_id(self, field: str, doc_id: str) -> None:
         if not doc_id.strip():
@@ -95,6 +118,7 @@ class ServeLimits(Section):
                                         f"{self.max_text_chars}", 413)
             if doc.label is not None:
                 self.check_id(f"documents[{i}].label", doc.label)
+            self.check_metadata(f"documents[{i}].metadata", doc.metadata)
 
 
 @dataclass(frozen=True)
@@ -102,10 +126,21 @@ class SearchPlan:
     """How one /v1/search request is answered: its first stage, whether and how it is re-ranked."""
 
     mode: Mode
-    fusion: Optional[FusionSettings]  # None: dense
+    fusion: Optional[FusionSettings]  # mode 'hybrid' only
+    metadata_fusion: Optional[MetadataFusionWeights]  # mode 'metadata' only
     rerank: bool
     rerank_depth: int
     rerank_weight: float
+
+
+def check_time(field: str, metadata: dict[str, Any], fusion: Optional[MetadataFusionWeights]) -> None:
+    """A RequestLimitError naming `<field>.<time field>` when `metadata` holds a time the fusion cannot read."""
+    time_field = fusion.config.time_field if fusion is not None else None
+    if time_field:
+        try:
+            parse_time(metadata.get(time_field), time_field)
+        except DataError as exc:
+            raise RequestLimitError(f"{field}.{time_field}", str(exc).removeprefix(f"{time_field}: ")) from None
 
 
 def plan_search(request: "SearchRequest", registered: Optional[SearchSettings], reranker_deployed: bool,
@@ -114,6 +149,12 @@ def plan_search(request: "SearchRequest", registered: Optional[SearchSettings], 
     `default_rerank_depth`). A choice that cannot apply is a RequestLimitError naming its field."""
     settings = registered or SearchSettings()
     mode = request.mode or settings.mode
+    if mode == "metadata" and settings.metadata_fusion is None:
+        raise RequestLimitError("mode", "this model version has no metadata fusion registered with its search settings; "
+                                "send mode 'dense' or 'hybrid'")
+    metadata_fusion = settings.metadata_fusion if mode == "metadata" else None
+    if metadata_fusion is not None:
+        check_time("metadata", request.metadata, metadata_fusion)
     fusion = settings.fusion_settings() if mode == "hybrid" else None
     if request.bm25_weight is not None:
         if fusion is None:
@@ -125,7 +166,7 @@ def plan_search(request: "SearchRequest", registered: Optional[SearchSettings], 
     if rerank and not reranker_deployed:
         raise RequestLimitError("rerank", "no re-ranker is deployed; send rerank=false")
     depth = settings.rerank_depth if registered is not None else default_rerank_depth
-    return SearchPlan(mode, fusion, rerank, depth, settings.rerank_weight)
+    return SearchPlan(mode, fusion, metadata_fusion, rerank, depth, settings.rerank_weight)
 
 
 def encodable(text: str) -> str:
@@ -148,12 +189,27 @@ def encodable(text: str) -> str:
 Text = Annotated[StrictStr, AfterValidator(encodable)]
 
 
+def metadata_value(value: Any) -> Any:
+    """A metadata value as sent: a JSON scalar (text valid Unicode, a finite number); a ValueError otherwise."""
+    if value is None or isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    if isinstance(value, str):
+        return encodable(value)
+    raise ValueError("must be a string, a finite number, a boolean or null")
+
+
+# A metadata value is compared for equality, or read as a time; a list or an object is refused.
+Scalar = Annotated[Union[str, int, float, bool, None], PlainValidator(metadata_value)]
+Metadata = dict[Text, Scalar]
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 # A weight in [0, 1]: a JSON number (an integer too), never a bool, a string, NaN or an infinity.
 UnitInterval = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
+MAX_METADATA_FIELDS = 64
 
 
 class SearchRequest(_Request):
@@ -162,9 +218,13 @@ class SearchRequest(_Request):
     rerank: Optional[StrictBool] = Field(None, description="Re-score the top candidates with the cross-encoder (if one is "
                                          "deployed). Default: the model version's search settings "
                                          "(re-rank when they name a re-ranker).")
-    mode: Optional[Literal["dense", "hybrid"]] = Field(None, description="'dense' (bi-encoder) or 'hybrid' (BM25 fused with "
-                                                       "it; the index must have a BM25 index). "
-                                                       "Default: the version's search settings, else dense.")
+    mode: Optional[Mode] = Field(None, description="'dense' (bi-encoder), 'hybrid' (BM25 fused with it; the index must "
+                                 "have a BM25 index) or 'metadata' (the dense and BM25 candidates ranked by the version's "
+                                 "fitted metadata fusion, with `metadata` and the documents'). "
+                                 "Default: the version's search settings, else dense.")
+    metadata: Metadata = Field(default_factory=dict, description="mode 'metadata': the query's own metadata, e.g. "
+                               "{\"product\": \"Writer\", \"component\": \"ui\", \"created\": \"2001-01-10T09:30:00Z\"} "
+                               "(the fields the fusion reads; a missing one matches nothing). Ignored in other modes.")
     bm25_weight: Optional[UnitInterval] = Field(None, description="mode 'hybrid': the BM25 weight w of the convex mix "
                                                 "(1-w)·minmax(dense) + w·minmax(bm25). Default: the version's search settings.")
     exclude_ids: list[Text] = Field(default_factory=list, description="Document ids never to return, left out before the "
@@ -207,6 +267,8 @@ class DocumentIn(_Request):
     title: Text = Field("", description="Shown with hits; encoded with the text when live.fields names it.")
     text: Text = Field(..., description="Non-empty, at most limits.max_text_chars.")
     label: Optional[Text] = Field(None, description="A class label (KNN classification votes with it).")
+    metadata: Metadata = Field(default_factory=dict, description="What a metadata fusion reads of the document "
+                               "(product, component, created...): JSON scalars by field name.")
 
 
 class DocumentsRequest(_Request):
@@ -225,6 +287,7 @@ class DocumentResponse(BaseModel):
     title: str
     text: str
     label: Optional[str] = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
     model_version: str
 
 
@@ -236,7 +299,7 @@ class DeletedResponse(BaseModel):
 class Hit(BaseModel):
     id: str
     score: float = Field(..., description="What the hits are ordered by: the cosine (dense), the fused score (hybrid), "
-                         "or, for a re-ranked hit, its mix with the re-ranker.")
+                         "the fusion's logit (metadata), or, for a re-ranked hit, its mix with the re-ranker.")
     title: str = ""
     snippet: str = ""
     retrieval_score: Optional[float] = Field(
@@ -248,7 +311,7 @@ class SearchResponse(BaseModel):
     hits: list[Hit]
     model_version: str
     reranked: bool
-    mode: Literal["dense", "hybrid"] = Field(..., description="The first stage that answered.")
+    mode: Mode = Field(..., description="The first stage that answered.")
     fusion: Optional[Literal["convex", "rrf"]] = Field(None, description="mode 'hybrid': how BM25 and the vectors were fused.")
     bm25_weight: Optional[float] = Field(None, description="fusion 'convex': the BM25 weight used.")
 

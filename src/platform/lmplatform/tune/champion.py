@@ -25,7 +25,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from lmplatform.models.resolve import download_model, resolve_model_path
 from lmplatform.objectives.run_config import RunConfig
@@ -64,6 +64,7 @@ class GateInputs:
     objective: str
     base_model: str
     search: Optional["SearchSettings"] = None
+    text_metadata: Optional[Mapping[str, Mapping[str, Any]]] = None  # a metadata fusion's inputs, by text
 
 
 def evaluation_fingerprint(cfg: RunConfig, data_fingerprint: str, metric: str, retrieval_fingerprint: str = "") -> str:
@@ -168,7 +169,8 @@ def _gated(client: Any, tracking_uri: str, name: str, version: str, source: str,
     candidate = download_model(source, tracking_uri)
     searches = _searches(gate, tracking_uri, name, previous) if gate.search is not None and comparator else None
     print(f"[lmp] champion gate: scoring version {version} and {compared_with} on the confirmation set", flush=True)
-    verdict = run_gate(gate.spec, gate.metric, gate.objective, candidate, comparator, compared_with, searches) if comparator \
+    verdict = run_gate(gate.spec, gate.metric, gate.objective, candidate, comparator, compared_with, searches,
+                       gate.text_metadata) if comparator \
         else decide(None, [], 0.0, compared_with)
     for key, value in verdict.tags().items():
         client.set_model_version_tag(name, version, key, value)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from lmplatform.evaluation.retrieval_validation import (
     evaluate_model,
     retrieval_set_from_pairs,
 )
-from lmplatform.evaluation.system import load_scorer
+from lmplatform.evaluation.system import SetMetadata, load_scorer
 from lmplatform.evaluation.tasks.old_domain_mlm.task import old_domain_mlm_loss
 from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.objectives.registry import objective_spec
@@ -248,12 +248,14 @@ def _old_domain_probe(pack: GeneralPackSpec, candidate_dir: str | Path, comparat
 
 def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str | Path,
              comparator_dir: Optional[str | Path], compared_with: str,
-             searches: Optional[tuple["SearchSettings", "SearchSettings"]] = None) -> GateVerdict:
+             searches: Optional[tuple["SearchSettings", "SearchSettings"]] = None,
+             text_metadata: Optional[Mapping[str, Mapping[str, Any]]] = None) -> GateVerdict:
     """Score both models on the confirmation set and the general pack, then `decide`.
 
     `searches`: the candidate's and the comparator's search settings, when what is compared is a retrieval system
-    (a bi-encoder with BM25 fusion and a re-ranker, `evaluation/system.py`), each scored as it is served; their
-    `reranker` is a local folder. The general probes still compare the two bi-encoders."""
+    (a bi-encoder with BM25 fusion, a metadata fusion and a re-ranker, `evaluation/system.py`), each scored as it is
+    served; their `reranker` is a local folder; `text_metadata`: the texts' metadata (`evaluation.system.text_metadata`)
+    a metadata fusion reads. The general probes still compare the two bi-encoders."""
     if comparator_dir is None:
         return decide(None, [], 0.0, compared_with)
     assert spec.confirm is not None
@@ -261,7 +263,8 @@ def run_gate(spec: ChampionSpec, metric: str, objective: str, candidate_dir: str
     if reranks(objective):
         attach_first_stage(rset, spec.confirm)
     if searches is not None:
-        scores = [load_scorer(str(folder), rset, spec.confirm, search.reranker).per_query(search)[metric]
+        metadata = SetMetadata.of(rset, text_metadata) if text_metadata is not None else None
+        scores = [load_scorer(str(folder), rset, spec.confirm, search.reranker, metadata=metadata).per_query(search)[metric]
                   for folder, search in zip((candidate_dir, comparator_dir), searches)]
     else:
         scores = [evaluate_model(load_ranker(folder, objective), rset, spec.confirm)[metric]

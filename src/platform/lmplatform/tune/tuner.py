@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from lmplatform.evaluation.system import text_metadata
 from lmplatform.objectives.run_config import load_run_config
 from lmplatform.pipeline.config import SystemConfig, build_stage_config, resolve_references
 from lmplatform.pipeline.runner import stage_outputs
@@ -525,7 +526,9 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
         if system is not None:
             check_system_held_out(spec, system.select)
         search = SearchSettings.model_validate(record.search) if system is not None else None
-        gate = GateInputs(spec, gate_metric(space), objective, base_model, search)
+        metadata = system.metadata if system is not None else None
+        gate = GateInputs(spec, gate_metric(space), objective, base_model, search,
+                          text_metadata(metadata.corpus, metadata.fields, metadata.fusion.read_fields()) if metadata else None)
 
     def make_servable(version: str) -> None:
         if system is not None and system.index is not None:
