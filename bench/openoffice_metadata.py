@@ -78,7 +78,7 @@ class Corpus:
             members[root(n)].add(n)
         self.relevant = {n: frozenset(members[root(n)] - {n}) for n in range(len(self.rows))}
         self.queries = {split: sorted(set(q)) for split, q in self.queries.items()}
-        from lmplatform.retrieval.metadata_fusion import parse_time
+        from lmplatform.data.fields import parse_time
 
         filed = [parse_time(r.get("created"), "created") for r in self.rows]
         self.filed = np.array([np.nan if t is None else t for t in filed])
@@ -141,7 +141,8 @@ class Scored:
 
     def fitted(self, cfg: Any) -> tuple[Any, Any]:
         """(the fusion fitted on the train queries' pools with `cfg`'s features, its scoring of a query's pool)."""
-        from lmplatform.retrieval.metadata_fusion import MetadataFusion, feature_names
+        from lmplatform.retrieval.metadata_fusion import MetadataFusion
+        from lmplatform.retrieval.settings import feature_names
 
         columns = [feature_names(self.cfg).index(f) for f in feature_names(cfg)]
         train = self.corpus.queries["train"]
@@ -251,9 +252,8 @@ def main() -> None:
 
     from lmplatform.models.encoder import Encoder
     from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.retrieval.metadata_fusion import MetadataFusionConfig
     from lmplatform.retrieval.retrievers import BM25Retriever
-    from lmplatform.retrieval.settings import SearchSettings
+    from lmplatform.retrieval.settings import MetadataFusionConfig, SearchSettings
 
     whole = Corpus(args.data / "duplicate_bug_reports" / "openoffice")
     protocols = {"whole corpus": whole, "as filed": whole.as_filed()}

@@ -81,7 +81,8 @@ def test_a_reranker_that_helps_is_kept_with_its_depth_and_weight() -> None:
 def test_metadata_fusion_ranks_the_pool_by_hand() -> None:
     """Only the component decides: the relevant report shares the query's, the distractors do not."""
     from lmplatform.evaluation.system import SetMetadata
-    from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionConfig
+    from lmplatform.retrieval.metadata_fusion import MetadataFusion
+    from lmplatform.retrieval.settings import MetadataFusionConfig
 
     cfg = MetadataFusionConfig(match_fields=["component"], time_field=None)
     fusion = MetadataFusion(cfg, np.array([0.0, 0.0, 0.0, 1.0]), 0.0).to_dict()
@@ -120,7 +121,7 @@ def _metadata_set(seed: int, dense_finds_it: bool):
 
 
 def test_a_fusion_fitted_on_training_queries_becomes_the_mode_only_when_it_beats_the_first_stage() -> None:
-    from lmplatform.retrieval.metadata_fusion import MetadataFusionConfig, MetadataFusionWeights
+    from lmplatform.retrieval.settings import MetadataFusionConfig, MetadataFusionWeights
 
     cfg = MetadataFusionConfig(match_fields=["component"])
     fusions = [MetadataFusionWeights.model_validate(_metadata_set(1, False).fit_metadata_fusion(

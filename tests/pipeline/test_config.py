@@ -185,7 +185,8 @@ def test_a_system_stage_fits_a_metadata_fusion_and_refuses_one_set_by_hand(tmp_p
     cfg = load_pipeline_config(_write(tmp_path, [{"name": "system", "system": system}]))
     chosen = cfg.stage("system").system.metadata
     assert chosen.fusion.read_fields() == ["product", "component", "created"] and chosen.regularizations == [0.1, 1.0, 10.0]
-    from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionConfig
+    from lmplatform.retrieval.metadata_fusion import MetadataFusion
+    from lmplatform.retrieval.settings import MetadataFusionConfig
 
     fitted = MetadataFusion(MetadataFusionConfig(), np.zeros(8), 0.0).to_dict()
     for change, message in [({"search": {"mode": "metadata"}}, r"system.search: .*mode 'metadata' needs metadata_fusion"),

@@ -6,15 +6,10 @@ import math
 import numpy as np
 import pytest
 
+from lmplatform.data.fields import parse_time
 from lmplatform.data.readers import DataError
-from lmplatform.retrieval.metadata_fusion import (
-    MetadataFusion,
-    MetadataFusionConfig,
-    MetadataFusionWeights,
-    candidate_pool,
-    feature_names,
-    fusion_features,
-)
+from lmplatform.retrieval.metadata_fusion import MetadataFusion, candidate_pool, fusion_features
+from lmplatform.retrieval.settings import MetadataFusionConfig, MetadataFusionWeights, feature_names
 
 CFG = MetadataFusionConfig()
 
@@ -42,6 +37,9 @@ def test_features_by_hand() -> None:
 def test_a_bad_time_names_its_field() -> None:
     with pytest.raises(DataError, match="created: 'last tuesday' is not a time"):
         fusion_features(np.ones(1), np.ones(1), {"created": "last tuesday"}, [{"created": 0}], CFG)
+    for bad in (10**400, float("nan"), True, "10000-01-01", [2001]):  # beyond a float, or not a time
+        with pytest.raises(DataError, match="is not a time"):
+            parse_time(bad, "created")
 
 
 def test_the_pool_is_both_stages_best_less_the_query_and_bm25_non_matches() -> None:

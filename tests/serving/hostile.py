@@ -64,13 +64,21 @@ path_id = st.one_of(document_id, st.text(alphabet=st.characters(exclude_categori
     lambda value: not any(0xD800 <= ord(c) <= 0xDFFF for c in value))
 
 
+# Metadata: the fusion's fields or any key, with a time now and then, and values of every JSON kind.
+_metadata = st.one_of(st.dictionaries(st.one_of(st.sampled_from(["product", "component", "created"]), text),
+                                      st.one_of(text, number, st.booleans(), st.none(), json_value,
+                                                st.sampled_from(["2001-01-10T09:30:00Z", "yesterday", "1e400"])),
+                                      max_size=4), json_value)
+
+
 def _documents(value: st.SearchStrategy[Any], label: st.SearchStrategy[Any]) -> st.SearchStrategy[list[dict[str, Any]]]:
-    return st.lists(st.fixed_dictionaries({"id": document_id, "text": value}, optional={"title": value, "label": label}),
+    return st.lists(st.fixed_dictionaries({"id": document_id, "text": value},
+                                          optional={"title": value, "label": label, "metadata": _metadata}),
                     min_size=1, max_size=4)
 
 
 _encoding_format = st.sampled_from(["float", "base64"])
-_mode = st.sampled_from(["dense", "hybrid"])
+_mode = st.sampled_from(["dense", "hybrid", "metadata"])
 _weight = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0, 1]))
 
 
@@ -90,7 +98,8 @@ def _shaped(route: Route) -> st.SearchStrategy[dict[str, Any]]:
     if route.request is SearchRequest:
         required = {"query": st.one_of(text, text, json_value)}
         optional = {"k": st.one_of(st.integers(1, 20), number, json_value), "rerank": st.one_of(st.booleans(), json_value),
-                    "mode": st.one_of(_mode, text, json_value), "bm25_weight": st.one_of(_weight, number, json_value)}
+                    "mode": st.one_of(_mode, text, json_value), "bm25_weight": st.one_of(_weight, number, json_value),
+                    "metadata": _metadata}
     elif route.request is SimilarityRequest:
         required = {"a": st.one_of(text, text, json_value), "b": st.one_of(text, text, json_value)}
         optional = {}

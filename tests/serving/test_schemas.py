@@ -79,7 +79,8 @@ def test_a_search_plan_takes_the_request_over_the_registered_settings() -> None:
 def test_a_metadata_search_plan_needs_a_registered_fusion_and_a_readable_time() -> None:
     import numpy as np
 
-    from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionConfig, feature_names
+    from lmplatform.retrieval.metadata_fusion import MetadataFusion
+    from lmplatform.retrieval.settings import MetadataFusionConfig, feature_names
 
     def plan(registered=None, **request):
         return plan_search(SearchRequest(query="vpn", **request), registered, False, 8)

@@ -25,8 +25,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from lmplatform.models.encoder import Encoder
-from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionConfig
-from lmplatform.retrieval.settings import SearchSettings
+from lmplatform.retrieval.metadata_fusion import MetadataFusion
+from lmplatform.retrieval.settings import MetadataFusionConfig, SearchSettings
 from lmplatform.serving.routes import Route
 from lmplatform.testing.local_cluster import free_port
 from lmplatform.testing.registered import register_with_index

@@ -1,4 +1,4 @@
-"""What one row's fields hold: a text, a label, a (text, label) example, a scored sentence pair; or why the
+"""What one row's fields hold: a text, a label, a time, a (text, label) example, a scored sentence pair; or why the
 row is unusable (a reason string, which the readers record with the row's file and line).
 
 One place for these rules, used by the training readers (the `sts` and `classifier` objectives through
@@ -7,6 +7,8 @@ One place for these rules, used by the training readers (the `sts` and `classifi
 """
 from __future__ import annotations
 
+import math
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
@@ -24,6 +26,22 @@ def text_field_value(fields: dict[str, Any], name: str, clean: bool) -> Optional
         return None
     value = clean_text(value) if clean else value
     return value if value.strip() else None
+
+
+def parse_time(value: Any, field: str) -> Optional[float]:
+    """Seconds since the epoch of an ISO 8601 string ("2000-10-25 10:37:00 +0000") or a number; None when empty.
+    Anything else is a `DataError` naming the field."""
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        if isinstance(value, str):
+            moment = datetime.fromisoformat(value.strip())
+            return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    except (ValueError, OverflowError):  # not ISO 8601; an integer beyond a float; a moment outside the epoch's range
+        pass
+    raise DataError(f"{field}: {value!r} is not a time (an ISO 8601 string or epoch seconds)")
 
 
 def label_value(fields: dict[str, Any], name: str) -> Optional[str]:

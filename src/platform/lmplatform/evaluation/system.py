@@ -18,6 +18,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from lmplatform.data.fields import join_fields
+from lmplatform.data.readers import BadRow, detect_format, read_rows
 from lmplatform.evaluation.retrieval_validation import (
     RetrievalSet,
     hybrid_hits,
@@ -26,14 +28,14 @@ from lmplatform.evaluation.retrieval_validation import (
     summarize,
 )
 from lmplatform.retrieval.fusion import combine_rerank
-from lmplatform.retrieval.metadata_fusion import (
-    MetadataFusion,
+from lmplatform.retrieval.metadata_fusion import MetadataFusion, candidate_pool, fusion_features
+from lmplatform.retrieval.settings import (
     MetadataFusionConfig,
     MetadataFusionWeights,
-    candidate_pool,
-    fusion_features,
+    RetrievalValidationConfig,
+    SearchSettings,
 )
-from lmplatform.retrieval.settings import RetrievalValidationConfig, SearchSettings
+from lmplatform.retrieval.store import scalar_fields
 
 Hits = list[tuple[int, float]]
 
@@ -62,10 +64,6 @@ class SetMetadata:
 def text_metadata(corpus: Sequence[str | Path], fields: Sequence[str], keep: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Each document's `keep` fields that hold a scalar, by its text (`fields` joined with '. ', as pairs files and
     distractors join them); the first document of a text wins."""
-    from lmplatform.data.fields import join_fields
-    from lmplatform.data.readers import BadRow, detect_format, read_rows
-    from lmplatform.retrieval.store import scalar_fields
-
     out: dict[str, dict[str, Any]] = {}
     for path in corpus:
         for row in read_rows(str(path), detect_format(path)):

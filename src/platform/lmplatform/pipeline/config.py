@@ -18,8 +18,7 @@ from lmplatform.config.schema import DataConfig
 from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
 from lmplatform.objectives.registry import objective_names, objective_spec
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.retrieval.metadata_fusion import MetadataFusionConfig
-from lmplatform.retrieval.settings import DistractorConfig, RetrievalValidationConfig, SearchSettings
+from lmplatform.retrieval.settings import DistractorConfig, MetadataFusionConfig, RetrievalValidationConfig, SearchSettings
 
 STAGE_PREFIX = "stage:"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"

@@ -21,8 +21,7 @@ from lmplatform.evaluation.system import SetMetadata, SystemScorer, load_scorer,
 from lmplatform.pipeline.config import SystemConfig, SystemMetadataConfig
 from lmplatform.retrieval.build import build_index_folder
 from lmplatform.retrieval.index import IndexParams
-from lmplatform.retrieval.metadata_fusion import MetadataFusionWeights
-from lmplatform.retrieval.settings import SearchSettings
+from lmplatform.retrieval.settings import MetadataFusionWeights, SearchSettings
 from lmplatform.serving.release import publish_index
 from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 from lmplatform.tracking.registry import register_model_version, register_search_settings

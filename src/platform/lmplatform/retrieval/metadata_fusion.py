@@ -16,82 +16,24 @@ pools of training queries, a row labelled 1 when the candidate is relevant. Rank
 probability calibration, so the regularisation `regularization` (scikit-learn's C) is the one setting to choose on dev.
 
 A query's time that does not parse is an error naming the field (the client's to mend); a candidate's counts as
-unknown, so one bad stored value never fails a search. `MetadataFusionWeights` is a fitted fusion as data: what a
-model version's search settings carry to the service (`SearchSettings.metadata_fusion`).
+unknown, so one bad stored value never fails a search. The config (`MetadataFusionConfig`) and a fitted fusion as
+data (`MetadataFusionWeights`, what a model version's search settings carry to the service) are in
+`retrieval.settings`, which loads no numpy; times are read by `data.fields.parse_time`.
 """
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lmplatform.data.fields import parse_time
 from lmplatform.data.readers import DataError
+from lmplatform.retrieval.settings import MetadataFusionConfig, MetadataFusionWeights, feature_names
 
 SECONDS_PER_DAY = 86_400.0
-
-
-class MetadataFusionConfig(BaseModel):
-    """Which metadata the fusion reads, how many candidates each first stage adds to a pool, and its regularisation."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    match_fields: list[str] = Field(default_factory=lambda: ["product", "component"],
-                                    description="Fields whose equality between query and candidate is a feature.")
-    time_field: Optional[str] = Field("created", description="A timestamp field (ISO 8601 or epoch seconds); "
-                                      "its distance between query and candidate is a feature. None: no time features.")
-    pool: int = Field(100, ge=1, description="Candidates each first stage (dense, BM25) adds to a query's pool.")
-    regularization: float = Field(1.0, gt=0, description="Inverse L2 strength of the logistic regression (C).")
-
-    def read_fields(self) -> list[str]:
-        """The metadata fields the fusion reads (what a document store must keep for it)."""
-        return [*self.match_fields, *([self.time_field] if self.time_field else [])]
-
-
-def feature_names(cfg: MetadataFusionConfig) -> list[str]:
-    names = ["dense_norm", "bm25_norm", "dense", *(f"same_{f}" for f in cfg.match_fields)]
-    return names + (["log_days", "earlier", "time_unknown"] if cfg.time_field else [])
-
-
-class MetadataFusionWeights(BaseModel):
-    """A fitted fusion as data (`MetadataFusion.to_dict`): its config, bias and one weight per feature name."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    config: MetadataFusionConfig
-    bias: float = Field(..., allow_inf_nan=False)
-    weights: dict[str, float] = Field(..., description="One finite weight per feature of `config` (`feature_names`).")
-
-    @model_validator(mode="after")
-    def _one_weight_per_feature(self) -> "MetadataFusionWeights":
-        names = feature_names(self.config)
-        if sorted(self.weights) != sorted(names):
-            raise ValueError(f"weights name {sorted(self.weights)}; the config's features are {names}")
-        if not all(math.isfinite(w) for w in self.weights.values()):
-            raise ValueError("every weight must be a finite number")
-        return self
-
-
-def parse_time(value: Any, field: str) -> Optional[float]:
-    """Seconds since the epoch of an ISO 8601 string ("2000-10-25 10:37:00 +0000") or a number; None when empty.
-    Anything else is a `DataError` naming the field."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value.strip())
-        except ValueError:
-            pass
-        else:
-            return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
-    raise DataError(f"{field}: {value!r} is not a time (an ISO 8601 string or epoch seconds)")
 
 
 def _stored_time(value: Any) -> Optional[float]:

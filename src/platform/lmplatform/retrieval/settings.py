@@ -2,20 +2,22 @@
 
 Torch-free, so configs, the registry and the serving ingress can validate them without loading a model.
 `FusionSettings` is what fusing BM25 with dense retrieval needs (offline evaluation, corpus-level
-validation, the served `/v1/search`); `SearchSettings` adds the mode and the re-ranker, and is what a
-model version carries in the MLflow registry (`tracking.registry.register_search_settings`).
+validation, the served `/v1/search`); `MetadataFusionConfig` and `MetadataFusionWeights` are a metadata
+fusion's config and fitted weights (the maths: `retrieval.metadata_fusion`); `SearchSettings` adds the mode,
+the fitted fusion and the re-ranker, and is what a model version carries in the MLflow registry
+(`tracking.registry.register_search_settings`).
 The formulas are in `retrieval.fusion`. `RetrievalValidationConfig` is a run's corpus-level retrieval
 validation (the `retrieval_validation` section; `evaluation.retrieval_validation` runs it).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, Mapping, Optional
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.config.schema import DataConfig
-from lmplatform.retrieval.metadata_fusion import MetadataFusionWeights
 
 Mode = Literal["dense", "hybrid", "metadata"]
 Fusion = Literal["convex", "rrf"]
@@ -36,6 +38,48 @@ class FusionSettings(Section):
     rrf_k: int = Field(60, ge=1, le=100_000, description="k of reciprocal rank fusion.")
     hybrid_candidates: int = Field(100, ge=1, le=10_000, description="Top-N of each retriever pooled for fusion; every "
                                    "pool member gets its exact score from both retrievers.")
+
+
+class MetadataFusionConfig(BaseModel):
+    """Which metadata the fusion reads, how many candidates each first stage adds to a pool, and its regularisation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    match_fields: list[str] = Field(default_factory=lambda: ["product", "component"],
+                                    description="Fields whose equality between query and candidate is a feature.")
+    time_field: Optional[str] = Field("created", description="A timestamp field (ISO 8601 or epoch seconds); "
+                                      "its distance between query and candidate is a feature. None: no time features.")
+    pool: int = Field(100, ge=1, description="Candidates each first stage (dense, BM25) adds to a query's pool.")
+    regularization: float = Field(1.0, gt=0, description="Inverse L2 strength of the logistic regression (C).")
+
+    def read_fields(self) -> list[str]:
+        """The metadata fields the fusion reads (what a document store must keep for it)."""
+        return [*self.match_fields, *([self.time_field] if self.time_field else [])]
+
+
+def feature_names(cfg: MetadataFusionConfig) -> list[str]:
+    """The fusion's features in their column order (formulas: `retrieval.metadata_fusion`)."""
+    names = ["dense_norm", "bm25_norm", "dense", *(f"same_{f}" for f in cfg.match_fields)]
+    return names + (["log_days", "earlier", "time_unknown"] if cfg.time_field else [])
+
+
+class MetadataFusionWeights(BaseModel):
+    """A fitted fusion as data (`MetadataFusion.to_dict`): its config, bias and one weight per feature name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: MetadataFusionConfig
+    bias: float = Field(..., allow_inf_nan=False)
+    weights: dict[str, float] = Field(..., description="One finite weight per feature of `config` (`feature_names`).")
+
+    @model_validator(mode="after")
+    def _one_weight_per_feature(self) -> "MetadataFusionWeights":
+        names = feature_names(self.config)
+        if sorted(self.weights) != sorted(names):
+            raise ValueError(f"weights name {sorted(self.weights)}; the config's features are {names}")
+        if not all(math.isfinite(w) for w in self.weights.values()):
+            raise ValueError("every weight must be a finite number")
+        return self
 
 
 class SearchSettings(FusionSettings):

@@ -24,9 +24,9 @@ from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTup
 import numpy as np
 from ray import serve
 
-from lmplatform.retrieval.metadata_fusion import MetadataFusion, MetadataFusionWeights
+from lmplatform.retrieval.metadata_fusion import MetadataFusion
 from lmplatform.retrieval.retrievers import hybrid_search, metadata_search
-from lmplatform.retrieval.settings import FusionSettings
+from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
 from lmplatform.serving.live import LiveIndex, index_seq

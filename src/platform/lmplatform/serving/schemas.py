@@ -25,9 +25,9 @@ from pydantic import (
 )
 
 from lmplatform.config.base import Section
+from lmplatform.data.fields import parse_time
 from lmplatform.data.readers import DataError
-from lmplatform.retrieval.metadata_fusion import MetadataFusionWeights, parse_time
-from lmplatform.retrieval.settings import FusionSettings, Mode, SearchSettings
+from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights, Mode, SearchSettings
 
 
 class RequestLimitError(ValueError):
