@@ -121,7 +121,8 @@ def _committed() -> int:
 
 def test_an_upsert_is_found_by_the_next_search_on_every_replica(live: LiveService) -> None:
     client = live.client
-    new = [_doc("new-a", "refund card invoice", "billing"), _doc("new-b", "vpn tunnel latency")]
+    filed = {"product": "ledger", "created": "2026-11-27T10:00:00Z"}  # kept for a metadata fusion, through the log
+    new = [_doc("new-a", "refund card invoice", "billing") | {"metadata": filed}, _doc("new-b", "vpn tunnel latency")]
     replaced = {**live.documents[0], "title": "replaced", "text": "disk quota snapshot volume replaced"}
     answer = _ok(client.post("/v1/documents", json={"documents": [*new, replaced]}))
     assert answer["upserted"] == 3 and answer["seq"] == 3 and answer["model_version"] == f"{MODEL_NAME}/1"
@@ -130,6 +131,7 @@ def test_an_upsert_is_found_by_the_next_search_on_every_replica(live: LiveServic
         assert top["id"] == doc["id"] and top["score"] == pytest.approx(1.0, abs=1e-4) and top["title"] == doc["title"]
     got = _ok(client.get("/v1/documents/new-a"))
     assert (got["text"], got["label"], got["model_version"]) == (new[0]["text"], "billing", f"{MODEL_NAME}/1")
+    assert got["metadata"] == filed and _ok(client.get(f"/v1/documents/{replaced['id']}"))["metadata"] == replaced["metadata"]
     assert _ok(client.get("/v1/model"))["index_size"] == 26
 
     # Read-your-writes whichever replica answers: each search starts right after its upsert's 200.
