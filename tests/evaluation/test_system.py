@@ -134,3 +134,23 @@ def test_a_fusion_fitted_on_training_queries_becomes_the_mode_only_when_it_beats
     # where dense already ranks every relevant report first, the fusion is kept for requests but is not the mode
     perfect = _metadata_set(3, True).choose(SearchSettings(mode="dense"), metric="ir_mrr_at_3", metadata_fusions=fusions)
     assert perfect.settings.mode == "dense" and perfect.settings.metadata_fusion is not None
+
+
+def test_two_sets_over_one_corpus_encode_its_texts_once() -> None:
+    from lmplatform.evaluation.system import EncodedOnce, SystemScorer
+
+    class Counting(TableEncoder):
+        def __init__(self, table: dict[str, list[float]]):
+            super().__init__(table)
+            self.encoded: Counter = Counter()
+
+        def encode(self, texts, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+            self.encoded.update(texts)
+            return super().encode(texts, batch_size, show_progress)
+
+    counting = Counting(LEXICAL)
+    encoder = EncodedOnce(counting)
+    first = SystemScorer(encoder, retrieval_set_from_pairs(PAIRS, PAIRS, ["beta issue", "gamma note"], CFG), CFG)
+    second = SystemScorer(encoder, retrieval_set_from_pairs(PAIRS, PAIRS, ["gamma note", "beta issue"], CFG), CFG)
+    assert set(counting.encoded.values()) == {1} and len(counting.encoded) == 4
+    np.testing.assert_array_equal(first.dense, second.dense[:, [0, 2, 1]])  # the same vectors, in each set's order

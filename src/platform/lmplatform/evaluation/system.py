@@ -72,6 +72,23 @@ def text_metadata(corpus: Sequence[str | Path], fields: Sequence[str], keep: Seq
     return out
 
 
+class EncodedOnce:
+    """An encoder that encodes each distinct text once and keeps its vector: a second set over the same corpus (the
+    metadata fusion's training queries beside the select set) encodes only its own queries."""
+
+    def __init__(self, encoder: Any):
+        self.encoder = encoder
+        self.vectors: dict[str, np.ndarray] = {}
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, **kwargs: Any) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            self.vectors.update(zip(missing, self.encoder.encode(missing, batch_size=batch_size, **kwargs)))
+        if not texts:
+            return self.encoder.encode([], batch_size=batch_size, **kwargs)
+        return np.stack([self.vectors[t] for t in texts])
+
+
 class SystemScorer:
     """Rankings and per-query metrics of one bi-encoder (and optionally one re-ranker) under any settings."""
 
@@ -223,7 +240,7 @@ def load_scorer(model: str, rset: RetrievalSet, cfg: RetrievalValidationConfig, 
     """A scorer for a bi-encoder folder (or 'default', models:/...) and an optional cross-encoder folder."""
     from lmplatform.models.encoder import Encoder
 
-    encoder = Encoder.from_pretrained(model, max_seq_length=max_seq_length)
+    encoder = EncodedOnce(Encoder.from_pretrained(model, max_seq_length=max_seq_length))
     cross = None
     if reranker is not None:
         from lmplatform.models.cross_encoder import CrossEncoder
