@@ -81,11 +81,11 @@ class EncodedOnce:
         self.vectors: dict[str, np.ndarray] = {}
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, **kwargs: Any) -> np.ndarray:
+        if not texts:
+            return self.encoder.encode([], batch_size=batch_size, **kwargs)
         missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
         if missing:
             self.vectors.update(zip(missing, self.encoder.encode(missing, batch_size=batch_size, **kwargs)))
-        if not texts:
-            return self.encoder.encode([], batch_size=batch_size, **kwargs)
         return np.stack([self.vectors[t] for t in texts])
 
 

@@ -13,7 +13,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -188,23 +188,31 @@ class BM25Retriever(Retriever):
         return retriever
 
 
+def first_stage_hits(vector_index: VectorIndex, bm25: BM25Retriever, query_vectors: np.ndarray, query_texts: Sequence[str],
+                     depth: int, exclude: Optional[Sequence[set[str]]] = None,
+                     ) -> Iterator[tuple[np.ndarray, np.ndarray, Hits, Hits]]:
+    """Per query, what a fused search starts from: (its vector, its BM25 row over every document, the dense top `depth`,
+    BM25's top `depth`), both after `exclude`, so an excluded document takes no place in the pool."""
+    drops = list(exclude) if exclude is not None else [set()] * len(query_texts)
+    extra = max((len(d) for d in drops), default=0)
+    dense_lists = vector_index.search(query_vectors, depth + extra)
+    for vector, bm25_row, dense_hits, drop in zip(query_vectors, bm25.query_scores(query_texts), dense_lists, drops):
+        yield (vector, bm25_row, [hit for hit in dense_hits if hit[0] not in drop][:depth],
+               [hit for hit in bm25.top_hits(bm25_row, depth + len(drop)) if hit[0] not in drop][:depth])
+
+
 def hybrid_search(vector_index: VectorIndex, bm25: BM25Retriever, query_vectors: np.ndarray, query_texts: Sequence[str],
                   k: int, settings: FusionSettings, exclude: Optional[Sequence[set[str]]] = None) -> list[Hits]:
     """BM25 fused with dense search (`retrieval.fusion.fuse`), the top k per query.
 
     query_vectors: [q, dim] normalised, for query_texts [q]. Each retriever contributes its top
-    max(k, settings.hybrid_candidates) after `exclude` is applied, so an excluded document takes no place
-    in the pool nor in its normalisation. Exact scores of the pool: inner products with the stored vectors
+    max(k, settings.hybrid_candidates) after `exclude` is applied (`first_stage_hits`), so an excluded document takes
+    no place in the pool nor in its normalisation. Exact scores of the pool: inner products with the stored vectors
     (`VectorIndex.reconstruct`) and the query's BM25 row.
     """
-    depth = max(k, settings.hybrid_candidates)
-    drops = list(exclude) if exclude is not None else [set()] * len(query_texts)
-    extra = max((len(d) for d in drops), default=0)
-    dense_lists = vector_index.search(query_vectors, depth + extra)
     out = []
-    for vector, bm25_row, dense_hits, drop in zip(query_vectors, bm25.query_scores(query_texts), dense_lists, drops):
-        dense_hits = [hit for hit in dense_hits if hit[0] not in drop][:depth]
-        bm25_hits = [hit for hit in bm25.top_hits(bm25_row, depth + len(drop)) if hit[0] not in drop][:depth]
+    for vector, bm25_row, dense_hits, bm25_hits in first_stage_hits(
+            vector_index, bm25, query_vectors, query_texts, max(k, settings.hybrid_candidates), exclude):
 
         def exact(pool: list[str], vector: np.ndarray = vector, bm25_row: np.ndarray = bm25_row) -> tuple[np.ndarray, np.ndarray]:
             return vector_index.reconstruct(pool) @ vector, bm25_row[bm25.positions(pool)]
@@ -219,20 +227,14 @@ def metadata_search(vector_index: VectorIndex, bm25: BM25Retriever, document_met
     """Each query's pool ranked by a fitted metadata fusion (`retrieval.metadata_fusion`), the top k per query.
 
     The pool is `candidate_pool`'s: the dense top `fusion.config.pool` and BM25's (documents sharing a term with the
-    query) after `exclude`; each member gets its exact cosine (`VectorIndex.reconstruct`), its BM25 score and its
-    metadata (`document_metadata(id)`), and is scored w · features + b. query_vectors: [q, dim] normalised, for
-    query_texts [q] with query_metadata [q]. A hit's score is the fusion's logit.
+    query) after `exclude` (`first_stage_hits`); each member gets its exact cosine (`VectorIndex.reconstruct`), its
+    BM25 score and its metadata (`document_metadata(id)`), and is scored w · features + b. query_vectors: [q, dim]
+    normalised, for query_texts [q] with query_metadata [q]. A hit's score is the fusion's logit.
     """
-    size = fusion.config.pool
-    drops = list(exclude) if exclude is not None else [set()] * len(query_texts)
-    extra = max((len(d) for d in drops), default=0)
-    dense_lists = vector_index.search(query_vectors, size + extra)
     out = []
-    for vector, bm25_row, dense_hits, drop, metadata in zip(query_vectors, bm25.query_scores(query_texts), dense_lists,
-                                                             drops, query_metadata):
-        dense_ids = [doc for doc, _ in dense_hits if doc not in drop][:size]
-        bm25_ids = [doc for doc, _ in bm25.top_hits(bm25_row, size + len(drop)) if doc not in drop][:size]
-        pool = sorted(set(dense_ids) | set(bm25_ids))
+    firsts = first_stage_hits(vector_index, bm25, query_vectors, query_texts, fusion.config.pool, exclude)
+    for (vector, bm25_row, dense_hits, bm25_hits), metadata in zip(firsts, query_metadata):
+        pool = sorted({doc for doc, _ in dense_hits} | {doc for doc, _ in bm25_hits})
         if not pool:
             out.append([])
             continue

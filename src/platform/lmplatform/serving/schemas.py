@@ -153,8 +153,7 @@ def plan_search(request: "SearchRequest", registered: Optional[SearchSettings], 
         raise RequestLimitError("mode", "this model version has no metadata fusion registered with its search settings; "
                                 "send mode 'dense' or 'hybrid'")
     metadata_fusion = settings.metadata_fusion if mode == "metadata" else None
-    if metadata_fusion is not None:
-        check_time("metadata", request.metadata, metadata_fusion)
+    check_time("metadata", request.metadata, metadata_fusion)
     fusion = settings.fusion_settings() if mode == "hybrid" else None
     if request.bm25_weight is not None:
         if fusion is None:
