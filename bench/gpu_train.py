@@ -12,9 +12,10 @@ The MLM row reports our tokens/s (real tokens, padding excluded) and the share o
     python bench/gpu_train.py [--data ../shared/data] [--device cuda] [--steps 50] [--warmup 10]
     python bench/gpu_train.py --device cpu --steps 2 --toy      # smoke check: tiny random BERT, few pairs
 
-The loop as it was before a change is measured in the same run by running this file with the older
-package first on PYTHONPATH (`--precisions fp32 --skip-peer --results-name gpu_train_before`), then
-`--before bench/results/gpu_train_before.json` on the current one (ours_vs_before per row).
+The loop as it was before a change is measured on the same machine by running the older commit's own copy of
+this file with the older package first on PYTHONPATH (`--precisions fp32 --skip-peer --results-name
+gpu_train_before`; the package's layout changes between commits), then this one with `--before <that result>`
+(ours_vs_before per row).
 
 Writes bench/results/gpu_train.json on a GPU, gpu_train_cpu.json on CPU (gpu_train_toy.json with --toy), or
 --results-name.
