@@ -127,3 +127,24 @@ def test_control_characters_and_surrogates_in_the_rule_are_refused_naming_the_fi
     with pytest.raises(ConfigError, match=rf"optim\.early_stopping\.{field}"):
         load_run_config(None, ["data.train_paths=[unused.jsonl]", "tracking.eval_every_n_steps=10"],
                         base={"optim": {"early_stopping": rule}})
+
+
+def test_validate_at_start_false_skips_the_start_validation_unless_early_stopping_needs_it(
+        tiny_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real_evaluate = Trainer.evaluate
+
+    def counted(self: Trainer, batches: Any) -> dict[str, float]:
+        calls.append(self.progress.step)
+        return real_evaluate(self, batches)
+
+    monkeypatch.setattr(Trainer, "evaluate", counted)
+    trainer, _, _ = _mlm_trainer(tiny_bert, tmp_path / "skip", "optim.max_steps=4", "tracking.validate_at_start=false")
+    summary = _fit(trainer)
+    assert calls == [2, 4] and not any(k.endswith("_initial") for k in summary)
+
+    calls.clear()
+    trainer, _, _ = _mlm_trainer(tiny_bert, tmp_path / "stop", "optim.max_steps=4", "tracking.validate_at_start=false",
+                                 "optim.early_stopping.metric=val_mlm_loss", "optim.early_stopping.patience=5")
+    summary = _fit(trainer)
+    assert calls == [0, 2, 4] and "val_mlm_loss_initial" in summary  # early stopping's first best is the start

@@ -177,8 +177,13 @@ class TrackingConfig(Section):
     register_model: bool = Field(True, description="Register the final model as a new version.")
     log_every_n_steps: int = Field(10, ge=1)
     eval_every_n_steps: Optional[int] = Field(
-        None, ge=1, description="Validation during training; always run at the start and end."
+        None, ge=1, description="Validation during training; always run at the end, and at the start unless "
+        "validate_at_start is false."
     )
+    validate_at_start: bool = Field(
+        True, description="Validate before the first step (the `_initial` metrics). Early stopping validates there "
+        "regardless: it is its first best. A study's pipeline trials turn it off (tune/pipeline_trial.py): the "
+        "study reads only validations after training starts, and each would repeat its start model's.")
     exports: list[Literal["sentence-transformers", "onnx", "onnx-int8"]] = Field(
         default_factory=list, description="Also log the final model in these formats beside model/ (model-onnx/, ...; "
         "see `lmp export`). A cross-encoder exports as sentence-transformers only.")

@@ -4,7 +4,7 @@ A study may only target a metric its trials report; otherwise Tune would fail
 every trial after minutes of training. Each objective's spec names its validation
 metrics and the settings that define them (`lmplatform.objectives.registry`). The
 generic loop adds `loss`, `step`, `epoch`, `tokens` and, for every validation metric,
-its `_initial` value. A run with `retrieval_validation` also reports the corpus-level
+its `_initial` value (unless the run skips the validation at its start). A run with `retrieval_validation` also reports the corpus-level
 `val_ir_*` metrics.
 """
 from __future__ import annotations
@@ -30,7 +30,9 @@ def validation_metrics(cfg: RunConfig) -> tuple[str, ...]:
 
 def reported_metrics(cfg: RunConfig) -> set[str]:
     validation = validation_metrics(cfg)
-    names = {f"val_{m}" for m in validation} | {f"val_{m}_initial" for m in validation}
+    names = {f"val_{m}" for m in validation}
+    if cfg.tracking.validate_at_start or cfg.optim.early_stopping is not None:
+        names |= {f"val_{m}_initial" for m in validation}
     return names | set(LOOP_METRICS)
 
 
@@ -43,6 +45,8 @@ def pipeline_reported_metrics(pipeline: Any) -> set[str]:
         if stage.kind == "train":
             cfg = build_stage_config(pipeline, stage, "default", "runs", "check",
                                      ewc_anchor_model="default" if stage.ewc else None)
+            # as a trial runs it: without the validation of its start model (tune/pipeline_trial.py)
+            cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"validate_at_start": False})})
             names |= {f"{stage.name}/{metric}" for metric in reported_metrics(cfg)}
     return names
 

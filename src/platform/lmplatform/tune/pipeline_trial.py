@@ -69,8 +69,10 @@ def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: lis
         os.chdir(os.environ["TUNE_ORIG_WORKING_DIR"])
     trial_id = tune.get_context().get_trial_id()
     base = load_pipeline_config(base_pipeline, overrides)
-    # Only the study's winner is registered (after the gate), not every trial's models.
-    quiet = [f"stages.{stage.name}.tracking.register_model=false" for stage in base.stages if stage.kind == "train"]
+    # Only the study's winner is registered (after the gate), not every trial's models; no trial validates its
+    # start model, which the study never reads.
+    quiet = [f"stages.{stage.name}.tracking.{field}=false" for stage in base.stages if stage.kind == "train"
+             for field in ("register_model", "validate_at_start")]
     quiet += [f"stages.{stage.name}.system.register_as=null" for stage in base.stages if stage.kind == "system"]
     cfg = load_pipeline_config(base_pipeline, [
         *overrides, *param_overrides(config), *quiet, "reuse.enabled=true",
