@@ -4,8 +4,8 @@ A study may only target a metric its trials report; otherwise Tune would fail
 every trial after minutes of training. Each objective's spec names its validation
 metrics and the settings that define them (`lmplatform.objectives.registry`). The
 generic loop adds `loss`, `step`, `epoch`, `tokens` and, for every validation metric,
-its `_initial` value (unless the run skips the validation at its start). A run with `retrieval_validation` also reports the corpus-level
-`val_ir_*` metrics.
+its `_initial` value (unless the run skips the validation at its start). A run with
+`retrieval_validation` also reports the corpus-level `val_ir_*` metrics.
 """
 from __future__ import annotations
 
