@@ -102,6 +102,18 @@ def test_a_study_logs_child_runs_and_plots_and_moves_the_champion_it_beats(
     assert "| train_documents | 64 |" in card and "| `optim.lr` |" in card
 
 
+def _search_state_readable(study_dir: Path) -> bool:
+    from ray import cloudpickle
+
+    from lmplatform.tune.search_state import SEARCH_STATE_PATTERN
+
+    found = sorted(study_dir.glob(SEARCH_STATE_PATTERN))
+    try:
+        return bool(found) and isinstance(cloudpickle.loads(found[-1].read_bytes()), dict)
+    except Exception:  # a half-copied pickle fails in many ways (EOFError, UnpicklingError, ...)
+        return False
+
+
 def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_session, tmp_path, mlflow_uri) -> None:
     """Kill a study's driver process after two trials finished, then restore it in this process."""
     import json
@@ -135,7 +147,9 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
                     trials = json.loads(states[-1].read_text())["trial_data"]
                 except (json.JSONDecodeError, FileNotFoundError):
                     continue  # caught between Tune's write and rename
-                if sum('TERMINATED' in meta for meta, _ in trials) >= 2:
+                # Tune copies its state files to storage_path one after the other, not atomically: kill once the
+                # search state has been copied whole (a kill mid-copy leaves a truncated file no restore can read)
+                if sum('TERMINATED' in meta for meta, _ in trials) >= 2 and _search_state_readable(study_dir):
                     break
             assert driver.poll() is None, "the study finished before it could be interrupted"
     finally:
