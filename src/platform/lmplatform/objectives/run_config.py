@@ -122,6 +122,11 @@ class RunConfig(Section):
     def registered_model_name(self) -> str:
         return self.tracking.registered_model or f"lmplatform-{self.objective.name}"
 
+    def validates_at_start(self) -> bool:
+        """Whether training validates before its first step: when `tracking.validate_at_start` asks, and always
+        under early stopping, whose first best is the start."""
+        return self.tracking.validate_at_start or self.optim.early_stopping is not None
+
 
 def rebuild_objective_union() -> None:
     """Make `RunConfig.objective` accept exactly the registered objectives again (after `registry.register`)."""

@@ -363,7 +363,7 @@ class Trainer:
         ckpt_every, log_every = cfg.checkpoint.every_n_steps, cfg.tracking.log_every_n_steps
         eval_every = cfg.tracking.eval_every_n_steps
         stopping = cfg.optim.early_stopping
-        if progress.step == 0 and (cfg.tracking.validate_at_start or stopping is not None):
+        if progress.step == 0 and cfg.validates_at_start():
             progress.initial_metrics = initial = self.evaluate(validation_batches())
             if initial:
                 self._log({f"{k}_initial": v for k, v in initial.items()} | initial, step=0)

@@ -31,7 +31,7 @@ def validation_metrics(cfg: RunConfig) -> tuple[str, ...]:
 def reported_metrics(cfg: RunConfig) -> set[str]:
     validation = validation_metrics(cfg)
     names = {f"val_{m}" for m in validation}
-    if cfg.tracking.validate_at_start or cfg.optim.early_stopping is not None:
+    if cfg.validates_at_start():
         names |= {f"val_{m}_initial" for m in validation}
     return names | set(LOOP_METRICS)
 
