@@ -148,3 +148,9 @@ def test_validate_at_start_false_skips_the_start_validation_unless_early_stoppin
                                  "optim.early_stopping.metric=val_mlm_loss", "optim.early_stopping.patience=5")
     summary = _fit(trainer)
     assert calls == [0, 2, 4] and "val_mlm_loss_initial" in summary  # early stopping's first best is the start
+
+
+@pytest.mark.parametrize("value", ["maybe", "yes\x00", "\ud800", "2"])
+def test_a_bad_validate_at_start_is_refused_naming_the_field(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"tracking\.validate_at_start"):
+        load_run_config(None, ["data.train_paths=[unused.jsonl]"], base={"tracking": {"validate_at_start": value}})
