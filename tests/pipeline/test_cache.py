@@ -2,11 +2,13 @@
 live and whatever the run is called; any change to a value or to an input's bytes gives another key."""
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from pathlib import Path
 
-from lmplatform.pipeline.cache import CachedStage, StageCache, stage_key
+import lmplatform
+from lmplatform.pipeline.cache import CachedStage, StageCache, code_version, source_digest, stage_key
 
 
 def _config(data: Path, lr: float = 2e-5, **placement: str) -> dict:
@@ -33,6 +35,26 @@ def test_the_packaged_model_is_keyed_by_its_files() -> None:
 
     assert stage_key("mine", {"init": "default"}) == stage_key("mine", {"init": "default"})
     assert stage_key("mine", {"init_from": "default"}) == stage_key("mine", {"init_from": str(packaged_model_path())})
+
+
+def test_the_code_version_is_the_package_source_not_the_checkout(tmp_path: Path) -> None:
+    """A commit that changes no package file (docs, benches, a dirty tree elsewhere) keeps the key; an edit to a
+    package file, or a new one, changes it; compiled bytecode does not count."""
+    package = tmp_path / "lmplatform"
+    shutil.copytree(Path(lmplatform.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    assert source_digest(package) == source_digest(Path(lmplatform.__file__).parent)
+    assert code_version().startswith(source_digest(package)[:16] + "+torch=")
+    before = source_digest(package)
+    (tmp_path / "README.md").write_text("outside the package\n")
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "cache.cpython-311.pyc").write_bytes(b"\0bytecode")
+    assert source_digest(package) == before
+    module = package / "pipeline" / "cache.py"
+    module.write_text(module.read_text() + "\n# an edit\n")
+    edited = source_digest(package)
+    assert edited != before
+    (package / "pipeline" / "extra.py").write_text("")
+    assert source_digest(package) not in (before, edited)
 
 
 def test_an_entry_whose_outputs_are_gone_or_runs_are_elsewhere_is_not_reused(tmp_path: Path) -> None:

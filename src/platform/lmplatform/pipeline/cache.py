@@ -6,7 +6,9 @@ The key is derived from content, never from names or places:
 - a fingerprint of every local file or folder the config names, by content: the data files, the
   starting model, and the outputs of the upstream stages it reads (a mine stage's pairs, a model folder),
   so a downstream stage is reused exactly when what it reads is the same;
-- the code version (lmplatform's and the git commit), so a change to the code is a change to the key.
+- the code version: a digest of lmplatform's own source files and the versions of torch and transformers, so a
+  change to the code is a change to the key, while a commit that touches only docs, benches or tests (or a dirty
+  working tree elsewhere) keeps every entry.
 
 An entry is a small JSON file under `<cache>/<key>.json` naming the outputs of the run that made it (which
 stay in that run's folder), its metrics and the reports it sent while it ran. Concurrent trials that reach
@@ -29,12 +31,13 @@ from typing import Any, Iterator, Optional
 import lmplatform
 from lmplatform.models.resolve import model_version_source, resolve_model_path
 from lmplatform.runtime import resolve_tracking_uri
-from lmplatform.tracking.mlflow_tracking import git_commit
 
 # Config keys that name places, runs or registry entries: they change nothing a stage produces.
 PLACEMENT_KEYS = frozenset({"tracking_uri", "experiment", "run_name", "registered_model", "register_model", "storage_path"})
 MODEL_KEYS = frozenset({"init_from", "name_or_path", "anchor_model", "teacher", "miner_model", "cross_encoder", "first_stage"})
 FORMAT = 1
+# Libraries whose version changes what a stage produces (numerics, tokenisation).
+KEYED_LIBRARIES = ("torch", "transformers")
 
 
 @dataclass
@@ -105,9 +108,28 @@ def _canonical(value: Any, key: str = "") -> Any:
     return value
 
 
+def source_digest(package: Path) -> str:
+    """sha256 over a package's files (relative names and bytes), without compiled bytecode: what its code is,
+    wherever and however it was installed."""
+    digest = hashlib.sha256()
+    for child in sorted(package.rglob("*")):
+        if child.is_file() and child.suffix != ".pyc" and "__pycache__" not in child.parts:
+            digest.update(str(child.relative_to(package)).encode() + b"\0" + child.read_bytes() + b"\n")
+    return digest.hexdigest()
+
+
 @lru_cache(maxsize=1)
 def code_version() -> str:
-    return f"{getattr(lmplatform, '__version__', '?')}+{git_commit() or 'nogit'}"
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "absent"
+
+    libraries = ",".join(f"{name}={installed(name)}" for name in KEYED_LIBRARIES)
+    return f"{source_digest(Path(lmplatform.__file__).parent)[:16]}+{libraries}"
 
 
 def stage_key(kind: str, content: dict[str, Any]) -> str:
