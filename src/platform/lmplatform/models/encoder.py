@@ -67,6 +67,10 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(str(path))
 
 
+def _as_numpy(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in tensors.items()}
+
+
 class Encoder(nn.Module):
     def __init__(
         self,
@@ -266,31 +270,38 @@ class Encoder(nn.Module):
             progress = tqdm(total=len(texts), desc="encode", unit="text", smoothing=0.1)
         device = self.device
         pad_id = self.tokenizer.pad_token_id or 0
+
+        def batches() -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
+            for start in range(0, len(texts), batch_size):
+                index = order[start : start + batch_size]
+                width = len(ids[index[0]])
+                tensors = {k: torch.zeros((len(index), width), dtype=torch.long) for k in ["attention_mask", *extra_keys]}
+                tensors["input_ids"] = torch.full((len(index), width), pad_id, dtype=torch.long)
+                for row, i in enumerate(index):
+                    n = len(ids[i])
+                    tensors["input_ids"][row, :n] = torch.as_tensor(ids[i])
+                    tensors["attention_mask"][row, :n] = 1
+                    for k in extra_keys:
+                        tensors[k][row, :n] = torch.as_tensor(encoded[k][i])
+                yield index, tensors
+                if progress is not None:
+                    progress.update(len(index))
+
         try:
             with _torch_threads(num_threads), torch.inference_mode(), autocast:
-                for start in range(0, len(texts), batch_size):
-                    index = order[start : start + batch_size]
-                    width = len(ids[index[0]])
-                    input_ids = torch.full((len(index), width), pad_id, dtype=torch.long)
-                    attention_mask = torch.zeros((len(index), width), dtype=torch.long)
-                    features = {k: torch.zeros((len(index), width), dtype=torch.long) for k in extra_keys}
-                    for row, i in enumerate(index):
-                        n = len(ids[i])
-                        input_ids[row, :n] = torch.as_tensor(ids[i])
-                        attention_mask[row, :n] = 1
-                        for k in extra_keys:
-                            features[k][row, :n] = torch.as_tensor(encoded[k][i])
-                    if self.graph is not None:
-                        tensors = {"input_ids": input_ids, "attention_mask": attention_mask, **features}
-                        out[index] = self.graph.run({k: v.numpy() for k, v in tensors.items()}, graph_precision)
-                    else:
-                        features = {k: v.to(device) for k, v in features.items()}
-                        vectors = self(input_ids.to(device), attention_mask.to(device), **features).float()
+                if len(texts) > batch_size and hasattr(self.graph, "run_into"):  # many batches in flight
+                    self.graph.run_into(((index, _as_numpy(tensors)) for index, tensors in batches()), out,
+                                        graph_precision)
+                elif self.graph is not None:
+                    for index, tensors in batches():
+                        out[index] = self.graph.run(_as_numpy(tensors), graph_precision)
+                else:
+                    for index, tensors in batches():
+                        features = {k: v.to(device) for k, v in tensors.items()}
+                        vectors = self(features.pop("input_ids"), features.pop("attention_mask"), **features).float()
                         if normalize:
                             vectors = torch.nn.functional.normalize(vectors, dim=-1)
                         out[index] = vectors.cpu().numpy()
-                    if progress is not None:
-                        progress.update(len(index))
         finally:
             if progress is not None:
                 progress.close()

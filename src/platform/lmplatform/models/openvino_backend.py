@@ -31,7 +31,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -170,8 +170,10 @@ def quantize_openvino(folder: str | Path, calibration_texts: Sequence[str], out:
 class OpenVinoSession:
     """An OpenVINO CPU model over a folder: numpy tensors in, float32 vectors out (a `GraphSession`).
 
-    One compiled model per inference precision, compiled when first asked for; calls are serialised (one
-    infer request each), as the runtime already uses every thread it is given for one batch.
+    Two ways to run, each compiled per inference precision when first asked for:
+    - `run`, one batch (a served query): the latency hint, one infer request on every thread; calls are serialised.
+    - `run_into`, many batches (encoding a corpus): the throughput hint, as many batches in flight as the runtime
+      has streams, each on fewer threads; a small model's batch keeps its threads busier alone than split.
     """
 
     backend = "openvino"
@@ -184,24 +186,53 @@ class OpenVinoSession:
         self.model = self.core.read_model(str(folder / self.config.file))
         self.num_threads = num_threads
         self._requests: dict[str, Any] = {}
+        self._queues: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._bulk_lock = threading.Lock()
 
-    def _request(self, precision: str) -> Any:
-        if precision not in self._requests:
-            settings = {"INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
-            if self.num_threads:
-                settings["INFERENCE_NUM_THREADS"] = self.num_threads
-            self._requests[precision] = self.core.compile_model(self.model, "CPU", settings).create_infer_request()
-        return self._requests[precision]
-
-    def run(self, features: dict[str, np.ndarray], precision: str = "fp32") -> np.ndarray:
+    def _compile(self, precision: str, hint: str) -> Any:
         if precision not in PRECISION_HINTS:
             raise ValueError(f"precision={precision!r}: the OpenVINO CPU backend runs {', '.join(PRECISION_HINTS)}")
-        feeds = {name: features[name].astype(np.int64, copy=False) for name in self.config.inputs}
+        settings = {"INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision], "PERFORMANCE_HINT": hint}
+        if self.num_threads:
+            settings["INFERENCE_NUM_THREADS"] = self.num_threads
+        return self.core.compile_model(self.model, "CPU", settings)
+
+    def _feeds(self, features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: features[name].astype(np.int64, copy=False) for name in self.config.inputs}
+
+    def run(self, features: dict[str, np.ndarray], precision: str = "fp32") -> np.ndarray:
         with self._lock:
-            result = self._request(precision).infer(feeds)
+            if precision not in self._requests:
+                self._requests[precision] = self._compile(precision, "LATENCY").create_infer_request()
+            result = self._requests[precision].infer(self._feeds(features))
             # Copied out: the request reuses its output buffer on the next call.
             return np.array(result[self.config.output], dtype=np.float32)
+
+    def run_into(self, batches: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]], out: np.ndarray,
+                 precision: str = "fp32") -> None:
+        """Run every (rows, features) batch, writing its vectors to `out[rows]`; returns when all are written."""
+        ov = require("openvino")
+        with self._bulk_lock:
+            if precision not in self._queues:
+                self._queues[precision] = ov.AsyncInferQueue(self._compile(precision, "THROUGHPUT"), 0)
+            queue = self._queues[precision]
+            failures: list[BaseException] = []
+
+            def written(request: Any, rows: np.ndarray) -> None:
+                try:
+                    out[rows] = request.get_tensor(self.config.output).data
+                except BaseException as exc:  # raised in the runtime's thread: re-raised below, in the caller's
+                    failures.append(exc)
+
+            queue.set_callback(written)
+            try:
+                for rows, features in batches:
+                    queue.start_async(self._feeds(features), rows)
+            finally:
+                queue.wait_all()
+            if failures:
+                raise failures[0]
 
 
 CALIBRATION_FIELDS = ("title", "description", "text")
