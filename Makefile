@@ -44,6 +44,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/train_throughput.py
 	$(BIN)/python bench/encode_throughput.py
+	$(BIN)/python bench/openvino_streams.py
 	$(BIN)/python bench/index_search.py
 	$(BIN)/python bench/quality.py
 	$(BIN)/python bench/tune_overhead.py
