@@ -20,7 +20,8 @@ an OpenVINO model (`openvino_backend`, the optional `openvino` extra): a folder 
 exported on load (with `quantize="int8"`, quantized too: dynamically for ONNX, statically for OpenVINO, which
 needs `calibration` texts of the served domain). Tokenization, batching and the order of the result are the
 same code for every backend; the graph ones only encode (no training, no un-normalised vectors: the
-normalisation is part of the graph). OpenVINO also runs bf16 (`precision`), ONNX Runtime does not.
+normalisation is part of the graph). OpenVINO also runs bf16 (`precision`), ONNX Runtime does not, and
+keeps a batch in flight per runtime stream when there is more than one (`OpenVinoSession.run_into`).
 
 `precision` given to `from_pretrained` is the encoder's default for `encode` (fp32 unless set).
 """
