@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import lmplatform
-from lmplatform.pipeline.cache import CachedStage, StageCache, code_version, source_digest, stage_key
+from lmplatform.pipeline.cache import CachedStage, StageCache, code_version, fingerprint_path, stage_key
 
 
 def _config(data: Path, lr: float = 2e-5, **placement: str) -> dict:
@@ -42,19 +42,19 @@ def test_the_code_version_is_the_package_source_not_the_checkout(tmp_path: Path)
     package file, or a new one, changes it; compiled bytecode does not count."""
     package = tmp_path / "lmplatform"
     shutil.copytree(Path(lmplatform.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
-    assert source_digest(package) == source_digest(Path(lmplatform.__file__).parent)
-    assert code_version().startswith(source_digest(package)[:16] + "+torch=")
-    before = source_digest(package)
+    assert fingerprint_path(package) == fingerprint_path(Path(lmplatform.__file__).parent)
+    assert code_version().startswith(fingerprint_path(package)[:16] + "+torch=")
+    before = fingerprint_path(package)
     (tmp_path / "README.md").write_text("outside the package\n")
     (package / "__pycache__").mkdir()
     (package / "__pycache__" / "cache.cpython-311.pyc").write_bytes(b"\0bytecode")
-    assert source_digest(package) == before
+    assert fingerprint_path(package) == before
     module = package / "pipeline" / "cache.py"
     module.write_text(module.read_text() + "\n# an edit\n")
-    edited = source_digest(package)
+    edited = fingerprint_path(package)
     assert edited != before
     (package / "pipeline" / "extra.py").write_text("")
-    assert source_digest(package) not in (before, edited)
+    assert fingerprint_path(package) not in (before, edited)
 
 
 def test_an_entry_whose_outputs_are_gone_or_runs_are_elsewhere_is_not_reused(tmp_path: Path) -> None:

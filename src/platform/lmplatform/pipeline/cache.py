@@ -67,13 +67,18 @@ def _content_digest(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
+def _is_content(path: Path) -> bool:
+    """A file that is part of what a folder holds: not hidden, not Python bytecode (which importing writes)."""
+    return path.is_file() and not path.name.startswith(".") and path.suffix != ".pyc" and "__pycache__" not in path.parts
+
+
 def fingerprint_path(path: Path) -> str:
     """Content fingerprint of a file, or of a folder's files (their relative names and bytes)."""
     if path.is_file():
         stat = path.stat()
         return _content_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     digest = hashlib.sha256()
-    for child in sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")):
+    for child in sorted(p for p in path.rglob("*") if _is_content(p)):
         digest.update(str(child.relative_to(path)).encode() + b"\0" + fingerprint_path(child).encode() + b"\n")
     return digest.hexdigest()
 
@@ -108,16 +113,6 @@ def _canonical(value: Any, key: str = "") -> Any:
     return value
 
 
-def source_digest(package: Path) -> str:
-    """sha256 over a package's files (relative names and bytes), without compiled bytecode: what its code is,
-    wherever and however it was installed."""
-    digest = hashlib.sha256()
-    for child in sorted(package.rglob("*")):
-        if child.is_file() and child.suffix != ".pyc" and "__pycache__" not in child.parts:
-            digest.update(str(child.relative_to(package)).encode() + b"\0" + child.read_bytes() + b"\n")
-    return digest.hexdigest()
-
-
 @lru_cache(maxsize=1)
 def code_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -129,7 +124,8 @@ def code_version() -> str:
             return "absent"
 
     libraries = ",".join(f"{name}={installed(name)}" for name in KEYED_LIBRARIES)
-    return f"{source_digest(Path(lmplatform.__file__).parent)[:16]}+{libraries}"
+    # The package's files as `fingerprint_path` sees any folder: what its code is, wherever it was installed.
+    return f"{fingerprint_path(Path(lmplatform.__file__).parent)[:16]}+{libraries}"
 
 
 def stage_key(kind: str, content: dict[str, Any]) -> str:
