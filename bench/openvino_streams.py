@@ -2,7 +2,7 @@
 a time (the latency hint a served query uses), through the same encoder and the same batches, beside
 sentence-transformers fp32; MiniLM int8 as `lmp export --format openvino-int8` makes it, calibrated on OpenOffice dev.
 
-    python bench/openvino_streams.py [--data ../shared/data] [--limit 1024] [--rounds 2]
+    python bench/openvino_streams.py [--data ../shared/data] [--limit 1024] [--rounds 3]
 
 Writes bench/results/openvino_streams.json.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import SHARED_DATA, write_result
-from encode_throughput import OpenOfficeRetrieval, real_texts, timed
+from encode_throughput import OpenOfficeRetrieval, interleaved_rounds, median_ratios, real_texts
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=SHARED_DATA)
     parser.add_argument("--limit", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
     import numpy as np
@@ -50,17 +50,12 @@ def main() -> None:
     encoders = {"sentence_transformers_fp32": lambda t: st.encode(t, batch_size=args.batch_size, normalize_embeddings=True),
                 "openvino_int8_two_in_flight": lambda t: encoder.encode(t, batch_size=args.batch_size),
                 "openvino_int8_one_at_a_time": one_at_a_time}
-    rounds: dict[str, list[float]] = {name: [] for name in encoders}
-    for n in range(args.rounds):  # interleaved, so a slow spell of the host touches every row
-        for name, encode in encoders.items():
-            rounds[name].append(timed(encode, texts, 2))
-            print(f"[bench] round {n + 1} {name}: {rounds[name][-1]:.1f} sentences/s", flush=True)
+    rounds = interleaved_rounds(encoders, texts, args.rounds)
     best = {name: max(values) for name, values in rounds.items()}
-    base = best["sentence_transformers_fp32"]
+    ratios = median_ratios(rounds, "sentence_transformers_fp32")
     # The same batches through the same model: the vectors should not differ at all.
     difference = float(np.abs(encoder.encode(texts[:256]) - one_at_a_time(texts[:256])).max())
-    ratios = {name: value / base for name, value in best.items()}
-    gain = best["openvino_int8_two_in_flight"] / best["openvino_int8_one_at_a_time"]
+    gain = median_ratios(rounds, "openvino_int8_one_at_a_time")["openvino_int8_two_in_flight"]
     print(f"[bench] two in flight / one at a time: {gain:.3f}; over sentence-transformers fp32: "
           f"{ratios['openvino_int8_two_in_flight']:.2f}x", flush=True)
     write_result("openvino_streams", {

@@ -68,10 +68,6 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def _as_numpy(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in tensors.items()}
-
-
 class Encoder(nn.Module):
     def __init__(
         self,
@@ -272,33 +268,33 @@ class Encoder(nn.Module):
         device = self.device
         pad_id = self.tokenizer.pad_token_id or 0
 
-        def batches() -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
+        def batches() -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+            # numpy, not torch: a graph runtime takes these arrays as they are (torch views them for free).
             for start in range(0, len(texts), batch_size):
                 index = order[start : start + batch_size]
                 width = len(ids[index[0]])
-                tensors = {k: torch.zeros((len(index), width), dtype=torch.long) for k in ["attention_mask", *extra_keys]}
-                tensors["input_ids"] = torch.full((len(index), width), pad_id, dtype=torch.long)
+                arrays = {k: np.zeros((len(index), width), dtype=np.int64) for k in ["attention_mask", *extra_keys]}
+                arrays["input_ids"] = np.full((len(index), width), pad_id, dtype=np.int64)
                 for row, i in enumerate(index):
                     n = len(ids[i])
-                    tensors["input_ids"][row, :n] = torch.as_tensor(ids[i])
-                    tensors["attention_mask"][row, :n] = 1
+                    arrays["input_ids"][row, :n] = ids[i]
+                    arrays["attention_mask"][row, :n] = 1
                     for k in extra_keys:
-                        tensors[k][row, :n] = torch.as_tensor(encoded[k][i])
-                yield index, tensors
+                        arrays[k][row, :n] = encoded[k][i]
+                yield index, arrays
                 if progress is not None:
                     progress.update(len(index))
 
         try:
             with _torch_threads(num_threads), torch.inference_mode(), autocast:
                 if len(texts) > batch_size and hasattr(self.graph, "run_into"):  # many batches in flight
-                    self.graph.run_into(((index, _as_numpy(tensors)) for index, tensors in batches()), out,
-                                        graph_precision)
+                    self.graph.run_into(batches(), out, graph_precision)
                 elif self.graph is not None:
-                    for index, tensors in batches():
-                        out[index] = self.graph.run(_as_numpy(tensors), graph_precision)
+                    for index, arrays in batches():
+                        out[index] = self.graph.run(arrays, graph_precision)
                 else:
-                    for index, tensors in batches():
-                        features = {k: v.to(device) for k, v in tensors.items()}
+                    for index, arrays in batches():
+                        features = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
                         vectors = self(features.pop("input_ids"), features.pop("attention_mask"), **features).float()
                         if normalize:
                             vectors = torch.nn.functional.normalize(vectors, dim=-1)
