@@ -45,6 +45,22 @@ def test_openvino_encoder_gives_the_torch_vectors(tiny_bert: Path, tmp_path: Pat
         on_load.encode(TEXTS, normalize=False)
 
 
+def test_an_openvino_encoder_is_freed_once_dropped(tiny_bert: Path, tmp_path: Path) -> None:
+    # A served model that a newer release replaces must give its memory back: nothing the runtime keeps after an
+    # encode (batches in flight call back into Python) may hold on to the model.
+    import gc
+    import weakref
+
+    folder = Encoder.from_pretrained(tiny_bert, max_seq_length=24).save_pretrained(tmp_path / "m")
+    encoder = Encoder.from_pretrained(folder, backend="openvino")
+    encoder.encode(TEXTS, batch_size=2)  # several batches: in flight
+    encoder.encode(TEXTS[:1])  # one batch: a single request
+    session = weakref.ref(encoder.graph)
+    del encoder
+    gc.collect()
+    assert session() is None
+
+
 def test_openvino_export_round_trip(tiny_bert: Path, tmp_path: Path) -> None:
     import openvino as ov
     import torch
