@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from lmplatform.config.loader import parse_config, read_yaml
+from lmplatform.config.variables import VARS_KEY, extend
 from lmplatform.evaluation.config import load_evaluation_config
 from lmplatform.evaluation.relations import RelationEvalConfig
 from lmplatform.evaluation.tasks.classification.config import ClassificationDataset
@@ -102,6 +103,13 @@ def _section_problems(config: BaseModel, where: str) -> list[Problem]:
     return problems
 
 
+def _recipe_inputs(path: Path) -> list[str]:
+    """A recipe's required variables (those left null, e.g. tracker_system.yaml's data_root), set to a folder under
+    runs/: what `lmp data import` writes before the recipe runs, which a fresh clone does not have."""
+    data = extend(read_yaml(path), path, read_yaml)
+    return [f"{VARS_KEY}.{name}=runs/data/example" for name, value in (data.get(VARS_KEY) or {}).items() if value is None]
+
+
 def _ids(paths: list[Path]) -> list[str]:
     return [str(p.relative_to(REPO)) for p in paths]
 
@@ -125,7 +133,7 @@ def test_run_config(path: Path) -> None:
 
 @pytest.mark.parametrize("path", PIPELINES, ids=_ids(PIPELINES))
 def test_pipeline(path: Path) -> None:
-    cfg = load_pipeline_config(path)
+    cfg = load_pipeline_config(path, _recipe_inputs(path))
     assert cfg.stages[0].init_from == "default", "a preset must run from a fresh clone (the packaged model)"
     assert _reported(pipeline_problems(cfg)) == []
 
@@ -141,7 +149,7 @@ def test_evaluation_config(path: Path) -> None:
 
 @pytest.mark.parametrize("path", TUNE_SPACES, ids=_ids(TUNE_SPACES))
 def test_tune_space(path: Path) -> None:
-    loaded = load_space(path)  # validates the base run config with every sampled parameter value
+    loaded = load_space(path, _recipe_inputs(path))  # validates the base run config with every sampled parameter value
     where = str(path.relative_to(REPO))
     problems = _section_problems(loaded.space, where)  # champion.confirm, champion.general
     if loaded.base is not None:

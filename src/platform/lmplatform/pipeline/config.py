@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
 from lmplatform.config.schema import DataConfig
+from lmplatform.config.variables import extend, substitute
 from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
 from lmplatform.objectives.registry import objective_names, objective_spec
 from lmplatform.objectives.run_config import RunConfig
@@ -440,10 +441,12 @@ def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Pip
     Overrides: `name=x`, `tracking.experiment=x`, ... apply to the pipeline; `stages.<stage>.<field>...=v` to that
     stage, by the stage's own fields (`stages.biencoder.run.optim.lr=3e-5`, `stages.negatives.mine.range_max=30`,
     `stages.task.ewc.lambda=10`); any other `stages.<stage>.<section>.<field>=v` is added to the stage's `set`
-    list (its run config). An unknown stage or field fails validation, naming it.
+    list (its run config). An unknown stage or field fails validation, naming it. `vars.<name>=v` sets a variable
+    that the pipeline's strings use as `${name}`; a pipeline may `extend` another (config.variables).
     """
     path = Path(path)
-    return pipeline_config_from_dict(read_yaml(path), path.resolve().parent, overrides, source=str(path))
+    data = extend(read_yaml(path), path, read_yaml)
+    return pipeline_config_from_dict(data, path.resolve().parent, overrides, source=str(path))
 
 
 # A stage's own fields (`stages.<stage>.<field>...=v` sets them); any other first key is a run-config section.
@@ -481,7 +484,7 @@ def pipeline_config_from_dict(
         if not stages:
             raise ConfigError(f"--set {item!r}: no stage named {match.group(1)!r}")
         stages[0].update(_stage_override(stages[0], match.group(2)))
-    data = apply_overrides(data, plain)
+    data = substitute(apply_overrides(data, plain), source)
     data.setdefault("base_dir", str(Path(base_dir).resolve()))
     pipeline = parse_config(data, PipelineConfig, source=source)
     earlier_mines: list[str] = []

@@ -16,7 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lmplatform.config.base import Section
-from lmplatform.config.loader import ConfigError, apply_overrides
+from lmplatform.config.loader import ConfigError, apply_overrides, read_yaml
+from lmplatform.config.variables import VARS_KEY, extend, substitute
 from lmplatform.evaluation.config import EvaluationConfig, load_evaluation_config
 from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
 from lmplatform.objectives.registry import objective_names
@@ -288,7 +289,7 @@ def split_overrides(overrides: list[str] | tuple[str, ...]) -> tuple[list[str], 
     space_sets, run_sets = [], []
     for item in overrides:
         head = item.partition("=")[0].strip().split(".")[0]
-        (space_sets if head in SearchSpace.model_fields else run_sets).append(item)
+        (space_sets if head in SearchSpace.model_fields or head == VARS_KEY else run_sets).append(item)
     return space_sets, run_sets
 
 
@@ -405,7 +406,12 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
     if not isinstance(data, dict):
         raise SpaceError(f"{source}: the top level must be a mapping (study, parameters, metric, ...)")
     space_sets, run_sets = split_overrides(extra_overrides)
-    data = apply_overrides(data, space_sets)
+    try:
+        data = apply_overrides(extend(data, source, read_yaml), space_sets)
+        variables = data.get(VARS_KEY) or {}
+        data = substitute(data, str(source))
+    except ConfigError as exc:
+        raise SpaceError(str(exc)) from None
     try:
         space = SearchSpace.model_validate(data)
     except ValidationError as exc:
@@ -413,7 +419,10 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
     if run_sets and space.trial == "function":
         raise SpaceError(f"{source}: --set {run_sets[0]!r}: function trials have no run config; "
                          f"set a space field instead ({', '.join(SearchSpace.model_fields)})")
-    loaded = LoadedSpace(path=source, space=space, base_overrides=[*space.overrides, *run_sets])
+    # A pipeline study's variables are its pipeline's too (the data root a recipe reads, set once for both).
+    shared = [f"{VARS_KEY}.{name}={_yaml_scalar(value)}" for name, value in variables.items()
+              if value is not None and space.trial == "pipeline"]
+    loaded = LoadedSpace(path=source, space=space, base_overrides=[*shared, *space.overrides, *run_sets])
     if space.trial == "train":
         _check_train_space(loaded, lines)
     elif space.trial == "pipeline":
