@@ -1,5 +1,5 @@
 """`lmp data`: span-report on a crafted corpus with known token counts; pairs joined per split, and its bad rows
-skipped and reported."""
+skipped and reported; import of a tracker export, its summary lines and its errors."""
 from __future__ import annotations
 
 import json
@@ -78,3 +78,70 @@ def test_pairs_skips_and_reports_rows_that_are_not_json_or_not_unicode(tmp_path:
     # The command's own output names every skipped row with its file and line, not only the log.
     assert "skipped 4 bad row(s)" in result.output
     assert f"{corpus}:2: not valid Unicode" in result.output and f"{links}:5:" in result.output
+
+
+def test_import_writes_reports_and_pairs_and_prints_a_line_per_event(tmp_path: Path) -> None:
+    from tests.data.trackers.exports import jira_issue, read_jsonl, write_json
+
+    export = write_json(tmp_path / "export.json", {"issues": [
+        jira_issue("HADOOP-1", 1, "2020-01-01T02:52:00.000+0000", inward=["HADOOP-2"]),
+        jira_issue("HADOOP-2", 2, "2020-01-02T02:52:00.000+0000", outward=["HADOOP-1", "HADOOP-3"]),
+        jira_issue("HADOOP-3", 3, "2020-01-03T02:52:00.000+0000", extra={"created": "soon"}),
+        {"key": "HADOOP-4"}]})
+    links = tmp_path / "links.jsonl"
+    links.write_text(json.dumps({"id_a": "HADOOP-5", "id_b": "HADOOP-1"}) + "\n")
+    out = tmp_path / "mytracker"
+    result = CliRunner().invoke(app, ["data", "import", "--format", "jira-json", "--input", str(export), "--links", str(links),
+                                      "--out", str(out), "--map", "title=fields.status.name", "--map", "kind=fields.issuetype",
+                                      "--metadata", "priority", "--split", "group", "--fractions", "1,0,0"])
+    assert result.exit_code == 0, result.output
+    reports = read_jsonl(out / "reports.jsonl")
+    assert reports[0] == {"id": "HADOOP-1", "title": "Resolved", "description": "", "product": "Hadoop Common",
+                          "component": "fs, test", "created": "2020-01-01T02:52:00Z", "kind": "Bug", "priority": "Major"}
+    assert read_jsonl(out / "pairs.jsonl") == [
+        {"duplicate_id": "HADOOP-2", "master_id": "HADOOP-1", "group": "HADOOP-1", "split": "train"},
+        {"duplicate_id": "HADOOP-3", "master_id": "HADOOP-1", "group": "HADOOP-1", "split": "train"}]
+    lines = result.output.splitlines()
+    assert lines[0] == "read 4 record(s) from 1 file(s) as jira-json: kept 3 report(s), skipped 1"
+    not_jira = "not a Jira issue (no 'fields' object)"
+    assert f"skipped 1: {not_jira} (e.g. {export}: item 4: {not_jira})" in lines
+    assert any(line.startswith(f"dates: created unknown for 1 of 3 (0 missing, 1 not parsed, e.g. {export}: issue HADOOP-3: "
+                               "created: 'soon' is not a time") for line in lines)
+    assert any(line.startswith("links: 4 read, 2 distinct between reports, 1 to unknown reports (e.g. ") for line in lines)
+    assert "groups: 1 duplicate group(s) of 3 report(s)" in lines
+    assert "pairs: train 2, dev 0, test 0 (whole groups by sha256, seed 0)" in lines
+    assert lines[-1] == f"wrote {out / 'reports.jsonl'}, {out / 'pairs.jsonl'}, {out / 'import_summary.json'}"
+    # the pairs are what `lmp data pairs` reads
+    pairs = CliRunner().invoke(app, ["data", "pairs", "--corpus", str(out / "reports.jsonl"), "--relations",
+                                     str(out / "pairs.jsonl"), "--out", str(tmp_path / "p"), "--field", "title",
+                                     "--split", "train"])
+    assert pairs.exit_code == 0 and "2 pairs in 1 duplicate groups" in pairs.output, pairs.output
+
+
+def test_import_refuses_a_file_in_another_format_and_bad_options_in_one_line(tmp_path: Path) -> None:
+    export = tmp_path / "bugs.json"
+    export.write_text(json.dumps({"bugs": [{"id": 1, "summary": "x", "creation_time": "2020-01-02T17:14:21Z"}]}))
+    run = CliRunner().invoke
+    result = run(app, ["data", "import", "-f", "github-json", "-i", str(export), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "error:" in result.output and str(export) in result.output
+    assert "github-json" in result.output and "Traceback" not in result.output
+    result = run(app, ["data", "import", "-f", "redmine", "-i", str(export), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "format: Input should be 'jira-json'" in result.output
+    result = run(app, ["data", "import", "-f", "bugzilla-json", "-i", str(export), "-o", str(tmp_path / "o"), "--map", "title"])
+    assert result.exit_code == 2 and "expected FIELD=SOURCE_PATH" in result.output
+    result = run(app, ["data", "import", "-f", "bugzilla-json", "-i", str(export), "-o", str(tmp_path / "o"),
+                       "--fractions", "0.5,0.5,0.5"])
+    assert result.exit_code == 2 and "split fractions must sum to 1" in result.output
+
+
+def test_import_reads_ambiguous_epoch_times_once_the_unit_is_given(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "title": "t", "created": 50_000_000_000 + i}) + "\n" for i in (1, 2)))
+    run = CliRunner().invoke
+    result = run(app, ["data", "import", "-f", "jsonl", "-i", str(corpus), "-o", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert "dates: created unknown for 2 of 2 (0 missing, 2 not parsed, e.g. " in result.output
+    assert "created: 50000000001 is ambiguous epoch time" in result.output
+    result = run(app, ["data", "import", "-f", "jsonl", "-i", str(corpus), "-o", str(tmp_path / "s"), "--epoch-unit", "ms"])
+    assert result.exit_code == 0 and "dates: created" not in result.output, result.output
+    assert json.loads((tmp_path / "s" / "reports.jsonl").read_text().splitlines()[0])["created"] == "1971-08-02T16:53:20Z"

@@ -1,20 +1,23 @@
-"""`lmp data`: look at a run's corpus before training (bad rows, splits; DeCLUTR's sampleable documents per span),
-and turn a duplicate-report dataset (reports + relations) into training pair files."""
+"""`lmp data`: import a bug tracker's export (reports, duplicate pairs with splits), look at a run's corpus before
+training (bad rows, splits; DeCLUTR's sampleable documents per span), and turn a duplicate-report dataset
+(reports + relations) into training pair files."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+from pydantic import ValidationError
 
 from lmplatform.cli.common import RunConfigSetOption, fail, user_errors
+from lmplatform.data.trackers import TrackerImportConfig, import_tracker
 from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
 from lmplatform.evaluation.tasks.retrieval.data import write_split_pairs
 from lmplatform.objectives.run_config import load_run_config
 
 DEFAULT_MAX_SPANS = [4, 8, 16, 32, 64, 128]
 
-app = typer.Typer(no_args_is_help=True, help="Inspect corpora before training; build pair files.")
+app = typer.Typer(no_args_is_help=True, help="Import a tracker's export; inspect corpora before training; build pair files.")
 
 
 @app.command("report")
@@ -114,3 +117,60 @@ def pairs_command(
             typer.echo(f"  {row}")
         if len(bad_rows) > 20:
             typer.echo(f"  ... and {len(bad_rows) - 20} more")
+
+
+@app.command("import")
+def import_command(
+    fmt: str = typer.Option(..., "--format", "-f",
+                               help="jira-json, jira-csv, bugzilla-json, github-json or jsonl."),
+    inputs: List[Path] = typer.Option(..., "--input", "-i", help="Export file or folder (repeatable)."),
+    links: Optional[List[Path]] = typer.Option(
+        None, "--links", help="JSONL of duplicate links, {duplicate_id, master_id} or {id_a, id_b} rows (repeatable)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for reports.jsonl, pairs.jsonl, import_summary.json."),
+    split: str = typer.Option("time", "--split", help="time: oldest duplicates train, newest test; group: whole groups "
+                                                      "by a stable hash."),
+    mapping: Optional[List[str]] = typer.Option(
+        None, "--map", help="FIELD=SOURCE_PATH, e.g. title=fields.summary; a field other than id, title, description, "
+                            "product, component, created adds metadata (repeatable)."),
+    metadata: Optional[List[str]] = typer.Option(
+        None, "--metadata", help="Keep only these metadata fields (repeatable; default every other scalar field)."),
+    fractions: str = typer.Option("0.6,0.2,0.2", "--fractions", help="train,dev,test shares."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the group split's hash."),
+    epoch_unit: str = typer.Option("auto", "--epoch-unit", help="Unit of epoch-number times: auto, s or ms."),
+) -> None:
+    """Import a bug tracker's export into reports.jsonl and duplicate pairs.jsonl (train/dev/test), the files
+    `lmp data pairs` and the pipeline read, with import_summary.json of what was read, kept and skipped."""
+    try:
+        cfg = TrackerImportConfig(
+            format=fmt, inputs=[str(p) for p in inputs], links=[str(p) for p in links or []], out=str(out),
+            split=split, mapping=_mapping_option(mapping or []), metadata=metadata or None,
+            fractions=_fractions_option(fractions), seed=seed, epoch_unit=epoch_unit)
+        summary = import_tracker(cfg)
+    except ValidationError as exc:
+        fail("; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'import'}: {e['msg']}" for e in exc.errors()))
+        return
+    except user_errors() as exc:
+        fail(str(exc))
+        return
+    for line in summary.lines():
+        typer.echo(line)
+
+
+def _mapping_option(items: list[str]) -> dict[str, str]:
+    """`--map title=fields.summary` -> {"title": "fields.summary"}."""
+    mapping = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"--map {item!r}: expected FIELD=SOURCE_PATH, e.g. title=fields.summary")
+        mapping[name.strip()] = path.strip()
+    return mapping
+
+
+def _fractions_option(text: str) -> dict[str, float]:
+    """`--fractions 0.7,0.15,0.15` -> train, dev, test."""
+    try:
+        train, dev, test = (float(part) for part in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"--fractions {text!r}: expected three numbers, train,dev,test (e.g. 0.6,0.2,0.2)") from None
+    return {"train": train, "dev": dev, "test": test}

@@ -8,9 +8,11 @@ One place for these rules, used by the training readers (the `sts` and `classifi
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Literal, Optional, Sequence, TypeVar, Union
 
 from lmplatform.data.cleaning import clean_text
 from lmplatform.data.readers import BadRow, DataError, read_rows
@@ -28,20 +30,140 @@ def text_field_value(fields: dict[str, Any], name: str, clean: bool) -> Optional
     return value if value.strip() else None
 
 
-def parse_time(value: Any, field: str) -> Optional[float]:
-    """Seconds since the epoch of an ISO 8601 string ("2000-10-25 10:37:00 +0000") or a number; None when empty.
-    Anything else is a `DataError` naming the field."""
+EpochUnit = Literal["auto", "s", "ms"]
+
+TIME_FORMATS = (
+    "ISO 8601 (2020-01-01T02:52:00Z, 2020-01-01 02:52:00 +0000)",
+    "RFC 2822 (Wed, 01 Jan 2020 02:52:00 +0000)",
+    "Jira's dd/MMM/yy HH:mm (01/Jan/20 02:52, 01/Jan/20 2:52 AM)",
+    "epoch seconds (below 1e10) or milliseconds (1e11 to 1e14), as a number or its digits",
+)
+_MONTHS = {name: number for number, names in enumerate(
+    (("jan", "january"), ("feb", "february"), ("mar", "march"), ("apr", "april"), ("may",), ("jun", "june"),
+     ("jul", "july"), ("aug", "august"), ("sep", "sept", "september"), ("oct", "october"), ("nov", "november"),
+     ("dec", "december")), start=1) for name in names}
+# Jira's CSV and UI format, dd/MMM/yy HH:mm, with optional seconds, a four-digit year and a 12-hour clock. Read
+# by hand: strptime's %b follows the process locale, and an export's month names are English wherever it is read.
+_JIRA_TIME = re.compile(
+    r"(\d{1,2})/([A-Za-z]{3,9})/(\d{2}|\d{4})\s+(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s*([AaPp])\.?[Mm]\.?)?")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_ISO_ZONE = re.compile(r"(?:\s*([Zz])|\s*([+-])(\d{2}):?(\d{2}))$")
+# As seconds, [1e10, 1e11) is the years 2286 to 5138; as milliseconds, 1970-04 to 1973-03; 1e14 and more is beyond
+# the year 5000 either way. Neither reading of such a number is a plausible report time, so its unit must be given.
+_SECONDS_BELOW, _MILLISECONDS_FROM, _MILLISECONDS_BELOW = 1e10, 1e11, 1e14
+
+
+def parse_time(value: Any, field: str, *, epoch_unit: EpochUnit = "auto") -> Optional[float]:
+    """Seconds since the epoch of a time as trackers export it; None when the value is None or "".
+
+    Read: ISO 8601 ("2000-10-25 10:37:00 +0000", "2020-01-01T02:52:00Z"), Jira's "01/Jan/20 02:52" (also with
+    seconds, a four-digit year or AM/PM), RFC 2822 ("Mon, 20 Nov 1995 19:12:08 -0500"), and epoch numbers or
+    their digits as a string. A time without a zone is UTC. With `epoch_unit` "auto" an epoch number below 1e10
+    in magnitude is seconds and one from 1e11 below 1e14 milliseconds (as exports give them: a Unix time, a Java
+    or JavaScript one); anything between or beyond is ambiguous and refused rather than misread by a factor
+    of 1000. "s" or "ms" states the unit. A bool is not a time. Anything unread is a `DataError` naming the field
+    and listing the formats read."""
     if value is None or value == "":
         return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _epoch(value, value, field, epoch_unit)
+    if isinstance(value, str):
+        text = value.strip()
+        moment = _iso_time(text)
+        if moment is None and _NUMBER.fullmatch(text):
+            return _epoch(float(text), value, field, epoch_unit)
+        moment = moment or _jira_time(text) or _rfc2822_time(text)
+        if moment is not None:
+            try:
+                return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+            except (ValueError, OverflowError):  # a moment at the edge of datetime's range, shifted beyond it
+                pass
+    raise DataError(_not_a_time(value, field))
+
+
+def iso_utc(seconds: float) -> str:
+    """`seconds` since the epoch as ISO 8601 in UTC to the whole second ("2020-01-01T02:52:00Z"): one fixed width,
+    so that such times sort as text in the order they happened."""
+    return datetime.fromtimestamp(math.floor(seconds), tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _epoch(number: Union[int, float], value: Any, field: str, unit: EpochUnit) -> float:
+    """Seconds of an epoch number in `unit`, or a `DataError`: not finite, beyond a float, or of no plausible unit."""
     try:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        if isinstance(value, str):
-            moment = datetime.fromisoformat(value.strip())
-            return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
-    except (ValueError, OverflowError):  # not ISO 8601; an integer beyond a float; a moment outside the epoch's range
-        pass
-    raise DataError(f"{field}: {value!r} is not a time (an ISO 8601 string or epoch seconds)")
+        seconds = float(number)
+    except OverflowError:  # an integer beyond a float
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise DataError(_not_a_time(value, field))
+    if unit == "auto":
+        magnitude = abs(seconds)
+        if magnitude < _SECONDS_BELOW:
+            return seconds
+        if _MILLISECONDS_FROM <= magnitude < _MILLISECONDS_BELOW:
+            return seconds / 1000
+        raise DataError(f"{field}: {_shown(value)} is ambiguous epoch time: neither plausible seconds (below 1e10) nor "
+                        "milliseconds (1e11 to 1e14); give the unit (epoch unit 's' or 'ms')")
+    if unit not in ("s", "ms"):
+        raise ValueError(f"epoch_unit must be 'auto', 's' or 'ms', not {unit!r}")
+    seconds = seconds / 1000 if unit == "ms" else seconds
+    try:
+        datetime.fromtimestamp(seconds, tz=timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        raise DataError(f"{field}: {_shown(value)} is not a time: as epoch {'milliseconds' if unit == 'ms' else 'seconds'} "
+                        "it is outside the years 1 to 9999") from None
+    return seconds
+
+
+def _shown(value: Any) -> str:
+    """`value` as an error message quotes it, cut short: an integer beyond a float has hundreds of digits."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _not_a_time(value: Any, field: str) -> str:
+    return f"{field}: {_shown(value)} is not a time (accepted: {'; '.join(TIME_FORMATS)})"
+
+
+def _iso_time(text: str) -> Optional[datetime]:
+    """ISO 8601 as `datetime.fromisoformat` reads it, and with a "Z" or a "+0000" zone on Pythons whose
+    fromisoformat does not (3.10)."""
+    for candidate in (text, _ISO_ZONE.sub(_iso_zone, text, count=1)):
+        try:
+            return datetime.fromisoformat(candidate)
+        except ValueError:
+            continue
+    return None
+
+
+def _iso_zone(match: re.Match[str]) -> str:
+    return "+00:00" if match.group(1) else f"{match.group(2)}{match.group(3)}:{match.group(4)}"
+
+
+def _jira_time(text: str) -> Optional[datetime]:
+    """Jira's dd/MMM/yy HH:mm[:ss][ AM|PM]; a two-digit year is 1969-2068 as strptime's %y reads it."""
+    match = _JIRA_TIME.fullmatch(text)
+    if match is None:
+        return None
+    day, month_name, year_text, hour_text, minute, second, half = match.groups()
+    month = _MONTHS.get(month_name.lower())
+    year = int(year_text) if len(year_text) == 4 else int(year_text) + (2000 if int(year_text) < 69 else 1900)
+    hour = int(hour_text)
+    if month is None or (half and not 1 <= hour <= 12):
+        return None
+    if half:
+        hour = hour % 12 + (12 if half.lower() == "p" else 0)
+    try:
+        return datetime(year, month, int(day), hour, int(minute), int(second or 0), tzinfo=timezone.utc)
+    except ValueError:  # 31/Feb, 25:00
+        return None
+
+
+def _rfc2822_time(text: str) -> Optional[datetime]:
+    """RFC 2822 as email headers give it ("Mon, 20 Nov 1995 19:12:08 -0500"); its "-0000" (zone unknown) is UTC."""
+    try:
+        return parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):  # TypeError and IndexError: Python 3.10's unread input
+        return None
 
 
 def label_value(fields: dict[str, Any], name: str) -> Optional[str]:
