@@ -121,7 +121,7 @@ def interval(values: Any, seed: int = 0) -> tuple[float, float, float]:
 
 
 def paired(a: Any, b: Any) -> tuple[float, float, float]:
-    from lmplatform.tune.gate import paired_bootstrap
+    from lmplatform.metrics.bootstrap import paired_bootstrap
 
     return paired_bootstrap(a, b, 0.95, 2000, 0)
 

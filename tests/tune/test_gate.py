@@ -5,31 +5,17 @@ import itertools
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from lmplatform.config.schema import DataConfig
 from lmplatform.retrieval.settings import RetrievalValidationConfig
-from lmplatform.tune.gate import PairedComparison, ProbeResult, decide, paired_bootstrap
+from lmplatform.tune.gate import PairedComparison, ProbeResult, decide
 from lmplatform.tune.space import ChampionSpec, GeneralPackSpec, ScoredPairsSpec
 
 # One-token words: texts of three of them all have the same length, so an encoder whose rows for
 # these words are zeroed gives every such text the same vector (it "collapses" on that vocabulary).
 DOMAIN = "printer database crash server disk memory network error".split()
 GENERAL = "apple river mountain cloud music garden yellow window".split()
-
-
-def test_the_bootstrap_interval_follows_the_spread_of_the_gains() -> None:
-    same = np.array([0.5, 1.0, 0.0, 0.25])
-    assert paired_bootstrap(same, same) == (0.0, 0.0, 0.0)
-    rng = np.random.default_rng(0)
-    base = rng.uniform(0, 1, 400)
-    gain, low, high = paired_bootstrap(base + 0.05 + rng.normal(0, 0.02, 400), base)
-    assert low > 0 and low < gain < high
-    gain, low, high = paired_bootstrap(base + rng.normal(0.005, 0.3, 400), base)
-    assert low < 0 < high  # a small mean gain with a wide spread is noise
-    with pytest.raises(ValueError, match="equal-length"):
-        paired_bootstrap(np.ones(3), np.ones(4))
 
 
 def _comparison(gain: float, low: float, high: float) -> PairedComparison:

@@ -7,6 +7,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from lmplatform.config.base import Section
+from lmplatform.data.fields import parse_time
 from lmplatform.evaluation.tasks.common import unique_names
 from lmplatform.retrieval.settings import FusionSettings
 
@@ -41,6 +42,29 @@ class RetrievalDataset(Section):
         "duplicate group (connected component of all relations, all splits) is relevant."
     )
     limit_queries: Optional[int] = Field(None, ge=1, description="Evaluate only the first N queries (smoke runs).")
+    protocol: Literal["corpus", "online"] = Field(
+        "corpus", description="corpus: each query ranks the whole corpus (recall@k, MRR, MAP over reports). online: the "
+        "field's protocol (Sun et al. 2011; `evaluation.online`): a query ranks the buckets (duplicate groups) of the "
+        "reports filed before it within window_days; reported as rr@k (the ks), mrr@k (mrr_ks and 10) and map."
+    )
+    time_field: str = Field("created", description="online: the reports' filing time (ISO 8601 or epoch seconds); "
+                            "a report without one (or with junk) is neither query nor candidate, and is counted.")
+    window_days: Optional[float] = Field(365.0, gt=0, description="online: candidates were filed at most this many days "
+                                         "before the query; null: no window.")
+    period_start: Optional[str | float] = Field(None, description="online: only queries filed at or after this time "
+                                                "(ISO 8601 or epoch seconds).")
+    period_end: Optional[str | float] = Field(None, description="online: only queries filed before this time.")
+    online_depth: int = Field(1000, ge=1, description="online, retrievers without a score for every report (hybrid, "
+                              "two_stage): the top N searched per query; the reports below count as scoring -inf.")
+
+    @model_validator(mode="after")
+    def _online(self) -> "RetrievalDataset":
+        if self.protocol == "online":
+            if self.query_text_source != "corpus":
+                raise ValueError(f"dataset {self.name!r}: protocol=online needs query_text_source=corpus (a query is a report)")
+            for name in ("period_start", "period_end"):
+                parse_time(getattr(self, name), name)  # a DataError (a ValueError) names the field
+        return self
 
 
 class RetrievalScenario(Section):
@@ -116,4 +140,7 @@ class RetrievalTask(Section):
             raise ValueError(f"retriever rows (a bm25_weights list makes <name>-w<weight>) must be unique, got {rows}")
         if min(self.ks + self.mrr_ks) <= 0:
             raise ValueError(f"ks and mrr_ks must be positive, got {self.ks} / {self.mrr_ks}")
+        for ds in self.datasets:
+            if ds.protocol == "online" and ds.online_depth < max(self.ks + self.mrr_ks + [10]):
+                raise ValueError(f"dataset {ds.name!r}: online_depth {ds.online_depth} is below the largest k")
         return self

@@ -1,4 +1,5 @@
-"""Read duplicate-report datasets into (queries, corpus, qrels) for a retrieval scenario, or into
+"""Read duplicate-report datasets into (queries, corpus, qrels) for a retrieval scenario (`online_data` reads them
+into a timeline and its queries for the online protocol), or into
 training pairs (`training_pairs`; `write_split_pairs` writes them per split, behind `lmp data pairs`).
 
 Works for any JSONL corpus of reports plus JSONL duplicate relations (pairs or
