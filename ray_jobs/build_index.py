@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         "shards": stats.shards, "index": str(out / "index"), "kind": index.kind,
         "build_seconds": round(index.stats.build_seconds, 3), "memory_bytes": index.stats.memory_bytes,
         "recall_at_10": index.stats.recall_at_10, "documents": built.documents, "bm25": built.bm25, "logged_to_run": run_id,
+        "metadata": built.metadata,
     }, indent=2))
     return 0
 

@@ -65,3 +65,18 @@ def test_incremental_bm25_refuses_what_bm25s_would() -> None:
     live.add(["a"], ["printer"])
     live.remove(["a"])
     assert live.search(["printer"], 3) == [[]] and np.all(live.query_scores(["printer"])[0] == 0)
+
+
+def test_a_long_query_scores_as_bm25s_counting_each_repeated_term() -> None:
+    """A 100,000-character report repeats its terms thousands of times: each term is scored once, weighted by its
+    count, with bm25s's scores."""
+    rng = random.Random(3)
+    documents = _texts(rng, 120, 0)
+    live, scratch = IncrementalBM25(), BM25Retriever()
+    live.index(list(documents), list(documents.values()))
+    scratch.index(list(documents), list(documents.values()))
+    long_query = " ".join(rng.choice(WORDS) for _ in range(20_000))[:100_000]
+    (got,), (want,) = _scores_by_id(live, [long_query]), _scores_by_id(scratch, [long_query])
+    assert len(long_query) == 100_000 and max(want.values()) > 0
+    for doc_id, score in want.items():  # bm25s sums thousands of float32 terms: ~1e-5 of rounding, where ours sum float64
+        assert got[doc_id] == pytest.approx(score, rel=1e-4, abs=1e-6), doc_id

@@ -22,3 +22,45 @@ def test_metadata_fields_are_stored_and_read_back(tmp_path: Path) -> None:
     # without metadata_fields the store is as before: no metadata key in its lines
     write_document_store(corpus, tmp_path / "plain.jsonl")
     assert all("metadata" not in json.loads(line) for line in (tmp_path / "plain.jsonl").open())
+
+
+def test_metadata_a_fusion_cannot_read_is_counted_with_examples(tmp_path: Path, caplog) -> None:
+    """No silent loss: a time that does not parse is stored but counted (it reads as unknown), a list is left out and
+    counted; a missing value is counted apart. The build's summary and log line carry both, per field."""
+    import logging
+
+    from lmplatform.retrieval.store import MetadataAudit, unknown_metadata
+
+    rows = [{"id": "ok", "text": "a", "product": "Writer", "created": "2001-01-10T09:30:00Z"},
+            {"id": "epoch", "text": "b", "product": "Calc", "created": 979_084_800},
+            {"id": "bad", "text": "c", "product": ["not", "a", "scalar"], "created": "last tuesday"},
+            {"id": "none", "text": "d"}]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    audit = MetadataAudit(time_fields=["created"])
+    with caplog.at_level(logging.INFO, logger="lmplatform.retrieval.store"):
+        written = write_document_store(corpus, tmp_path / "documents.jsonl", metadata_fields=["product", "created"],
+                                       audit=audit)
+    assert written == 4
+    assert audit.summary() == {"documents": 4, "missing": {"created": 1, "product": 1},
+                               "unreadable": {"created": {"count": 1, "examples": ['bad: "last tuesday"']},
+                                              "product": {"count": 1, "examples": ['bad: ["not", "a", "scalar"]']}}}
+    (line,) = [r for r in caplog.records if "metadata of 4 documents" in r.getMessage()]
+    assert line.levelno == logging.WARNING and 'created: 1 (e.g. bad: "last tuesday")' in line.getMessage()
+
+    store = DocumentStore.load(tmp_path / "documents.jsonl")
+    assert store["bad"].metadata == {"created": "last tuesday"}  # kept as sent; the fusion reads it as unknown
+    assert unknown_metadata(store, ["product", "created"], "created") == {
+        "product": {"unknown": 2, "examples": []}, "created": {"unknown": 2, "examples": ['bad: "last tuesday"']}}
+
+
+def test_examples_stop_at_five_and_a_readable_store_says_so() -> None:
+    from lmplatform.retrieval.store import MetadataAudit
+
+    audit = MetadataAudit(time_fields=["created"])
+    for n in range(8):
+        audit.count(f"d{n}", {"created": f"{n} days ago"}, ["created"])
+    assert audit.unreadable["created"] == 8 and len(audit.examples["created"]) == 5
+    clean = MetadataAudit(time_fields=["created"])
+    clean.count("d", {"created": 1.5}, ["created"])
+    assert clean.line() == "metadata of 1 documents: every value readable"

@@ -20,7 +20,14 @@ from typing import Any
 from hypothesis import strategies as st
 
 from lmplatform.serving.routes import ROUTES, Route
-from lmplatform.serving.schemas import DocumentsRequest, EmbeddingsRequest, SearchRequest, SimilarityRequest, TextsRequest
+from lmplatform.serving.schemas import (
+    DocumentsRequest,
+    DuplicatesRequest,
+    EmbeddingsRequest,
+    SearchRequest,
+    SimilarityRequest,
+    TextsRequest,
+)
 from tests.serving.servable import WORDS
 
 
@@ -77,6 +84,10 @@ def _documents(value: st.SearchStrategy[Any], label: st.SearchStrategy[Any]) -> 
                     min_size=1, max_size=4)
 
 
+def _report(value: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"text": value}, optional={"id": document_id, "title": value, "metadata": _metadata})
+
+
 _encoding_format = st.sampled_from(["float", "base64"])
 _mode = st.sampled_from(["dense", "hybrid", "metadata"])
 _weight = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0, 1]))
@@ -107,6 +118,10 @@ def _shaped(route: Route) -> st.SearchStrategy[dict[str, Any]]:
         required = {"documents": st.one_of(_documents(st.one_of(text, json_value), st.one_of(text, json_value)), json_value,
                                            st.lists(json_value, max_size=3))}
         optional = {}
+    elif route.request is DuplicatesRequest:
+        required = {"report": st.one_of(_report(st.one_of(text, json_value)), json_value)}
+        optional = {"k": st.one_of(st.integers(1, 20), number, json_value), "mode": st.one_of(_mode, text, json_value),
+                    "add": st.one_of(st.booleans(), json_value)}
     elif route.request is EmbeddingsRequest:
         required = {"input": st.one_of(text, _texts()), "model": st.one_of(text, text, json_value)}
         optional = {"encoding_format": st.one_of(_encoding_format, json_value), "dimensions": st.one_of(number, json_value),
@@ -129,6 +144,9 @@ def well_formed(route: Route) -> st.SearchStrategy[dict[str, Any]]:
         return st.fixed_dictionaries({"a": field_text, "b": field_text})
     if route.request is DocumentsRequest:
         return st.fixed_dictionaries({"documents": _documents(field_text, st.one_of(st.none(), _word, document_id))})
+    if route.request is DuplicatesRequest:  # add: true is refused by a read-only service (422 naming add)
+        return st.fixed_dictionaries({"report": _report(field_text)},
+                                     optional={"k": st.integers(1, 20), "mode": _mode, "add": st.booleans()})
     if route.request is EmbeddingsRequest:  # the OpenAI SDK's shape: a text or a list, a model name, often base64
         one_or_many = st.one_of(field_text, st.lists(readable, min_size=1, max_size=4),
                                 st.lists(field_text, min_size=1, max_size=4))

@@ -34,3 +34,39 @@ def test_slots_load_new_releases_keep_loaded_ones_and_survive_a_failed_load() ->
     assert slots.get("v2") == "model-v2"  # a failed reconfigure leaves the replica serving what it had
     with pytest.raises(ReleaseError, match="no releases"):
         slots.reconfigure({})
+
+
+def test_a_fusion_time_unknown_for_most_documents_is_said_at_load() -> None:
+    """One log line with the count and examples when the time the release's fusion reads is unknown for most of the
+    store; the per-field counts are what /v1/model shows."""
+    import logging
+
+    import numpy as np
+
+    from lmplatform.retrieval.metadata_fusion import MetadataFusion
+    from lmplatform.retrieval.settings import MetadataFusionConfig, SearchSettings, feature_names
+    from lmplatform.retrieval.store import DocumentStore, StoredDocument
+    from lmplatform.serving.deployments import audit_fusion_metadata, logger
+
+    cfg = MetadataFusionConfig()
+    search = SearchSettings(metadata_fusion=MetadataFusion(cfg, np.ones(len(feature_names(cfg))), 0.0).to_dict())
+    release = Release(id="r/1", model_uri="/m", index_uri="/i", search=search)
+    times = ["2001-01-10T09:30:00Z", "01/Jan/20 02:52 (not ISO)", "soon", None, 979_084_800]
+    store = DocumentStore({f"d{n}": StoredDocument("t", "x", metadata={"product": "Writer", **({"created": t} if t else {})})
+                           for n, t in enumerate(times)})
+    lines: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = lines.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        unknown = audit_fusion_metadata(release, store)
+        said = [r.getMessage() for r in lines]
+        assert unknown == {"product": 0, "component": 5, "created": 3}, unknown
+        (line,) = said
+        assert "'created', unknown for 3 of 5 documents" in line and 'd2: "soon"' in line, line
+        lines.clear()
+        store.documents["d2"].metadata["created"] = 1.0  # now 2 of 5 unknown: no line
+        assert audit_fusion_metadata(release, store)["created"] == 2 and not lines
+        assert audit_fusion_metadata(Release(id="r/2", model_uri="/m", index_uri="/i"), store) is None
+    finally:
+        logger.removeHandler(handler)

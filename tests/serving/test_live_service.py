@@ -33,6 +33,7 @@ MODEL_NAME = "live-test-encoder"
 FIELDS = ["title", "text"]
 RETRIEVER, WRITER = "RetrieverDeployment", "ChangeLogWriter"
 MAX_ID_CHARS = 40
+MAX_DOCUMENT_CHARS = 120_000  # beyond a real report's 100,000 characters, cheap to send past
 
 
 @dataclass
@@ -64,7 +65,7 @@ def live(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: 
         model=f"models:/{MODEL_NAME}@champion", tracking_uri=tracking_uri, cache_dir=str(tmp / "cache"), num_threads=1,
         live={"dir": str(tmp / "changes"), "fields": FIELDS, "snapshot_every": 16, "rebuild_cpus": 0.5},
         limits={"max_texts": 4, "max_documents": 4, "max_id_chars": MAX_ID_CHARS, "max_text_chars": 300,
-                "max_body_bytes": 20_000},
+                "max_document_chars": MAX_DOCUMENT_CHARS, "max_body_bytes": 400_000},
         batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
     )
     small = {"num_cpus": 0.1}
@@ -226,8 +227,8 @@ BAD_DOCUMENTS = [
     ({"documents": [_doc(f"d{i}", "vpn") for i in range(5)]}, 413, "documents"),
     ({"documents": [{"id": "a", "text": ""}]}, 422, "documents[0].text"),
     ({"documents": [{"id": "a", "text": "  \n"}]}, 422, "documents[0].text"),
-    ({"documents": [{"id": "a", "text": "x" * 301}]}, 413, "documents[0].text"),
-    ({"documents": [{"id": "a", "text": "vpn", "title": "t" * 301}]}, 413, "documents[0].title"),
+    ({"documents": [{"id": "a", "text": "x" * (MAX_DOCUMENT_CHARS + 1)}]}, 413, "documents[0].text"),
+    ({"documents": [{"id": "a", "text": "vpn", "title": "t" * (MAX_DOCUMENT_CHARS + 1)}]}, 413, "documents[0].title"),
     ({"documents": [{"id": "i" * (MAX_ID_CHARS + 1), "text": "vpn"}]}, 413, "documents[0].id"),
     ({"documents": [{"id": " ", "text": "vpn"}]}, 422, "documents[0].id"),
     ({"documents": [{"id": "a", "text": "vpn"}, {"id": "a", "text": "disk"}]}, 422, "documents[1].id"),
@@ -389,3 +390,41 @@ def test_hostile_document_bodies_and_ids_never_get_a_5xx(live: LiveService) -> N
     print(f"\nfuzz /v1/documents: {dict(tally)}")
     assert tally["post 2xx"] > 0 and tally["post 4xx"] > 0, tally
     assert _top(live.client, live.documents[2])[0]["id"] == live.documents[2]["id"]
+
+
+
+def _long_text(words: str, n: int = 100_000) -> str:
+    """A real report's length: its words, then a stack trace that runs to `n` characters."""
+    trace = "".join(f"\n  at org.openoffice.Calc.recalc(Cell.java:{line}) disk quota volume {line}" for line in range(2000))
+    return (words + " " + trace)[:n]
+
+
+def test_a_long_report_is_upserted_and_added_by_its_duplicates_search_after_it(live: LiveService) -> None:
+    """A 100,000-character document is upserted and found by its own text; /v1/duplicates with add: true searches
+    first (the report is not among its hits), then stores it: the answer's seq, and the next search finds it."""
+    client = live.client
+    long = {"id": "long-1", "title": "calc recalculation hangs", "text": _long_text("recalc hangs on a large sheet")}
+    assert len(long["text"]) == 100_000
+    assert _ok(client.post("/v1/documents", json={"documents": [long]}))["upserted"] == 1
+    for mode in ("dense", "hybrid"):
+        found = _ok(client.post("/v1/search", json={"query": _query(long), "k": 3, "mode": mode}))["hits"]
+        assert found[0]["id"] == "long-1", (mode, found)
+    assert _ok(client.get("/v1/documents/long-1"))["text"] == long["text"]
+
+    report = {"id": "long-2", "title": "calc recalculation hangs again", "text": _long_text("recalc hangs on save"),
+              "metadata": {"product": "calc", "created": "2026-11-28T10:00:00Z"}}
+    before = _committed()
+    answer = _ok(client.post("/v1/duplicates", json={"report": report, "k": 5, "mode": "hybrid", "add": True}))
+    assert answer["seq"] == before + 1 == _committed() and answer["mode"] == "hybrid"
+    assert "long-2" not in {h["id"] for h in answer["hits"]} and answer["hits"][0]["id"] == "long-1", answer["hits"]
+    stored = _ok(client.get("/v1/documents/long-2"))
+    assert (stored["title"], stored["text"], stored["metadata"]) == (report["title"], report["text"], report["metadata"])
+    assert _top(client, report)[0]["id"] == "long-2"  # findable by the very next search
+    again = _ok(client.post("/v1/duplicates", json={"report": report, "k": 5}))  # filed again: still not itself
+    assert again["seq"] is None and "long-2" not in {h["id"] for h in again["hits"]}
+    anonymous = {k: v for k, v in report.items() if k != "id"}
+    assert _ok(client.post("/v1/duplicates", json={"report": anonymous, "k": 1}))["hits"][0]["id"] == "long-2"
+    _error(client.post("/v1/duplicates", json={"report": anonymous, "add": True}), 422, "report.id")
+    over = {**report, "text": "x" * (MAX_DOCUMENT_CHARS + 1)}
+    _error(client.post("/v1/duplicates", json={"report": over, "add": True}), 413, "report.text")
+    assert _committed() == before + 1  # nothing refused reached the log

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.serving.schemas import (
     DocumentsRequest,
+    DuplicatesRequest,
     EmbeddingsRequest,
     RequestLimitError,
     SearchPlan,
@@ -167,7 +168,7 @@ def test_embeddings_request_takes_what_the_openai_sdk_sends_and_nothing_looser()
 
 
 def test_document_limits_name_the_document_and_its_field() -> None:
-    limits = ServeLimits(max_documents=2, max_id_chars=5, max_text_chars=8)
+    limits = ServeLimits(max_documents=2, max_id_chars=5, max_document_chars=8)
 
     def request(*documents: dict) -> DocumentsRequest:
         return DocumentsRequest.model_validate({"documents": list(documents)})
@@ -186,3 +187,71 @@ def test_document_limits_name_the_document_and_its_field() -> None:
         with pytest.raises(ValidationError) as caught:
             DocumentsRequest.model_validate(body)
         assert caught.value.errors()[0]["loc"][0] == field
+
+
+REPORT = 100_000  # characters: a real bug report with its stack trace and logs
+
+
+def test_the_default_limits_take_real_bug_reports_whole() -> None:
+    """A 100,000-character report is a query, a document, a report and an embedded text by default; 200,000 is the
+    limit, and one character more is a 413 naming the field. A full batch of maximal documents fits in a body."""
+    limits = ServeLimits()
+    long, longest, over = "trace " * (REPORT // 6), "x" * 200_000, "x" * 200_001
+    for text in (long, longest):
+        limits.check_search(SearchRequest(query=text))
+        limits.check_documents(DocumentsRequest.model_validate({"documents": [{"id": "r", "title": text, "text": text}]}))
+        limits.check_duplicates(DuplicatesRequest.model_validate({"report": {"title": "t", "text": text}}))
+        limits.check_texts("texts", [text])
+    _limit_error(lambda: limits.check_search(SearchRequest(query=over)), "query", 413)
+    _limit_error(lambda: limits.check_documents(DocumentsRequest.model_validate({"documents": [{"id": "r", "text": over}]})),
+                 "documents[0].text", 413)
+    _limit_error(lambda: limits.check_duplicates(DuplicatesRequest.model_validate({"report": {"text": over}})),
+                 "report.text", 413)
+    _limit_error(lambda: limits.check_texts("texts", ["a", over]), "texts[1]", 413)
+    assert limits.max_body_bytes >= limits.max_documents * limits.max_document_chars + 1_000_000
+
+
+def test_duplicates_request_is_strict_and_its_limits_name_the_report_field() -> None:
+    body = DuplicatesRequest.model_validate({"report": {"id": "r1", "title": "crash", "text": "vpn down",
+                                                        "metadata": {"product": "Writer", "created": 978_000_000}}})
+    assert (body.k, body.mode, body.add, body.report.metadata["product"]) == (10, None, False, "Writer")
+    for bad, field in [({"report": {"text": "x"}, "query": "x"}, ("query",)), ({"report": {"text": "x", "colour": 1}},
+                       ("report", "colour")), ({"report": {"title": "only"}}, ("report", "text")), ({}, ("report",)),
+                       ({"report": {"text": "x"}, "k": "3"}, ("k",)), ({"report": {"text": "x"}, "add": "true"}, ("add",)),
+                       ({"report": {"text": "x"}, "add": 1}, ("add",)), ({"report": {"id": 7, "text": "x"}}, ("report", "id")),
+                       ({"report": {"text": "x"}, "mode": "sparse"}, ("mode",)), ({"report": "vpn down"}, ("report",)),
+                       ({"report": {"text": "x \ud800"}}, ("report", "text")),
+                       ({"report": {"text": "x", "metadata": {"product": ["a"]}}}, ("report", "metadata", "product"))]:
+        with pytest.raises(ValidationError) as caught:
+            DuplicatesRequest.model_validate(bad)
+        assert caught.value.errors()[0]["loc"][: len(field)] == field, (bad, caught.value.errors())
+
+    limits = ServeLimits(max_k=12, max_id_chars=4, max_document_chars=8)
+
+    def check(**request) -> None:
+        limits.check_duplicates(DuplicatesRequest.model_validate(request))
+
+    check(report={"id": "r1", "text": "vpn"}, add=True, k=12)
+    check(report={"text": "vpn"})  # no id: nothing to exclude, nothing to add
+    _limit_error(lambda: check(report={"text": "vpn"}, add=True), "report.id", 422)
+    _limit_error(lambda: check(report={"id": "r12345", "text": "vpn"}), "report.id", 413)
+    _limit_error(lambda: check(report={"id": " ", "text": "vpn"}), "report.id", 422)
+    _limit_error(lambda: check(report={"text": " \n"}), "report.text", 422)
+    _limit_error(lambda: check(report={"text": "x" * 9}), "report.text", 413)
+    _limit_error(lambda: check(report={"title": "t" * 9, "text": "x"}), "report.title", 413)
+    _limit_error(lambda: check(report={"text": "x", "metadata": {"product": "LibreOffice"}}), "report.metadata.product", 413)
+    _limit_error(lambda: check(report={"text": "x"}, k=13), "k", 422)
+    _limit_error(lambda: check(report={"text": "x"}, k=0), "k", 422)
+
+
+def test_a_duplicates_plan_names_the_reports_metadata() -> None:
+    import numpy as np
+
+    from lmplatform.retrieval.metadata_fusion import MetadataFusion
+    from lmplatform.retrieval.settings import MetadataFusionConfig, feature_names
+
+    cfg = MetadataFusionConfig()
+    registered = SearchSettings(metadata_fusion=MetadataFusion(cfg, np.ones(len(feature_names(cfg))), 0.0).to_dict())
+    query = SearchRequest(query="vpn", mode="metadata", metadata={"created": "last tuesday"})
+    _limit_error(lambda: plan_search(query, registered, False, 8, metadata_field="report.metadata"),
+                 "report.metadata.created", 422)

@@ -47,7 +47,8 @@ TOKEN = "s3cret-test-token"
 APP = "lmp-test"
 MODEL_NAME = "serving-test-encoder"
 MODEL_DEPLOYMENTS = ("RetrieverDeployment", "ClassifierDeployment")
-MAX_BODY_BYTES = 20_000
+MAX_BODY_BYTES = 400_000  # a 100,000-character report with room, and small enough to send ten times over
+MAX_REPORT_CHARS = 120_000  # queries and reports: beyond a real report's 100,000 characters, cheap to send past
 # A metadata fusion as a fit would leave it (same product and component count, so does being filed close in time).
 FUSION = MetadataFusion(MetadataFusionConfig(pool=10), np.array([1.0, 0.5, 0.2, 0.6, 0.4, -0.3, 0.1, -0.2]), 0.05)
 V1_SEARCH = SearchSettings(bm25_weight=0.3, hybrid_candidates=10, rerank_depth=20, metadata_fusion=FUSION.to_dict())
@@ -89,8 +90,8 @@ def service(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factor
         model=f"models:/{MODEL_NAME}@champion", tracking_uri=tracking_uri, reranker=str(reranker),
         cache_dir=str(tmp / "cache"), auth_token_sha256=token_sha256(TOKEN), num_threads=1,
         encoder={"backend": "onnx"},  # the torch backend is served in tests/cluster (the shipped config)
-        limits={"max_k": 20, "max_texts": 4, "max_text_chars": 300, "max_query_chars": 200, "rerank_candidates": 8,
-                "max_body_bytes": MAX_BODY_BYTES},
+        limits={"max_k": 20, "max_texts": 4, "max_text_chars": 300, "max_query_chars": MAX_REPORT_CHARS,
+                "max_document_chars": MAX_REPORT_CHARS, "rerank_candidates": 8, "max_body_bytes": MAX_BODY_BYTES},
         batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
     )
     small = {"num_cpus": 0.1}  # six replicas beside everything else on 2 CPUs
@@ -265,6 +266,55 @@ def test_served_metadata_search_ranks_as_the_offline_fusion(service: Service) ->
     metric_reaches("lmp_searches_total", len(asks) + 2, mode="metadata")
 
 
+def _long_report(words: str, n: int = 100_000) -> str:
+    """A real report's length: its words, then a stack trace and a log that run to `n` characters."""
+    trace = "".join(f"\n  at org.openoffice.Writer.save(Save.java:{line}) gateway timeout packet {line}" for line in range(2000))
+    return (words + " " + trace)[:n]
+
+
+def test_a_long_report_is_searched_whole_and_its_duplicates_rank_as_its_search(service: Service) -> None:
+    """/v1/duplicates answers what /v1/search answers for the report's title and text (joined as the index joins them),
+    its metadata and its id excluded, in every mode; a 100,000-character report goes through both."""
+    from lmplatform.data.fields import join_fields
+
+    client, docs = service.client, service.documents
+    long = _long_report(docs[4]["text"])
+    assert len(long) == 100_000
+    for mode in ("dense", "hybrid", "metadata"):
+        hits = _ok(client.post("/v1/search", json={"query": long, "k": 5, "mode": mode}))["hits"]
+        assert len(hits) == 5, mode
+
+    reports = [{"id": docs[4]["id"], "title": docs[4]["title"], "text": docs[4]["text"], "metadata": docs[4]["metadata"]},
+               {"title": "save fails", "text": long, "metadata": {"product": "gateway", "created": 9 * 86_400}},
+               {"id": "not-in-the-index", "text": "refund the card payment invoice"}]
+    for report in reports:
+        for mode in ("dense", "hybrid", "metadata"):
+            found = _ok(client.post("/v1/duplicates", json={"report": report, "k": 6, "mode": mode}))
+            search = {"query": join_fields(report, ["title", "text"]), "k": 6, "mode": mode,
+                      "metadata": report.get("metadata", {}), "exclude_ids": [report["id"]] if "id" in report else []}
+            searched = _ok(client.post("/v1/search", json=search))
+            assert found.pop("seq") is None and {k: v for k, v in found.items() if k != "hits"} == {
+                k: v for k, v in searched.items() if k != "hits"}
+            _assert_same_ranking(found["hits"], [(h["id"], h["score"]) for h in searched["hits"]])
+            assert len(found["hits"]) == 6 and report.get("id") not in {h["id"] for h in found["hits"]}, (mode, found)
+    # the report's own document is what its text finds first, when its id is not sent
+    anonymous = {k: v for k, v in reports[0].items() if k != "id"}
+    assert _ok(client.post("/v1/duplicates", json={"report": anonymous, "k": 1}))["hits"][0]["id"] == docs[4]["id"]
+
+    _error(client.post("/v1/duplicates", json={"report": reports[0], "add": True}), 422, "add")  # read-only
+    _error(client.post("/v1/duplicates", json={"report": reports[1], "add": True}), 422, "report.id")
+    _error(client.post("/v1/duplicates", json={"report": {"text": "x" * (MAX_REPORT_CHARS + 1)}}), 413, "report.text")
+    _error(client.post("/v1/duplicates", json={"report": {"title": "t" * (MAX_REPORT_CHARS + 1), "text": "x"}}),
+           413, "report.title")
+    _error(client.post("/v1/duplicates", json={"report": {"text": "vpn", "metadata": {"created": "soon"}},
+                                                "mode": "metadata"}), 422, "report.metadata.created")
+    _error(client.post("/v1/duplicates", json={"report": {"text": "vpn"}, "k": 21}), 422, "k")
+    _error(client.post("/v1/duplicates", json={"query": "vpn"}), 422, "report")
+    _error(client.post("/v1/duplicates", json={"report": {"text": "vpn", "colour": "red"}}), 422, "report.colour")
+    # The fusion reads product, component and created: every fifth document was filed without a time.
+    assert _ok(client.get("/v1/model"))["metadata_unknown"] == {"product": 0, "component": 0, "created": len(docs) // 5 + 1}
+
+
 def test_openai_embeddings_route_answers_what_the_openai_sdk_sends(service: Service) -> None:
     """The request of `OpenAI(base_url=.../v1).embeddings.create(input=[...], model=...)`, byte for byte in shape:
     the SDK asks for base64 unless told otherwise and decodes it as little-endian float32."""
@@ -354,7 +404,7 @@ BAD_REQUESTS = [
     ("/v1/search", {"query": "vpn", "rerank": "yes"}, 422, "rerank"),
     ("/v1/search", {"k": 3}, 422, "query"),
     ("/v1/search", {"query": "vpn", "colour": "red"}, 422, "colour"),
-    ("/v1/search", {"query": "x" * 201}, 413, "query"),
+    ("/v1/search", {"query": "x" * (MAX_REPORT_CHARS + 1)}, 413, "query"),
     ("/v1/search", [1, 2], 422, "body"),
     ("/v1/search", {"query": "vpn", "mode": "sparse"}, 422, "mode"),
     ("/v1/search", {"query": "vpn", "mode": ["hybrid"]}, 422, "mode"),

@@ -17,7 +17,7 @@ import glob
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -27,7 +27,8 @@ from lmplatform.data.fields import join_fields
 from lmplatform.data.readers import BadRow, detect_format, read_rows
 from lmplatform.retrieval.index import IndexParams, VectorIndex
 from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
-from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
+from lmplatform.retrieval.settings import MetadataFusionConfig
+from lmplatform.retrieval.store import DOCUMENTS_FILE, MetadataAudit, write_document_store
 
 logger = logging.getLogger(__name__)
 
@@ -200,16 +201,23 @@ class IndexFolder:
     index: VectorIndex
     documents: int
     bm25: Optional[dict[str, Any]]
+    # `MetadataAudit.summary()` of the store: per metadata field, the values a fusion cannot read, with examples.
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def build_index_folder(corpus: str | Sequence[str], out: str | Path, model: str = "default",
                        text_fields: Sequence[str] = ("title", "text"), id_field: str = "id", actors: int = 1,
                        cpus_per_actor: float = 1, batch_size: int = 64, quantize: Optional[str] = None,
                        params: Optional[IndexParams] = None, bm25: bool = True, label_field: Optional[str] = None,
-                       max_seq_length: Optional[int] = None, metadata_fields: Sequence[str] = ()) -> IndexFolder:
+                       max_seq_length: Optional[int] = None, metadata_fields: Sequence[str] = (),
+                       time_fields: Optional[Sequence[str]] = None) -> IndexFolder:
     """The served index of a corpus in `out/index`: FAISS over the encoded texts (shards in `out/shards`), BM25 over
     the same texts (unless `bm25` is False) and the document store (id, title, text, label, the `metadata_fields` a
-    metadata fusion reads) hits are shown from."""
+    metadata fusion reads) hits are shown from. `time_fields`: the metadata fields read as times (default: the
+    default fusion's time field, when among them); the values the store loses are counted (`IndexFolder.metadata`)."""
+    if time_fields is None:
+        time_fields = [f for f in [MetadataFusionConfig().time_field] if f in metadata_fields]
+    audit = MetadataAudit(time_fields=list(time_fields))
     out = Path(out)
     stats = encode_corpus_to_shards(corpus, out / "shards", model=model, text_fields=text_fields, id_field=id_field,
                                     actors=actors, cpus_per_actor=cpus_per_actor, batch_size=batch_size, quantize=quantize,
@@ -218,5 +226,5 @@ def build_index_folder(corpus: str | Sequence[str], out: str | Path, model: str 
     built_bm25 = build_bm25_index(corpus, out / "index", text_fields, id_field, index.ids) if bm25 else None
     stored = write_document_store(corpus, out / "index" / DOCUMENTS_FILE, id_field=id_field,
                                   text_fields=[f for f in text_fields if f != "title"] or list(text_fields),
-                                  label_field=label_field, metadata_fields=metadata_fields)
-    return IndexFolder(out / "index", stats, index, stored, built_bm25)
+                                  label_field=label_field, metadata_fields=metadata_fields, audit=audit)
+    return IndexFolder(out / "index", stats, index, stored, built_bm25, audit.summary() if metadata_fields else {})

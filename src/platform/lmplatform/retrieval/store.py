@@ -4,19 +4,28 @@ It is one JSONL file, `documents.jsonl` in the index folder by default, written
 by `write_document_store` when the index is built. Loading checks that every id
 of the index has a document, so a hit can always be shown. `metadata` holds the
 fields a metadata fusion reads (product, component, created...): JSON scalars by name.
+
+A fusion never fails a search on a stored value it cannot read: it counts as unknown (`metadata_fusion`). So that such
+a loss is never silent, writing a store counts, per metadata field, the values it drops (not a scalar) or that do not
+parse as a time (`parse_time`, for the time fields), with a few examples (`MetadataAudit`); a service counts the fields
+its fusion reads when it loads a store (`unknown_metadata`).
 """
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from lmplatform.data.fields import join_fields
+from lmplatform.data.fields import join_fields, parse_time
 from lmplatform.data.readers import BadRow, DataError, detect_format, read_rows
 
+logger = logging.getLogger(__name__)
 DOCUMENTS_FILE = "documents.jsonl"
 SCALARS = (str, int, float, bool)
+EXAMPLES = 5  # per field, of the values a store lost
 
 
 @dataclass
@@ -30,6 +39,68 @@ class StoredDocument:
 def scalar_fields(row: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """The named fields of a row that hold a JSON scalar (a list, an object or a missing field is left out)."""
     return {name: row[name] for name in names if isinstance(row.get(name), SCALARS)}
+
+
+def readable_time(value: Any) -> bool:
+    """Whether a fusion reads `value` as a time (`parse_time`; empty counts as readable: it is missing, not wrong)."""
+    try:
+        parse_time(value, "")
+    except DataError:
+        return False
+    return True
+
+
+@dataclass
+class MetadataAudit:
+    """Per metadata field, the documents whose value a metadata fusion cannot read: a value that is not a JSON scalar
+    (left out of the store), or, for a time field, one `parse_time` refuses (stored, read as unknown); and how many
+    documents have no value. `examples`: the first EXAMPLES lost values of each field, as 'id: value'."""
+
+    time_fields: Sequence[str] = ()
+    documents: int = 0
+    missing: Counter = field(default_factory=Counter)
+    unreadable: Counter = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def count(self, doc_id: str, row: Mapping[str, Any], names: Sequence[str]) -> None:
+        self.documents += 1
+        for name in names:
+            value = row.get(name)
+            if value is None or value == "":
+                self.missing[name] += 1
+            elif not isinstance(value, SCALARS) or (name in self.time_fields and not readable_time(value)):
+                self.unreadable[name] += 1
+                shown = self.examples.setdefault(name, [])
+                if len(shown) < EXAMPLES:
+                    shown.append(f"{doc_id}: {json.dumps(value, ensure_ascii=False, default=str)[:80]}")
+
+    def summary(self) -> dict[str, Any]:
+        """{field: {unreadable, examples}} of every field that lost a value, and the documents counted."""
+        return {"documents": self.documents,
+                "unreadable": {name: {"count": n, "examples": self.examples[name]}
+                               for name, n in sorted(self.unreadable.items())},
+                "missing": dict(sorted(self.missing.items()))}
+
+    def line(self) -> str:
+        lost = "; ".join(f"{name}: {n} (e.g. {', '.join(self.examples[name])})" for name, n in sorted(self.unreadable.items()))
+        return (f"metadata of {self.documents} documents: " + (f"unreadable values, per field: {lost}" if lost else
+                                                                "every value readable"))
+
+
+def unknown_metadata(store: "DocumentStore", fields: Sequence[str], time_field: Optional[str]) -> dict[str, Any]:
+    """Per field a fusion reads, how many documents of `store` it sees without a value: missing, or for `time_field`
+    one `parse_time` refuses (with up to EXAMPLES of those, as 'id: value'). One pass over the store."""
+    unknown = {name: {"unknown": 0, "examples": []} for name in fields}
+    for doc_id, doc in store.documents.items():
+        for name, counted in unknown.items():
+            value = doc.metadata.get(name)
+            if value is None or value == "":
+                counted["unknown"] += 1
+            elif name == time_field and not readable_time(value):
+                counted["unknown"] += 1
+                if len(counted["examples"]) < EXAMPLES:
+                    counted["examples"].append(f"{doc_id}: {json.dumps(value, ensure_ascii=False)[:80]}")
+    return unknown
 
 
 @dataclass
@@ -82,9 +153,12 @@ class DocumentStore:
 
 def write_document_store(corpus: str | Path | Iterable[str | Path], out_file: str | Path, id_field: str = "id",
                          title_field: str = "title", text_fields: Sequence[str] = ("text",),
-                         label_field: Optional[str] = None, metadata_fields: Sequence[str] = ()) -> int:
+                         label_field: Optional[str] = None, metadata_fields: Sequence[str] = (),
+                         audit: Optional[MetadataAudit] = None) -> int:
     """Copy id, title, text (text fields joined with '. '), label and the `metadata_fields` that hold a scalar of a
-    corpus into a store; returns rows written."""
+    corpus into a store; returns rows written. The metadata values a fusion cannot read are counted into `audit`
+    (`MetadataAudit`: its time_fields are read as times) and logged."""
+    audit = audit if audit is not None else MetadataAudit()
     paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +174,10 @@ def write_document_store(corpus: str | Path | Iterable[str | Path], out_file: st
                     record["label"] = str(row.fields[label_field])
                 if metadata := scalar_fields(row.fields, metadata_fields):
                     record["metadata"] = metadata
+                if metadata_fields:
+                    audit.count(record["id"], row.fields, metadata_fields)
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                 written += 1
+    if metadata_fields:
+        (logger.warning if audit.unreadable else logger.info)("%s: %s", out_file, audit.line())
     return written

@@ -27,6 +27,7 @@ from ray import serve
 from lmplatform.retrieval.metadata_fusion import MetadataFusion
 from lmplatform.retrieval.retrievers import hybrid_search, metadata_search
 from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights
+from lmplatform.retrieval.store import DocumentStore, unknown_metadata
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
 from lmplatform.serving.live import LiveIndex, index_seq
@@ -146,6 +147,7 @@ class _LoadedRetriever:
         folder = fetch(release.model_uri, release.tracking_uri, cache_dir)
         self.encoder = Encoder.from_pretrained(folder, **(encoder or {})).eval()
         self.index, self.store, folder = load_index_and_store(release, cache_dir)
+        self.metadata_unknown = audit_fusion_metadata(release, self.store)
         self.vector_model = vector_model(release, encoder)
         self.live: Optional[LiveIndex] = None
         if live_fields is None:
@@ -166,6 +168,26 @@ class _LoadedRetriever:
     def reading(self) -> Any:
         """Held while the index, BM25 or store is read: a change is never applied half-way through a read."""
         return self.live.lock if self.live is not None else nullcontext()
+
+
+MOSTLY_UNKNOWN = 0.5  # share of a store's documents without a readable time that is worth a warning at load
+
+
+def audit_fusion_metadata(release: Release, store: DocumentStore) -> Optional[dict[str, int]]:
+    """Per field the release's metadata fusion reads, the documents of the store it sees without a value (None: no
+    fusion). A time field unknown for most documents is said in one log line: a fusion that never sees a time is
+    silently worse than the one that was evaluated."""
+    fusion = release.search.metadata_fusion if release.search else None
+    if fusion is None:
+        return None
+    config = fusion.config
+    unknown = unknown_metadata(store, config.read_fields(), config.time_field)
+    if config.time_field and len(store) and unknown[config.time_field]["unknown"] > MOSTLY_UNKNOWN * len(store):
+        counted = unknown[config.time_field]
+        logger.warning("release %s: its metadata fusion reads time field %r, unknown for %d of %d documents (missing, "
+                       "or not a time: e.g. %s)", release.id, config.time_field, counted["unknown"], len(store),
+                       "; ".join(counted["examples"]) or "none unreadable, all missing")
+    return {name: counted["unknown"] for name, counted in unknown.items()}
 
 
 def vector_model(release: Release, encoder: Optional[dict[str, Any]]) -> str:
@@ -394,7 +416,8 @@ class RetrieverDeployment:
                 "encoder_backend": loaded.encoder.backend + ("-int8" if loaded.encoder.quantized else ""),
                 "index_built_at": loaded.built_at, "index_build_seconds": loaded.index.stats.build_seconds,
                 "loaded_at": loaded.loaded_at, "labels": loaded.labels, "hybrid": loaded.bm25 is not None,
-                "live_seq": loaded.live.seq if loaded.live is not None else None}
+                "live_seq": loaded.live.seq if loaded.live is not None else None,
+                "metadata_unknown": loaded.metadata_unknown}
 
 
 def _pairs_in(items: list[tuple[str, list[str]]]) -> int:

@@ -34,9 +34,12 @@ from lmplatform.serving.routes import PAGES, route_named
 from lmplatform.serving.schemas import (
     ClassifyResponse,
     DeletedResponse,
+    DocumentIn,
     DocumentResponse,
     DocumentsRequest,
     DocumentsResponse,
+    DuplicatesRequest,
+    DuplicatesResponse,
     EmbeddingsRequest,
     EmbeddingsResponse,
     EmbedResponse,
@@ -44,6 +47,7 @@ from lmplatform.serving.schemas import (
     Hit,
     ModelInfo,
     RequestLimitError,
+    SearchPlan,
     SearchRequest,
     SearchResponse,
     ServeLimits,
@@ -247,16 +251,20 @@ class ServeIngress:
             loaded_at=self.switched_at,
             reranker=reranker, classifier=method if method == "head" or info["labels"] else "unavailable",
             hybrid=info["hybrid"], search=release.search.model_dump() if release.search else None,
-            live_seq=info["live_seq"],
+            live_seq=info["live_seq"], metadata_unknown=info["metadata_unknown"],
         )
 
     @declared_route
     async def search(self, body: SearchRequest) -> SearchResponse:
-        from lmplatform.serving.metrics import record_search
-
         self.limits.check_search(body)
         release = self._release()
         plan = plan_search(body, release.search, self.reranker is not None, self.limits.rerank_candidates)
+        return model_json(SearchResponse(**await self._search(release, body, plan)))
+
+    async def _search(self, release: Release, body: SearchRequest, plan: SearchPlan) -> dict[str, Any]:
+        """The fields of the SearchResponse that answers `body` by `plan` (/v1/search's and /v1/duplicates')."""
+        from lmplatform.serving.metrics import record_search
+
         depth = max(body.k, plan.rerank_depth) if plan.rerank else body.k
         # Only the snippet travels back, unless the re-ranker needs the whole text.
         text_chars = -1 if plan.rerank else self.limits.snippet_chars + 1
@@ -274,12 +282,39 @@ class ServeIngress:
             hits = [{**by_id[doc_id], "score": score} for doc_id, score in order[: body.k]]
         record_search(plan.mode, plan.rerank)
         convex = plan.fusion is not None and plan.fusion.fusion == "convex"
-        return model_json(SearchResponse(
-            hits=[Hit(id=h["id"], score=h["score"], title=h["title"], snippet=snippet(h["text"], self.limits.snippet_chars),
-                      retrieval_score=h.get("retrieval_score"), rerank_score=h.get("rerank_score")) for h in hits],
-            model_version=release.id, reranked=plan.rerank, mode=plan.mode,
-            fusion=plan.fusion.fusion if plan.fusion else None, bm25_weight=plan.fusion.bm25_weight if convex else None,
-        ))
+        return {"hits": [Hit(id=h["id"], score=h["score"], title=h["title"],
+                             snippet=snippet(h["text"], self.limits.snippet_chars),
+                             retrieval_score=h.get("retrieval_score"), rerank_score=h.get("rerank_score")) for h in hits],
+                "model_version": release.id, "reranked": plan.rerank, "mode": plan.mode,
+                "fusion": plan.fusion.fusion if plan.fusion else None,
+                "bm25_weight": plan.fusion.bm25_weight if convex else None}
+
+    @declared_route
+    async def duplicates(self, body: DuplicatesRequest) -> DuplicatesResponse:
+        """The duplicates of a report: /v1/search's answer for its title and text joined as the index joins them, its
+        metadata, its id excluded. add: the report is then upserted, as POST /v1/documents would (after the search,
+        so it never finds itself)."""
+        from lmplatform.serving.live import document_text
+
+        self.limits.check_duplicates(body)
+        if body.add and self.writer is None:
+            raise _Refused(422, "add: live updates are off, this service's index is read-only (set live.dir in the serve "
+                                "settings); send add: false", "add")
+        release = self._release()
+        report = body.report
+        fusion = release.search.metadata_fusion if release.search else None
+        if body.add:  # as an upsert's: refused before anything is searched or stored
+            check_time("report.metadata", report.metadata, fusion)
+        search = SearchRequest(query=document_text(report.model_dump(), self.live_fields), k=body.k, mode=body.mode,
+                               metadata=report.metadata, exclude_ids=[report.id] if report.id is not None else [])
+        plan = plan_search(search, release.search, self.reranker is not None, self.limits.rerank_candidates,
+                           metadata_field="report.metadata")
+        found = await self._search(release, search, plan)
+        seq = None
+        if body.add:
+            document = DocumentIn(id=report.id, title=report.title, text=report.text, metadata=report.metadata)
+            seq = (await self._upsert(release, [document]))[-1]
+        return model_json(DuplicatesResponse(**found, seq=seq))
 
     def _live_writer(self) -> Any:
         if self.writer is None:
@@ -291,22 +326,28 @@ class ServeIngress:
     async def upsert_documents(self, body: DocumentsRequest) -> DocumentsResponse:
         """Add or replace documents: encoded by the served model, durable in the change log before this answer, and
         found by every search that starts after it, on every replica."""
+        self._live_writer()
+        self.limits.check_documents(body)
+        release = self._release()
+        for i, doc in enumerate(body.documents):  # a time the version's fusion could not read is refused now
+            check_time(f"documents[{i}].metadata", doc.metadata, release.search.metadata_fusion if release.search else None)
+        seqs = await self._upsert(release, body.documents)
+        return DocumentsResponse(upserted=len(seqs), seq=seqs[-1], model_version=release.id)
+
+    async def _upsert(self, release: Release, documents: list[DocumentIn]) -> list[int]:
+        """Encode checked documents with the release's model and append them to the change log; their seqs."""
         from lmplatform.serving.changelog import Change, vector_bytes
         from lmplatform.serving.live import document_text
         from lmplatform.serving.metrics import record_documents
 
         writer = self._live_writer()
-        self.limits.check_documents(body)
-        release = self._release()
-        for i, doc in enumerate(body.documents):  # a time the version's fusion could not read is refused now
-            check_time(f"documents[{i}].metadata", doc.metadata, release.search.metadata_fusion if release.search else None)
-        texts = [document_text(doc.model_dump(), self.live_fields) for doc in body.documents]
+        texts = [document_text(doc.model_dump(), self.live_fields) for doc in documents]
         model, vectors = await self._call(lambda: self.retriever.embed_documents.remote(release.id, texts))
         changes = [Change("upsert", doc.id, doc.title, doc.text, doc.label, model, vector_bytes(vector),
-                          metadata=doc.metadata or None) for doc, vector in zip(body.documents, vectors)]
+                          metadata=doc.metadata or None) for doc, vector in zip(documents, vectors)]
         seqs = await self._call(lambda: writer.append.remote(changes))
         record_documents("upsert", len(changes))
-        return DocumentsResponse(upserted=len(changes), seq=seqs[-1], model_version=release.id)
+        return seqs
 
     async def _document(self, doc_id: str) -> tuple[Release, dict[str, Any]]:
         self._live_writer()

@@ -43,12 +43,20 @@ class RequestLimitError(ValueError):
 class ServeLimits(Section):
     """Limits on one request. A request beyond them is refused with a 4xx naming the field."""
 
-    max_query_chars: int = Field(2000, ge=1, description="Longest search query (characters).")
+    # Real bug reports run to 100,000 characters (stack traces, logs): they are taken whole, and the encoder's
+    # tokenizer cuts them at the model's max_seq_length, as in training (docs/serving.md#long-texts).
+    max_query_chars: int = Field(200_000, ge=1, description="Longest /v1/search query (characters).")
     max_k: int = Field(100, ge=1, le=10_000, description="Largest k for /v1/search.")
     max_texts: int = Field(32, ge=1, description="Most texts in one /v1/embed or /v1/classify request "
                            "(at most batching.max_batch_size: one request never exceeds a batch).")
-    max_text_chars: int = Field(5000, ge=1, description="Longest text in /v1/embed, /v1/classify and /v1/similarity.")
-    max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body; larger bodies get 413.")
+    max_text_chars: int = Field(200_000, ge=1, description="Longest text in /v1/embed, /v1/embeddings, /v1/classify and "
+                                "/v1/similarity (characters).")
+    max_document_chars: int = Field(200_000, ge=1, description="Longest text, and longest title, of a document in "
+                                    "POST /v1/documents and of a report in /v1/duplicates (characters).")
+    # 32 documents of 200,000 ASCII characters are 6.4 MB of JSON: a full batch of maximal documents fits. Text beyond
+    # ASCII takes up to 3 bytes a character (6 as a JSON \u escape), so there the body limit speaks first.
+    max_body_bytes: int = Field(8_000_000, ge=1024, description="Largest request body; larger bodies get 413 naming "
+                                "`body`.")
     snippet_chars: int = Field(240, ge=0, description="Characters of document text returned with each hit.")
     rerank_candidates: int = Field(20, ge=1, le=1000, description="Hits from the index that the re-ranker re-scores, "
                                    "unless the model version's search settings set rerank_depth.")
@@ -58,11 +66,13 @@ class ServeLimits(Section):
     max_id_chars: int = Field(256, ge=1, le=10_000, description="Longest document id (and label, and metadata string "
                               "value), in characters.")
 
-    def check_text(self, field: str, text: str) -> None:
+    def check_text(self, field: str, text: str, limit: Optional[int] = None) -> None:
+        """A non-blank text of at most `limit` characters (default: max_text_chars)."""
+        limit = self.max_text_chars if limit is None else limit
         if not text.strip():
             raise RequestLimitError(field, "must not be empty or whitespace only")
-        if len(text) > self.max_text_chars:
-            raise RequestLimitError(field, f"has {len(text)} characters; the limit is {self.max_text_chars}", 413)
+        if len(text) > limit:
+            raise RequestLimitError(field, f"has {len(text)} characters; the limit is {limit}", 413)
 
     def check_texts(self, field: str, texts: list[str]) -> None:
         if not texts:
@@ -73,16 +83,16 @@ class ServeLimits(Section):
             self.check_text(f"{field}[{i}]", text)
 
     def check_search(self, request: "SearchRequest") -> None:
-        if not request.query.strip():
-            raise RequestLimitError("query", "must not be empty or whitespace only")
-        if len(request.query) > self.max_query_chars:
-            raise RequestLimitError("query", f"has {len(request.query)} characters; the limit is {self.max_query_chars}", 413)
-        if request.k <= 0 or request.k > self.max_k:
-            raise RequestLimitError("k", f"must be between 1 and {self.max_k}, got {request.k}")
+        self.check_text("query", request.query, self.max_query_chars)
+        self.check_k(request.k)
         if len(request.exclude_ids) > self.max_exclude_ids:
             raise RequestLimitError("exclude_ids", f"has {len(request.exclude_ids)} ids; the limit is {self.max_exclude_ids}",
                                     413)
         self.check_metadata("metadata", request.metadata)
+
+    def check_k(self, k: int) -> None:
+        if k <= 0 or k > self.max_k:
+            raise RequestLimitError("k", f"must be between 1 and {self.max_k}, got {k}")
 
     def check_metadata(self, field: str, metadata: dict[str, Any]) -> None:
         if len(metadata) > MAX_METADATA_FIELDS:
@@ -112,13 +122,27 @@ class ServeLimits(Section):
                 raise RequestLimitError(f"documents[{i}].id", f"repeats documents[{seen[doc.id]}].id {doc.id!r}: "
                                         "one change per document and request")
             seen[doc.id] = i
-            self.check_text(f"documents[{i}].text", doc.text)
-            if len(doc.title) > self.max_text_chars:
-                raise RequestLimitError(f"documents[{i}].title", f"has {len(doc.title)} characters; the limit is "
-                                        f"{self.max_text_chars}", 413)
+            self._check_document(f"documents[{i}]", doc)
             if doc.label is not None:
                 self.check_id(f"documents[{i}].label", doc.label)
-            self.check_metadata(f"documents[{i}].metadata", doc.metadata)
+
+    def _check_document(self, field: str, doc: "DocumentIn | ReportIn") -> None:
+        self.check_text(f"{field}.text", doc.text, self.max_document_chars)
+        if len(doc.title) > self.max_document_chars:
+            raise RequestLimitError(f"{field}.title", f"has {len(doc.title)} characters; the limit is "
+                                    f"{self.max_document_chars}", 413)
+        self.check_metadata(f"{field}.metadata", doc.metadata)
+
+    def check_duplicates(self, request: "DuplicatesRequest") -> None:
+        """The report as a document (its text and title by max_document_chars, also when it is not added), k as
+        /v1/search's; `add` needs the report's id."""
+        report = request.report
+        if report.id is not None:
+            self.check_id("report.id", report.id)
+        elif request.add:
+            raise RequestLimitError("report.id", "add: true needs the report's id (the id it is stored under)")
+        self._check_document("report", report)
+        self.check_k(request.k)
 
 
 @dataclass(frozen=True)
@@ -144,16 +168,17 @@ def check_time(field: str, metadata: dict[str, Any], fusion: Optional[MetadataFu
 
 
 def plan_search(request: "SearchRequest", registered: Optional[SearchSettings], reranker_deployed: bool,
-                default_rerank_depth: int) -> SearchPlan:
+                default_rerank_depth: int, metadata_field: str = "metadata") -> SearchPlan:
     """The request's own choices over the version's registered settings (or the defaults: dense, no re-ranking,
-    `default_rerank_depth`). A choice that cannot apply is a RequestLimitError naming its field."""
+    `default_rerank_depth`). A choice that cannot apply is a RequestLimitError naming its field (the metadata's as
+    `metadata_field`: where the client sent it)."""
     settings = registered or SearchSettings()
     mode = request.mode or settings.mode
     if mode == "metadata" and settings.metadata_fusion is None:
         raise RequestLimitError("mode", "this model version has no metadata fusion registered with its search settings; "
                                 "send mode 'dense' or 'hybrid'")
     metadata_fusion = settings.metadata_fusion if mode == "metadata" else None
-    check_time("metadata", request.metadata, metadata_fusion)
+    check_time(metadata_field, request.metadata, metadata_fusion)
     fusion = settings.fusion_settings() if mode == "hybrid" else None
     if request.bm25_weight is not None:
         if fusion is None:
@@ -264,10 +289,31 @@ class EmbeddingsRequest(_Request):
 class DocumentIn(_Request):
     id: Text = Field(..., description="The document's id (at most limits.max_id_chars); an id already held is replaced.")
     title: Text = Field("", description="Shown with hits; encoded with the text when live.fields names it.")
-    text: Text = Field(..., description="Non-empty, at most limits.max_text_chars.")
+    text: Text = Field(..., description="Non-empty, at most limits.max_document_chars.")
     label: Optional[Text] = Field(None, description="A class label (KNN classification votes with it).")
     metadata: Metadata = Field(default_factory=dict, description="What a metadata fusion reads of the document "
                                "(product, component, created...): JSON scalars by field name.")
+
+
+class ReportIn(_Request):
+    id: Optional[Text] = Field(None, description="The report's id, if it has one: never returned among its duplicates "
+                               "(exclude_ids), and what `add` stores it under (at most limits.max_id_chars).")
+    title: Text = Field("", description="Searched with the text, joined as the index joins them (live.fields).")
+    text: Text = Field(..., description="Non-empty, at most limits.max_document_chars.")
+    metadata: Metadata = Field(default_factory=dict, description="The report's own metadata (product, component, "
+                               "created...): what mode 'metadata' matches the documents' with, and what `add` stores.")
+
+
+class DuplicatesRequest(_Request):
+    """`POST /v1/duplicates`: the search /v1/search answers for this report's title and text, its metadata, and its
+    id excluded; with `add`, the report then joins the live index (after the search: it never finds itself)."""
+
+    report: ReportIn
+    k: StrictInt = Field(10, description="Number of hits (1..limits.max_k).")
+    mode: Optional[Mode] = Field(None, description="As /v1/search's mode. Default: the version's search settings, "
+                                 "else dense.")
+    add: StrictBool = Field(False, description="Also upsert the report into the live index (needs live updates on and "
+                            "the report's id); the answer's `seq` is that change's.")
 
 
 class DocumentsRequest(_Request):
@@ -313,6 +359,11 @@ class SearchResponse(BaseModel):
     mode: Mode = Field(..., description="The first stage that answered.")
     fusion: Optional[Literal["convex", "rrf"]] = Field(None, description="mode 'hybrid': how BM25 and the vectors were fused.")
     bm25_weight: Optional[float] = Field(None, description="fusion 'convex': the BM25 weight used.")
+
+
+class DuplicatesResponse(SearchResponse):
+    seq: Optional[int] = Field(None, description="add: the change log's sequence number of the report's upsert "
+                               "(every search that starts after this answer finds it); else null.")
 
 
 class Prediction(BaseModel):
@@ -381,6 +432,9 @@ class ModelInfo(BaseModel):
                                              "(how /v1/search answers by default); null: dense, no re-ranker.")
     live_seq: Optional[int] = Field(None, description="Live updates on: the change log sequence number the index "
                                     "answering this request is at (null: a read-only index).")
+    metadata_unknown: Optional[dict[str, int]] = Field(None, description="Per field the version's metadata fusion "
+                                                       "reads, the documents of the index as loaded without a value "
+                                                       "(missing, or a time that does not parse); null: no fusion.")
 
 
 class ErrorResponse(BaseModel):
