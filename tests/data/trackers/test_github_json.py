@@ -31,9 +31,9 @@ def test_github_issues_pull_requests_and_duplicate_labels(tmp_path: Path) -> Non
     assert reports[2]["description"] == ""
     pairs = read_jsonl(tmp_path / "out" / "pairs.jsonl")
     assert [(p["duplicate_id"], p["master_id"]) for p in pairs] == [("2", "1"), ("3", "1")]
-    assert summary.skipped.to_dict() == {"pull request": {"count": 1, "examples": [f"{issues}: issue #6: pull request"]}}
+    assert summary.skipped.to_dict() == {"pull request": {"count": 1, "examples": [f"{issues}: number 6: pull request"]}}
     assert summary.notes.to_dict() == {"labelled duplicate, but no 'Duplicate of #N' in its body or comments": {
-        "count": 1, "examples": [f"{issues}: issue #4"]}}
+        "count": 1, "examples": [f"{issues}: number 4"]}}
 
 
 def test_a_jira_export_given_as_github_is_refused(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def read_github_json(paths: Sequence[str]) -> ReadResult:
                 result.skip("not a GitHub issue (no 'number')", item.where)
                 continue
             shaped += 1
-            where = item.where if item.line is not None else f"{path}: issue #{number}"
+            where = item.where if item.line is not None else f"{path}: number {number}"
             if issue.get("pull_request") is not None:
                 result.skip("pull request", where)
                 continue
