@@ -24,7 +24,8 @@ def _run(python: Path, script: str, **env: str) -> subprocess.CompletedProcess:
 
 
 def test_every_entry_point_is_covered() -> None:
-    assert {"ray_jobs/train.py", "ray_jobs/pipeline.py", "ray_jobs/tune.py", "ray_jobs/serve.py"} <= set(ENTRY_POINTS)
+    assert {"ray_jobs/train.py", "ray_jobs/pipeline.py", "ray_jobs/tune.py", "ray_jobs/serve.py",
+            "ray_jobs/tracker_system.py"} <= set(ENTRY_POINTS)
 
 
 @pytest.mark.parametrize("script", ENTRY_POINTS)

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from lmplatform.cli import behavioural, config, data, evaluate, export, graph, models, pipeline, run, serve, tune
+from lmplatform.cli import behavioural, config, data, evaluate, export, graph, models, pipeline, run, serve, tracker_system, tune
 from lmplatform.runtime import apply_runtime_defaults
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -23,6 +23,9 @@ def _runtime_defaults() -> None:
 
 
 app.add_typer(run.app)  # train, demo: at the root
+# `lmp pipeline tracker`: import, the tracker recipe and serving in one command (cli/tracker_system.py).
+pipeline.app.command("tracker", short_help="A tracker's export to a served duplicate finder: import, the tracker "
+                     "recipe, serve.")(tracker_system.tracker)
 for name, group in (("config", config), ("data", data), ("evaluate", evaluate), ("pipeline", pipeline),
                     ("behavioural", behavioural), ("graph", graph), ("models", models), ("serve", serve)):
     app.add_typer(group.app, name=name)
