@@ -12,6 +12,10 @@ Two rules make the numbers trustworthy for choosing between models:
 
 Candidates are distinct texts: a distractor identical to a validation document is one candidate,
 and the candidate identical to a query's own text is never ranked for that query.
+
+With `protocol: online` (`online_set_from_pairs`, `evaluation.online_validation`) a query's excluded candidates are
+every text not filed before it within the window, and `score_rankings` scores the rank of its duplicate group's
+bucket: every ranking function above serves both protocols unchanged.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Hashable, Optional, Sequence, TypeVar
+from typing import AbstractSet, Any, Callable, Collection, Hashable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 
@@ -30,6 +34,8 @@ from lmplatform.data.fields import join_fields
 from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
+from lmplatform.evaluation.online import Timeline, candidate_mask, later_ends
+from lmplatform.evaluation.online_validation import MaskSet, bucket_rank_of, online_metrics, text_times
 from lmplatform.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, rank_by_score, recall_at_k
 from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.objectives.registry import objective_spec
@@ -49,9 +55,10 @@ class RetrievalSet:
     query_texts: list[str]
     candidate_texts: list[str]
     relevant: list[frozenset[int]]
-    excluded: list[frozenset[int]]
+    excluded: list[AbstractSet[int]]  # a frozenset; protocol online: a MaskSet (most of the pool)
     counts: dict[str, int] = field(default_factory=dict)
     first_stage: Optional[list[list[int]]] = None  # cross-encoder validation: the candidates it re-ranks, per query
+    buckets: Optional[np.ndarray] = None  # protocol online: int64 [candidates], each candidate's duplicate-group bucket
     _bm25: Optional[BM25Retriever] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +80,8 @@ class RetrievalSet:
             digest.update(text.encode("utf-8", "surrogatepass") + b"\x1f")
         for group in (*self.relevant, *self.excluded):
             digest.update(repr(sorted(group)).encode())
+        if self.buckets is not None:
+            digest.update(b"online" + np.asarray(self.buckets, dtype=np.int64).tobytes())
         return digest.hexdigest()[:16]
 
     def summary(self) -> str:
@@ -82,7 +91,10 @@ class RetrievalSet:
                 + (f"; {c['queries_without_relevant']} queries skipped: no relevant candidate with a text other than "
                    "the query's own (e.g. a duplicate identical to its original)" if c.get("queries_without_relevant") else "")
                 + (f"; first stage finds a relevant candidate for {c['first_stage_queries_with_a_relevant']}"
-                   if "first_stage_queries_with_a_relevant" in c else ""))
+                   if "first_stage_queries_with_a_relevant" in c else "")
+                + (f"; online protocol: {c['queries_without_earlier_relevant']} queries without an earlier relevant "
+                   f"candidate in the window (misses), {c['unknown_time']} texts of unknown time, "
+                   f"{c['pairs_without_query']} pairs without a query" if self.buckets is not None else ""))
 
 
 def rank_against_query(ids: Sequence[T], scores: Sequence[float], relevant: Collection[T], complete: bool) -> list[T]:
@@ -99,7 +111,11 @@ def rank_against_query(ids: Sequence[T], scores: Sequence[float], relevant: Coll
 
 def score_rankings(rankings: Sequence[Sequence[int]], rset: RetrievalSet,
                    cfg: RetrievalValidationConfig) -> dict[str, np.ndarray]:
-    """Per-query metrics [queries] for each name of `cfg.ranking_metric_names()`."""
+    """Per-query metrics [queries] for each name of `cfg.ranking_metric_names()` (an online set: of the rank of
+    each query's duplicate-group bucket, `online_validation.online_metrics`)."""
+    if rset.buckets is not None:
+        buckets = rset.buckets
+        return online_metrics([bucket_rank_of(r, rel, buckets) for r, rel in zip(rankings, rset.relevant)], cfg)
     out: dict[str, list[float]] = defaultdict(list)
     for ranking, relevant in zip(rankings, rset.relevant):
         for k in cfg.recall_ks:
@@ -326,6 +342,45 @@ def retrieval_set_from_pairs(
     return RetrievalSet(query_texts, list(candidates), relevant, excluded, counts)
 
 
+def online_set_from_pairs(
+    all_pairs: Sequence[Pair], query_pairs: Sequence[Pair], distractors: Sequence[str],
+    times: Mapping[str, Optional[float]], cfg: RetrievalValidationConfig,
+) -> RetrievalSet:
+    """The online protocol's set: the pool of `retrieval_set_from_pairs` (the pairs' documents plus `distractors`),
+    its texts on a `Timeline` by `times` (text -> epoch seconds or None; its order breaks ties of equal times), the
+    groups linked through any of `all_pairs`. Queries: of each of `query_pairs`, the later-filed end when it is a
+    protocol query (`evaluation.online.later_ends`), the `max_queries` first in stable hash order. Each query's
+    excluded candidates are those outside `online.candidate_mask` (not filed before it within `cfg.window_days`);
+    its relevant ones are the other members of its group in the pool (ranked only when in the window)."""
+    groups: DuplicateGroups[str] = DuplicateGroups()
+    for pair in all_pairs:
+        groups.link(pair.query, pair.document)
+    candidates = list(dict.fromkeys([p.document for p in query_pairs] + list(distractors)))
+    texts = list(dict.fromkeys([*candidates, *(t for p in query_pairs for t in (p.query, p.document))]))
+    first_row = {text: n for n, text in enumerate(times)}
+    texts.sort(key=lambda t: first_row.get(t, len(first_row)))  # stable: texts in no file keep their order, last
+    timeline = Timeline(texts, [times.get(t) for t in texts], [groups.find(t) if t in groups else None for t in texts])
+    positions = np.array(timeline.indices(candidates), dtype=np.int64)
+    buckets = timeline.bucket_of[positions]
+    queries = later_ends(timeline, [(p.query, p.document) for p in query_pairs])
+    queries = sorted(queries, key=lambda q: _stable_order(timeline.ids[q]))
+    if cfg.max_queries is not None:
+        queries = queries[: cfg.max_queries]
+    query_texts, relevant, excluded = [], [], []
+    for q in queries:
+        query_texts.append(timeline.ids[q])
+        inside = candidate_mask(timeline, q, cfg.window_days)[positions]
+        excluded.append(MaskSet(~inside))
+        relevant.append(frozenset(np.flatnonzero((buckets == timeline.bucket_of[q]) & (positions != q)).tolist()))
+    without_earlier = sum(not any(i not in e for i in r) for r, e in zip(relevant, excluded))
+    counts = {
+        "queries": len(query_texts), "candidates": len(candidates), "distractors": len(distractors),
+        "queries_without_earlier_relevant": without_earlier, "unknown_time": timeline.unknown_time,
+        "pairs_without_query": sum(not later_ends(timeline, [(p.query, p.document)]) for p in query_pairs),
+    }
+    return RetrievalSet(query_texts, candidates, relevant, excluded, counts, buckets=buckets)
+
+
 def build_retrieval_set(cfg: RetrievalValidationConfig, run_data: Optional[DataConfig] = None) -> RetrievalSet:
     """Read the pairs (the run's own data unless `cfg.pairs` names others) and distractors into a set."""
     data = cfg.pairs or run_data
@@ -339,7 +394,13 @@ def build_retrieval_set(cfg: RetrievalValidationConfig, run_data: Optional[DataC
             "(set validation_paths or a validation_fraction above 0, or split: all)"
         )
     distractors, skipped = read_distractors(cfg.distractors, data.clean) if cfg.distractors else ([], 0)
-    rset = retrieval_set_from_pairs(pairs.train + pairs.validation, queries, distractors, cfg)
+    if cfg.protocol == "online":
+        assert cfg.distractors is not None  # the config's validator
+        times, junk = text_times(cfg.distractors, data.clean, cfg.time_field)
+        rset = online_set_from_pairs(pairs.train + pairs.validation, queries, distractors, times, cfg)
+        rset.counts["junk_time"] = junk
+    else:
+        rset = retrieval_set_from_pairs(pairs.train + pairs.validation, queries, distractors, cfg)
     rset.counts["distractor_rows_skipped"] = skipped
     return rset
 

@@ -4,7 +4,9 @@
    (`evaluation.system.SystemScorer`): dense, BM25 fused with it, and re-ranked by the cross-encoder.
 2. Keep the BM25 weight, re-rank depth and re-rank weight that score best (`choose`); the stage's metrics are
    the chosen system's on `select` (`ir_*`), beside the dense bi-encoder's (`dense_ir_*`) and, with a re-ranker,
-   the first stage's alone (`first_stage_ir_*`).
+   the first stage's alone (`first_stage_ir_*`). With `select.protocol: online` every query is ranked in the online
+   protocol (only the reports filed before it within the window, a duplicate group counting once), so both the choice
+   and the metrics (`ir_rr_at_<k>`, `ir_mrr_at_<k>`, `ir_map_at_<k>`) are the online ones.
 3. With `register`, publish it (`publish_system`): the bi-encoder's registered version gets the served index
    (FAISS + BM25 + documents), the settings, and a link to the re-ranker's own registered version. A study
    registers only its winner, through the champion gate (tune/tuner.py).

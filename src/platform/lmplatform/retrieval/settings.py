@@ -143,7 +143,11 @@ def hybrid_metric_name(name: str) -> str:
 class RetrievalValidationConfig(Section):
     """Corpus-level retrieval validation (docs/tuning.md#selection-metrics): each validation query is ranked
     against the whole candidate pool (validation documents plus distractors) and scored with Recall@k,
-    MRR@k, nDCG@k and MAP@k. Ties count against the query. Logged as `val_ir_*`."""
+    MRR@k, nDCG@k and MAP@k. Ties count against the query. Logged as `val_ir_*`.
+
+    With `protocol: online` each query is ranked in the duplicate-detection field's online protocol
+    (`evaluation.online_validation`): only against the texts filed before it within `window_days`, a duplicate
+    group counting once (a bucket), scored `ir_rr_at_<k>`, `ir_mrr_at_<mrr_k>` and `ir_map_at_<map_k>`."""
 
     pairs: Optional[DataConfig] = Field(
         None, description="Where the validation pairs come from; the run's own `data` when empty (pair objectives). "
@@ -155,9 +159,10 @@ class RetrievalValidationConfig(Section):
         "train or validation) is relevant; 'pair': only the query's own documents.")
     distractors: Optional[DistractorConfig] = Field(None, description="Documents added to the candidate pool.")
     max_queries: Optional[int] = Field(None, ge=1, description="A stable hash sample of this many queries.")
-    recall_ks: list[int] = Field([1, 10, 20], min_length=1, description="Cut-offs of val_ir_recall_at_<k>.")
+    recall_ks: list[int] = Field([1, 10, 20], min_length=1, description="Cut-offs of val_ir_recall_at_<k> "
+                                 "(protocol online: of val_ir_rr_at_<k>, the recall rate).")
     mrr_k: int = Field(10, ge=1, description="Cut-off of val_ir_mrr_at_<k>.")
-    ndcg_k: int = Field(10, ge=1, description="Cut-off of val_ir_ndcg_at_<k>.")
+    ndcg_k: int = Field(10, ge=1, description="Cut-off of val_ir_ndcg_at_<k> (protocol corpus only).")
     map_k: int = Field(100, ge=1, description="Cut-off of val_ir_map_at_<k> (average precision over the top k).")
     batch_size: int = Field(64, ge=1, description="Texts (or cross-encoder pairs) per forward pass.")
     first_stage: str = Field(
@@ -167,6 +172,32 @@ class RetrievalValidationConfig(Section):
     hybrid: Optional[FusionSettings] = Field(
         None, description="Bi-encoders only: also rank every query by BM25 fused with the model (retrieval.fusion) "
         "and report those metrics as val_ir_hybrid_*, e.g. {bm25_weight: 0.2, fusion: convex}.")
+    protocol: Literal["corpus", "online"] = Field(
+        "corpus", description="corpus: each query ranks the whole pool; val_ir_recall_at_<k>, val_ir_mrr_at_<mrr_k>, "
+        "val_ir_ndcg_at_<ndcg_k>, val_ir_map_at_<map_k>. online: the field's protocol (Sun et al. 2011; "
+        "evaluation.online): the texts get their filing time from the distractor files' `time_field`; a query is "
+        "the later-filed end of a pair that duplicates an earlier text, ranked against the pool's texts filed before "
+        "it within `window_days`, a duplicate group counting once (its best candidate); a query whose group has no "
+        "earlier candidate in the window (or none in the top max(k) ranked) is a miss; texts of unknown time are "
+        "neither queries nor candidates. Metrics: val_ir_rr_at_<k> (recall rate: the group in the top k, for "
+        "recall_ks), val_ir_mrr_at_<mrr_k> and val_ir_map_at_<map_k> (1/rank of the group, 0 beyond the cut-off), "
+        "so a study or the system stage choosing on ir_mrr_at_10 keeps its metric name; no nDCG.")
+    time_field: str = Field("created", min_length=1, description="online: the distractor rows' filing time (ISO 8601 "
+                            "or epoch seconds; `data.fields.parse_time`); a text without one (or with junk) is neither "
+                            "query nor candidate, and is counted.")
+    window_days: Optional[float] = Field(365.0, gt=0, allow_inf_nan=False, description="online: candidates were filed "
+                                         "at most this many days before the query; null: no window.")
+
+    @model_validator(mode="after")
+    def _online_needs_times_and_groups(self) -> "RetrievalValidationConfig":
+        if self.protocol == "online":
+            if self.distractors is None:
+                raise ValueError("protocol 'online' needs distractors: the reports file whose `time_field` "
+                                 f"({self.time_field!r}) times the texts (allowed protocols: 'corpus', 'online')")
+            if self.relevance != "group":
+                raise ValueError("protocol 'online' ranks duplicate groups: relevance must be 'group' "
+                                 f"(got {self.relevance!r}; allowed: 'group', 'pair' with protocol 'corpus')")
+        return self
 
     @field_validator("recall_ks")
     @classmethod
@@ -181,6 +212,8 @@ class RetrievalValidationConfig(Section):
 
     def ranking_metric_names(self) -> tuple[str, ...]:
         """The `ir_*` metrics of one ranking of every query (`score_rankings`)."""
+        if self.protocol == "online":
+            return (*(f"ir_rr_at_{k}" for k in self.recall_ks), f"ir_mrr_at_{self.mrr_k}", f"ir_map_at_{self.map_k}")
         return (*(f"ir_recall_at_{k}" for k in self.recall_ks), f"ir_mrr_at_{self.mrr_k}",
                 f"ir_ndcg_at_{self.ndcg_k}", f"ir_map_at_{self.map_k}")
 
