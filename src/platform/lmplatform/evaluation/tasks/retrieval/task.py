@@ -91,6 +91,14 @@ def online_scorer(retriever: Retriever, inputs: OnlineInputs, depth: int) -> Cal
     return score_fn
 
 
+def _indexed(spec: RetrieverSpec, models: ModelCache, ids: list[str], texts: list[str]) -> tuple[Retriever, float]:
+    """The spec's retriever over the corpus, and the seconds indexing took."""
+    retriever = build_retriever(spec, models)
+    start = time.perf_counter()
+    retriever.index(ids, texts)
+    return retriever, time.perf_counter() - start
+
+
 def _online_rows(task: RetrievalTask, ds: RetrievalDataset, data: RetrievalData, models: ModelCache) -> list[dict[str, Any]]:
     """One row per scenario x retriever (x fusion variant) of a dataset under the online protocol."""
     rows = []
@@ -98,10 +106,7 @@ def _online_rows(task: RetrievalTask, ds: RetrievalDataset, data: RetrievalData,
     for scenario in task.scenarios:
         inputs = online_inputs(data, ds, scenario)
         for spec in task.retrievers:
-            retriever = build_retriever(spec, models)
-            start = time.perf_counter()
-            retriever.index(inputs.corpus_ids, inputs.corpus_texts)
-            index_seconds = time.perf_counter() - start
+            retriever, index_seconds = _indexed(spec, models, inputs.corpus_ids, inputs.corpus_texts)
             for name, fusion in spec.variants():
                 start = time.perf_counter()
                 report = evaluate_online(inputs.timeline, inputs.queries,
@@ -137,10 +142,7 @@ def run(task: RetrievalTask, output_dir: Path, models: Optional[ModelCache] = No
         for scenario in task.scenarios:
             inputs = scenario_inputs(data, ds, scenario)
             for spec in task.retrievers:
-                retriever = build_retriever(spec, models)
-                start = time.perf_counter()
-                retriever.index(inputs.corpus_ids, inputs.corpus_texts)
-                index_seconds = time.perf_counter() - start
+                retriever, index_seconds = _indexed(spec, models, inputs.corpus_ids, inputs.corpus_texts)
                 for name, fusion in spec.variants():
                     start = time.perf_counter()
                     hits = _fused_with(retriever, fusion).search(inputs.query_texts, k_max, exclude=inputs.exclude)
