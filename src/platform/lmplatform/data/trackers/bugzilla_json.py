@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from lmplatform.data.trackers.jsonfiles import Item, check_some_read, read_json_document
+from lmplatform.data.trackers.jsonfiles import Item, check_some_read, read_export
 from lmplatform.data.trackers.records import ReadResult, SourceRecord
 from lmplatform.data.trackers.values import id_text
 
@@ -20,10 +20,7 @@ def read_bugzilla_json(paths: Sequence[str]) -> ReadResult:
     comments: dict[str, list[Any]] = {}
     bugs: list[Item] = []
     for path in paths:
-        document = read_json_document(path, EXPECTED)
-        for line, reason in document.bad_lines:
-            result.rows += 1
-            result.skip("not valid JSON", f"{path}:{line}", reason)
+        document = read_export(path, EXPECTED, result)
         value = document.value
         if isinstance(value, dict):
             comments.update(_comment_lists(value.get("comments")))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from lmplatform.data.trackers.jsonfiles import check_some_read, read_json_document
+from lmplatform.data.trackers.jsonfiles import check_some_read, read_export
 from lmplatform.data.trackers.records import ReadResult, SourceRecord
 from lmplatform.data.trackers.values import id_text
 
@@ -20,10 +20,7 @@ def read_github_json(paths: Sequence[str]) -> ReadResult:
     A `duplicate` label that names no issue is counted in the notes."""
     result = ReadResult()
     for path in paths:
-        document = read_json_document(path, EXPECTED)
-        for line, reason in document.bad_lines:
-            result.rows += 1
-            result.skip("not valid JSON", f"{path}:{line}", reason)
+        document = read_export(path, EXPECTED, result)
         items = document.items(["items", "issues"], EXPECTED)
         shaped, first_reason = 0, ""
         for item in items:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from lmplatform.data.trackers.jsonfiles import check_some_read, read_json_document
+from lmplatform.data.trackers.jsonfiles import check_some_read, read_export
 from lmplatform.data.trackers.records import ReadResult, SourceRecord
 from lmplatform.data.trackers.values import id_text
 
@@ -16,10 +16,7 @@ def read_jira_json(paths: Sequence[str]) -> ReadResult:
     either direction); an item without a `fields` object is skipped."""
     result = ReadResult()
     for path in paths:
-        document = read_json_document(path, EXPECTED)
-        for line, reason in document.bad_lines:
-            result.rows += 1
-            result.skip("not valid JSON", f"{path}:{line}", reason)
+        document = read_export(path, EXPECTED, result)
         items = document.items(["issues"], EXPECTED)
         shaped, first_reason = 0, ""
         for item in items:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from lmplatform.data.readers import DataError
+from lmplatform.data.trackers.records import ReadResult
 
 
 @dataclass(frozen=True)
@@ -85,3 +86,13 @@ def check_some_read(path: str, items: int, shaped: int, first_reason: str, expec
     """A DataError when a file had items and none had the format's shape: the wrong format, not a few bad rows."""
     if items and not shaped:
         raise DataError(f"{path}: none of its {items} item(s) reads as {expected} (e.g. {first_reason})")
+
+
+def read_export(path: str, expected: str, result: ReadResult) -> JsonDocument:
+    """`read_json_document`, its JSONL lines that do not parse counted in `result` as rows skipped ("not valid
+    JSON", with the line and why): what every JSON export reader does first."""
+    document = read_json_document(path, expected)
+    for line, reason in document.bad_lines:
+        result.rows += 1
+        result.skip("not valid JSON", f"{path}:{line}", reason)
+    return document
