@@ -18,9 +18,7 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.data.cleaning import clean_text
-from lmplatform.data.fields import join_fields
-from lmplatform.data.readers import BadRow, detect_format, expand_paths, read_rows
+from lmplatform.evaluation.distractors import distractor_rows
 from lmplatform.evaluation.online import report_time
 from lmplatform.retrieval.settings import DistractorConfig, RetrievalValidationConfig
 
@@ -52,17 +50,10 @@ def text_times(cfg: DistractorConfig, clean: bool, time_field: str) -> tuple[dic
     Texts are joined and cleaned as `read_distractors` joins them, so they match the set's texts."""
     times: dict[str, Optional[float]] = {}
     junk = 0
-    for path in expand_paths(cfg.paths):
-        fmt = detect_format(path)
-        names = ["text"] if fmt == "text" else cfg.fields
-        for row in read_rows(path, fmt):
-            if isinstance(row, BadRow):
-                continue
-            text = join_fields(row.fields, names)
-            text = clean_text(text) if clean else text
-            if text.strip() and text not in times:
-                times[text], bad = report_time(row.fields, time_field)
-                junk += bad
+    for row in distractor_rows(cfg, clean):
+        if row is not None and row[0].strip() and row[0] not in times:
+            times[row[0]], bad = report_time(row[1], time_field)
+            junk += bad
     return times, junk
 
 

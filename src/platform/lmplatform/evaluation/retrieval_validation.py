@@ -29,11 +29,10 @@ from typing import AbstractSet, Any, Callable, Collection, Hashable, Mapping, Op
 import numpy as np
 
 from lmplatform.config.schema import DataConfig
-from lmplatform.data.cleaning import clean_text
-from lmplatform.data.fields import join_fields
 from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.pairs import Pair, read_pairs
-from lmplatform.data.readers import BadRow, DataError, detect_format, expand_paths, read_rows
+from lmplatform.data.readers import DataError
+from lmplatform.evaluation.distractors import distractor_rows
 from lmplatform.evaluation.online import Timeline, candidate_mask, later_ends
 from lmplatform.evaluation.online_validation import MaskSet, bucket_rank_of, online_metrics, text_times
 from lmplatform.metrics.retrieval import average_precision, mrr_at_k, ndcg_at_k, rank_by_score, recall_at_k
@@ -277,19 +276,11 @@ def read_distractors(cfg: DistractorConfig, clean: bool) -> tuple[list[str], int
     """(distinct document texts, rows skipped as unusable) from the distractor files."""
     texts: dict[str, None] = {}
     skipped = 0
-    for path in expand_paths(cfg.paths):
-        fmt = detect_format(path)
-        names = ["text"] if fmt == "text" else cfg.fields
-        for row in read_rows(path, fmt):
-            if isinstance(row, BadRow):
-                skipped += 1
-                continue
-            text = join_fields(row.fields, names)
-            text = clean_text(text) if clean else text
-            if text.strip():
-                texts[text] = None
-            else:
-                skipped += 1
+    for row in distractor_rows(cfg, clean):
+        if row is not None and row[0].strip():
+            texts[row[0]] = None
+        else:
+            skipped += 1
     documents = list(texts)
     if cfg.max_documents is not None and len(documents) > cfg.max_documents:
         documents = random.Random(cfg.seed).sample(documents, cfg.max_documents)
