@@ -222,3 +222,19 @@ def test_the_collection_file_is_durable_before_it_is_linked(tmp_path: Path, monk
     ensure_collection(tmp_path)
     staging = next(e.split(" ", 1)[1] for e in events if e.startswith("link "))
     assert events.index(f"fsync {staging}") < events.index(f"link {staging}")
+
+
+def test_the_writers_health_check_fails_while_its_log_refuses_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Serve restarts a writer whose health check fails, and the restart's reopening cuts the fragment."""
+    from lmplatform.serving.writer import ChangeLogWriter
+
+    writer = ChangeLogWriter.func_or_class(str(tmp_path), 100)
+    writer.check_health()
+    monkeypatch.setattr(os, "write", lambda handle, data: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    monkeypatch.setattr(os, "ftruncate", lambda handle, size: (_ for _ in ()).throw(OSError(5, "Input/output error")))
+    with pytest.raises(ChangeLogError):
+        writer.log.append([_upsert("a", 1.0)])
+    monkeypatch.undo()
+    with pytest.raises(ChangeLogError, match="could not be taken back"):
+        writer.check_health()
+    writer.log.close()

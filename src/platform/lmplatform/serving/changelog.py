@@ -279,6 +279,11 @@ class ChangeLog:
                                    "succeeds: %s", self.folder, self.committed, exc)
         return [change.seq for change in changes]
 
+    @property
+    def refusing_writes(self) -> Optional[str]:
+        """Why appends are refused until the log is opened again (None: they are not)."""
+        return self._broken
+
     def _take_back(self, end: int, cause: OSError) -> None:
         """Cut the current log file back to `end` bytes after a failed write; if that fails too, refuse writes."""
         try:

@@ -5,8 +5,9 @@ alike, with no coordination between replicas; the log it appends to is what a re
 a redeployed application replays. Concurrent upserts are grouped (`@serve.batch`): one write and one fsync
 per group, so the disk's sync latency is paid once for many requests, and each is acknowledged only after it.
 
-Serve restarts the replica if it dies; it opens the folder again (cutting off a torn, unacknowledged last
-line) and goes on from the last durable change. A replica of an earlier deployment of the application may
+Serve restarts the replica if it dies, or fails its health check (a log that refuses writes after a failed write
+it could not take back); it opens the folder again (cutting off a torn, unacknowledged last line) and goes on from
+the last durable change. A replica of an earlier deployment of the application may
 still hold the folder's lock while it stops: the new one waits for it (`LOCK_WAIT_S`).
 """
 from __future__ import annotations
@@ -56,6 +57,12 @@ class ChangeLogWriter:
             out.append(seqs[start:start + len(group)])
             start += len(group)
         return out
+
+    def check_health(self) -> None:
+        """Serve's periodic health check. A log that refuses writes (a failed write it could not take back) fails it,
+        so Serve restarts this replica, and opening the log again cuts the unacknowledged fragment."""
+        if self.log.refusing_writes is not None:
+            raise ChangeLogError(f"change log {self.log.folder}: {self.log.refusing_writes}")
 
     def changes_since(self, seq: int) -> tuple[int, list[Change]]:
         """(committed seq, the last change of each document changed after `seq`)."""
