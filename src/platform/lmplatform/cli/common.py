@@ -8,6 +8,8 @@ from lmplatform.config.loader import ConfigError
 from lmplatform.data.readers import DataError
 from lmplatform.models.resolve import ModelNotFoundError
 
+TRACKING_URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite at <project>/mlruns/mlflow.db)."
+
 console = Console(stderr=True)
 RunConfigSetOption = typer.Option(None, "--set", help="Override a field: --set optim.max_steps=5 (repeatable).")
 

@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from lmplatform.cli.common import TRACKING_URI_HELP, fail, user_errors
 from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.models.resolve import download_model
 from lmplatform.runtime import resolve_tracking_uri
@@ -21,13 +22,12 @@ def export(
                                                "text fields, or one text a line."),
     log: bool = typer.Option(False, "--log", help="Also log the export to the model's MLflow run, beside model/ "
                              "(models:/ and runs:/ only)."),
-    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+    tracking_uri: Optional[str] = typer.Option(None, help=TRACKING_URI_HELP),
 ) -> None:
     """Export a model for sentence-transformers, TEI/Infinity or ONNX Runtime; print what the folder holds and how
     to load it."""
     from mlflow.exceptions import MlflowException
 
-    from lmplatform.cli.common import fail, user_errors
     from lmplatform.models.export import FORMATS, ExportError, export_model
     from lmplatform.models.openvino_backend import MissingExtra, read_calibration_texts
 

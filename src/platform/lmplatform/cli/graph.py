@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from lmplatform.cli.common import TRACKING_URI_HELP, fail, user_errors
 from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
 from lmplatform.graph.data import read_ade, read_folds, split_fold
 from lmplatform.ray_runtime import ensure_ray
@@ -22,8 +23,6 @@ def inspect_data(
     fail_on_bad_row: bool = typer.Option(False, "--fail-on-bad-row", help="Stop at the first bad sentence."),
 ) -> None:
     """Validate sentences (spans, relations, tokens) and print counts, bad rows and fold sizes."""
-    from lmplatform.cli.common import fail, user_errors
-
     try:
         sentences, report = read_ade(paths, "fail" if fail_on_bad_row else "skip")
         out = {"summary": report.summary(), **{k: v for k, v in report.__dict__.items() if k != "files"}}
@@ -41,14 +40,13 @@ def evaluate(
     config: Path = typer.Option(..., "--config", "-c", help="Relation evaluation YAML (see configs/eval/relations_ade.yaml)."),
     overrides: Optional[List[str]] = typer.Option(None, "--set", help="Override a field: --set folds=[0,1] (repeatable)."),
     output: Path = typer.Option(Path("runs/relation_eval"), help="Folder for relation_eval.json and the t-SNE PNGs."),
-    tracking_uri: Optional[str] = typer.Option(None, help="MLflow URI (default: $MLFLOW_TRACKING_URI, else <project>/mlruns)."),
+    tracking_uri: Optional[str] = typer.Option(None, help=TRACKING_URI_HELP),
     experiment: str = typer.Option("lmplatform-graph", help="MLflow experiment."),
     run_name: Optional[str] = typer.Option(None, help="MLflow run name."),
     local: bool = typer.Option(False, "--local", help="Run folds one after another in this process instead of as Ray tasks."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)."),
 ) -> None:
     """KNN NER / RE / RE- macro-F1 (k chosen per fold), linear probes and CLGS accuracy; one Ray task per fold."""
-    from lmplatform.cli.common import fail, user_errors
     from lmplatform.evaluation.relations import RelationEvalConfig, run_cross_validation
 
     try:

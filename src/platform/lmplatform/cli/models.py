@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from lmplatform.cli.common import TRACKING_URI_HELP, fail
 from lmplatform.runtime import resolve_tracking_uri
 from lmplatform.tracking.model_card import read_model_card, write_model_card
 from lmplatform.tracking.version_tags import DECISION_TAG, FINGERPRINT_TAG, METRIC_TAG, REASON_TAG, VALUE_TAG
@@ -17,7 +18,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="The MLflow m
 def model_versions(tracking_uri: str, name: Optional[str] = None) -> list[dict[str, Any]]:
     """Every version (of `name`, or of every registered model), newest first, with aliases and metric tags."""
     from mlflow.tracking import MlflowClient
-
 
     client = MlflowClient(tracking_uri)
     names = [name] if name else sorted(m.name for m in client.search_registered_models())
@@ -40,14 +40,12 @@ def model_versions(tracking_uri: str, name: Optional[str] = None) -> list[dict[s
 @app.command("list")
 def list_models(
     name: Optional[str] = typer.Option(None, "--name", "-n", help="Only this registered model."),
-    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+    tracking_uri: Optional[str] = typer.Option(None, help=TRACKING_URI_HELP),
 ) -> None:
     """Show registered versions with their metrics; the champion is marked."""
     from mlflow.exceptions import MlflowException
     from rich.console import Console
     from rich.table import Table
-
-    from lmplatform.cli.common import fail
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
@@ -105,12 +103,10 @@ def why(
     name: str = typer.Argument(..., help="Registered model name."),
     version: Optional[str] = typer.Option(None, "--version", "-v", help="Default: the newest version."),
     alias: str = typer.Option("champion", help="The alias the gate decides on."),
-    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+    tracking_uri: Optional[str] = typer.Option(None, help=TRACKING_URI_HELP),
 ) -> None:
     """Why a version is, or is not, the champion: the gate's decision and the numbers behind it."""
     from mlflow.exceptions import MlflowException
-
-    from lmplatform.cli.common import fail
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
@@ -127,13 +123,12 @@ def card(
     name: str = typer.Argument(..., help="Registered model name."),
     version: Optional[str] = typer.Option(None, "--version", "-v", help="Default: the newest version."),
     refresh: bool = typer.Option(False, help="Write the card again from the run and the version's tags first."),
-    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+    tracking_uri: Optional[str] = typer.Option(None, help=TRACKING_URI_HELP),
 ) -> None:
     """Print a version's MODEL_CARD.md (written when it was registered, and again after the champion gate)."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.cli.common import fail
     uri = resolve_tracking_uri(tracking_uri)
     try:
         if version is None:
@@ -153,14 +148,13 @@ def promote(
     name: str = typer.Argument(..., help="Registered model name."),
     version: str = typer.Argument(..., help="The version that gets the alias."),
     alias: str = typer.Option("champion", help="The alias to move."),
-    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+    tracking_uri: Optional[str] = typer.Option(None, help=TRACKING_URI_HELP),
 ) -> None:
     """Move an alias to a version by hand (a study's gate moves it by itself). A service started with
     `lmp serve run --watch-interval` follows: with live.dir set it rebuilds the version's index, then reloads."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.cli.common import fail
     uri = resolve_tracking_uri(tracking_uri)
     client = MlflowClient(uri)
     try:

@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from lmplatform.cli.common import TRACKING_URI_HELP, fail, user_errors
 from lmplatform.ray_runtime import ensure_ray
 from lmplatform.serving.access_log import ACCESS_LOG_ENV
 from lmplatform.serving.settings import ServeConfigError
@@ -18,7 +19,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Serve the ch
 
 
 def _errors() -> tuple[type[BaseException], ...]:
-    from lmplatform.cli.common import user_errors
     from lmplatform.serving.control import ServeControlError
     from lmplatform.serving.release import ReleaseError
 
@@ -32,7 +32,7 @@ def run(
     index: Optional[str] = typer.Option(None, help="Saved VectorIndex folder (default: the model run's `index` artifact)."),
     documents: Optional[str] = typer.Option(None, help="Document store JSONL (default: documents.jsonl in the index)."),
     reranker: Optional[str] = typer.Option(None, help="Cross-encoder folder or models:/ URI for rerank=true."),
-    tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)."),
+    tracking_uri: Optional[str] = typer.Option(None, help=TRACKING_URI_HELP),
     overrides: Optional[List[str]] = typer.Option(None, "--set", help="Override an app arg: --set limits.max_k=50."),
     no_batching: bool = typer.Option(False, "--no-batching", help="Encode every request on its own (benchmark baseline)."),
     name: Optional[str] = typer.Option(None, help="Application name in the config (default: the first)."),
@@ -52,7 +52,6 @@ def run(
                                  "(by default they go to the replicas' log files only)."),
 ) -> None:
     """Validate, deploy on 127.0.0.1 and keep serving until Ctrl-C (the bearer token comes from $LMP_SERVE_TOKEN)."""
-    from lmplatform.cli.common import fail
     from lmplatform.serving import control
     from lmplatform.serving.launch import launch, plan_launch
 
@@ -120,7 +119,6 @@ def reload(
     force: bool = typer.Option(False, help="Reload even if the alias still names the served version."),
 ) -> None:
     """Move the running application to the version its alias names now; requests keep being answered."""
-    from lmplatform.cli.common import fail
     from lmplatform.serving import control
 
     try:
@@ -139,7 +137,6 @@ def rebuild(
 ) -> None:
     """Rebuild the index of the version the alias names now from the documents served now (base corpus, upserts,
     no deletions) with a Ray Data job, log it with the version, and hot-reload onto it (needs live.dir)."""
-    from lmplatform.cli.common import fail
     from lmplatform.serving import control
 
     try:
@@ -157,7 +154,6 @@ def status(
     address: str = typer.Option("auto", help="Ray address of the cluster running the application."),
 ) -> None:
     """Application and deployment states, replicas, and the model version being served."""
-    from lmplatform.cli.common import fail
     from lmplatform.serving import control
 
     try:
@@ -175,7 +171,6 @@ def demo(
     tracking_uri: Optional[str] = typer.Option(None, help="MLflow tracking URI for models:/ URIs."),
 ) -> None:
     """Serve a model over a small corpus, send a few real queries over HTTP, print the hits and shut down."""
-    from lmplatform.cli.common import fail
     from lmplatform.serving.demo import DEMO_QUERIES, serve_and_query
 
     try:

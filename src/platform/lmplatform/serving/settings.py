@@ -89,7 +89,8 @@ class ServeSettings(Section):
 
     model: str = Field(..., min_length=1, description="models:/<name>@<alias> (e.g. @champion), models:/<name>/<version>, "
                        "a model folder, or 'default' (the packaged MiniLM).")
-    tracking_uri: Optional[str] = Field(None, description="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns).")
+    tracking_uri: Optional[str] = Field(None, description="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite at "
+                                        "<project>/mlruns/mlflow.db).")
     index: Optional[str] = Field(None, description="Folder of a saved VectorIndex (ray_jobs/build_index.py). Default: the "
                                  "`index_artifact` of the model version's MLflow run.")
     index_artifact: str = Field("index", min_length=1, description="Artifact path of the index in the model's run.")
