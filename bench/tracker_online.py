@@ -20,12 +20,12 @@ Rows:
   - the system's bi-encoder, dense, scored here;
   - the served system: `lmp serve run` with the registered version over a live index of the reports filed before
     the test period. The test period is then replayed in filing order over HTTP: every test query is one
-    `POST /v1/duplicates` per mode (its own id excluded) and the last one adds it (`add: true`); every other
-    report is upserted with `POST /v1/documents`. So each query meets exactly the reports filed before it (the
-    window applied to the hits), as a deployed finder would. Modes: dense, hybrid, metadata, and as registered.
-    A request asks for K=1,000 hits and the window is applied to them; a relevant bucket outside them ranks behind
-    every candidate bucket in them, so RR@k and MRR@10 are exact while 20 candidate buckets come back (reported:
-    `served_short_lists`, queries with fewer).
+    `POST /v1/duplicates` per mode and window (its own id excluded; `window_days: 365`, and none), and the last
+    one adds it (`add: true`); every other report is upserted with `POST /v1/documents`. So each query meets
+    exactly the reports filed before it, as a deployed finder would, and the service searches only its window.
+    Modes: dense, hybrid, metadata, and as registered. A request asks for K=1,000 hits; a relevant bucket outside
+    them ranks behind every candidate bucket in them, so RR@k and MRR@10 are exact while 20 candidate buckets come
+    back (reported: `served_short_lists`, windowed queries with fewer).
 Every row is scored in the 365-day window (the targets) and without one.
 BM25F's and REP's document statistics are the whole corpus's (as the literature's re-implementations index it);
 the served BM25 knows only the reports filed so far.
@@ -62,7 +62,7 @@ WINDOW_DAYS = 365.0
 # The protocol's window, which the targets read, and none: on this subset (4,548 reports over 13 years) a third of
 # the test queries' earlier duplicates lie more than 365 days back, misses for every row.
 WINDOWS: dict[str, Optional[float]] = {"365 days": WINDOW_DAYS, "no window": None}
-K = 1000  # hits per served request (limits.max_k): deep enough that the window, applied to the hits, leaves 20
+K = 1000  # hits per served request (limits.max_k): deep enough to hold 20 candidate buckets of the protocol
 METADATA_FIELDS = ("product", "component", "created")
 SERVED_MODES = {"dense": {"mode": "dense"}, "hybrid": {"mode": "hybrid"}, "metadata": {"mode": "metadata"},
                 "as registered": {}}
@@ -237,12 +237,14 @@ def base_index(data: Data, model: str, folder: Path) -> tuple[Path, int]:
 
 
 def replay(url: str, data: Data) -> dict[str, Any]:
-    """The test period in filing order: queries through /v1/duplicates in every mode (the last adds the report),
-    the other reports through /v1/documents. Per mode: hit ids per query, p50/p99 latency; short hit lists."""
+    """The test period in filing order: queries through /v1/duplicates in every mode and under each window (the
+    request's window_days; the last request adds the report), the other reports through /v1/documents.
+    Per window and mode: hit ids per query; per mode, p50/p99 latency of the windowed requests."""
     import httpx
 
     queries = set(data.test)
-    hits: dict[str, dict[int, list[str]]] = {mode: {} for mode in SERVED_MODES}
+    asks = [(label, mode, choice) for label in WINDOWS for mode, choice in SERVED_MODES.items()]
+    hits: dict[str, dict[str, dict[int, list[str]]]] = {label: {mode: {} for mode in SERVED_MODES} for label in WINDOWS}
     latencies: dict[str, list[float]] = {mode: [] for mode in SERVED_MODES}
     pending: list[dict[str, Any]] = []
     replayed = [int(i) for i in data.timeline.order if data.timeline.created[i] >= data.test_start]
@@ -261,15 +263,18 @@ def replay(url: str, data: Data) -> dict[str, Any]:
                 continue
             flush()
             report = {k: document[k] for k in ("id", "title", "text", "metadata")}
-            for i, (mode, choice) in enumerate(SERVED_MODES.items()):
-                body = {"report": report, "k": K, **choice, "add": i == len(SERVED_MODES) - 1}
+            for i, (label, mode, choice) in enumerate(asks):
+                window = {} if WINDOWS[label] is None else {"window_days": WINDOWS[label]}
+                body = {"report": report, "k": K, **choice, **window, "add": i == len(asks) - 1}
                 start = time.perf_counter()
                 response = client.post("/v1/duplicates", json=body)
-                latencies[mode].append(time.perf_counter() - start)
+                if window:
+                    latencies[mode].append(time.perf_counter() - start)
                 response.raise_for_status()
-                hits[mode][position] = [hit["id"] for hit in response.json()["hits"]]
-            if len(hits["dense"]) % 100 == 0:
-                print(f"[bench] replay: {n + 1}/{len(replayed)} reports, {len(hits['dense'])} queries", flush=True)
+                hits[label][mode][position] = [hit["id"] for hit in response.json()["hits"]]
+            done = len(hits[label]["dense"])
+            if done % 100 == 0:
+                print(f"[bench] replay: {n + 1}/{len(replayed)} reports, {done} queries", flush=True)
         flush()
         live_seq = client.get("/v1/model").json().get("live_seq")
     return {"hits": hits, "replayed": len(replayed), "live_seq": live_seq,
@@ -278,23 +283,30 @@ def replay(url: str, data: Data) -> dict[str, Any]:
 
 
 def served_rows(data: Data, replayed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
-    """Each mode's hit lists scored by the protocol: a hit's score falls with its rank; reports not returned -inf."""
+    """Each mode's hit lists, under each window those its requests asked for, scored by the protocol: a hit's score
+    falls with its rank; reports not returned -inf. Short lists: queries given fewer than 20 windowed buckets."""
     from lmplatform.evaluation.online import candidate_mask
 
     position = {doc_id: i for i, doc_id in enumerate(data.timeline.ids)}
-    rows, short = {}, {}
-    for mode, by_query in replayed["hits"].items():
-        def score_one(q: int, by_query: dict[int, list[str]] = by_query) -> np.ndarray:
+
+    def scorer(by_query: dict[int, list[str]]) -> Callable[[int], np.ndarray]:
+        def score_one(q: int) -> np.ndarray:
             scores = np.full(len(data.timeline), -np.inf)
             for rank, doc_id in enumerate(by_query[q]):
                 scores[position[doc_id]] = K - rank
             return scores
+        return score_one
 
-        rows[f"served system, {mode}"] = evaluate(data, data.test, score_one)
-        short[mode] = sum(
-            len({data.timeline.bucket_of[position[d]] for d in ids
-                 if candidate_mask(data.timeline, q, WINDOW_DAYS)[position[d]]}) < max(KS)
-            for q, ids in by_query.items())
+    rows: dict[str, Any] = {}
+    for mode in SERVED_MODES:
+        rows[f"served system, {mode}"] = {
+            label: evaluate(data, data.test, scorer(replayed["hits"][label][mode]), {label: days})[label]
+            for label, days in WINDOWS.items()}
+    windowed = replayed["hits"]["365 days"]
+    short = {mode: sum(len({data.timeline.bucket_of[position[d]] for d in ids
+                            if candidate_mask(data.timeline, q, WINDOW_DAYS)[position[d]]}) < max(KS)
+                       for q, ids in by_query.items())
+             for mode, by_query in windowed.items()}
     return rows, short
 
 

@@ -7,7 +7,15 @@ from lmplatform.metrics.retrieval import rank_by_score
 from lmplatform.models.cross_encoder import CrossEncoder
 from lmplatform.models.encoder import Encoder
 from lmplatform.retrieval.fusion import convex_scores, reciprocal_rank_fusion
-from lmplatform.retrieval.retrievers import BM25Retriever, DenseRetriever, HybridRetriever, TwoStageRetriever, rerank
+from lmplatform.retrieval.retrievers import (
+    BM25Retriever,
+    DenseRetriever,
+    HybridRetriever,
+    TwoStageRetriever,
+    admitted_hits,
+    hybrid_search,
+    rerank,
+)
 from lmplatform.retrieval.settings import FusionSettings
 
 CORPUS = {
@@ -129,3 +137,37 @@ def test_bm25_saves_and_loads_with_its_ids(tmp_path: Path) -> None:
     assert np.array_equal(loaded.query_scores(["printer"])[0], bm25.query_scores(["printer"])[0])
     with pytest.raises(FileNotFoundError, match="bm25_meta.json is missing"):
         BM25Retriever.load(tmp_path)
+
+
+def test_admitted_hits_search_deeper_until_the_filter_keeps_enough() -> None:
+    ranked = [(f"d{i}", 1.0 - i / 100) for i in range(50)]
+    widths: list[int] = []
+
+    def search(width: int) -> list[tuple[str, float]]:
+        widths.append(width)
+        return ranked[:width]
+
+    every_tenth = {f"d{i}" for i in range(0, 50, 10)}
+    assert admitted_hits(search, 3, every_tenth.__contains__, 50) == [("d0", 1.0), ("d10", 0.9), ("d20", 0.8)]
+    assert widths == [3, 12, 48]  # 4× deeper each time, until three of them are kept
+    widths.clear()
+    assert admitted_hits(search, 9, every_tenth.__contains__, 50) == [h for h in ranked if h[0] in every_tenth]
+    assert widths[-1] == 50  # the whole index searched, and fewer than asked returned
+    widths.clear()
+    assert admitted_hits(lambda width: ranked[:7][:width], 5, lambda d: d != "d0", 50) == ranked[1:6]
+    assert admitted_hits(lambda width: ranked[:4][:width], 5, lambda d: d != "d0", 50) == ranked[1:4]  # it ran out
+
+
+def test_a_filtered_hybrid_search_fills_its_pool_from_the_documents_it_keeps(tiny_bert: Path) -> None:
+    encoder = Encoder.from_pretrained(tiny_bert, max_seq_length=32)
+    hybrid = HybridRetriever(DenseRetriever(encoder), settings=FusionSettings(bm25_weight=0.4, hybrid_candidates=2))
+    hybrid.index(list(CORPUS), list(CORPUS.values()))
+    query = ["printer on the second floor"]
+    vectors = encoder.encode(query)
+    kept = set(list(CORPUS)[1::2])
+    everything = hybrid_search(hybrid.dense.vector_index, hybrid.bm25, vectors, query, 6, hybrid.settings)[0]
+    filtered = hybrid_search(hybrid.dense.vector_index, hybrid.bm25, vectors, query, 6, hybrid.settings, admit=kept.__contains__)[0]
+    assert {d for d, _ in filtered} == kept and len(everything) == len(CORPUS)
+    # a filter is an exclusion of everything it does not keep
+    left_out = [set(CORPUS) - kept]
+    assert filtered == hybrid_search(hybrid.dense.vector_index, hybrid.bm25, vectors, query, 6, hybrid.settings, left_out)[0]

@@ -255,3 +255,38 @@ def test_a_duplicates_plan_names_the_reports_metadata() -> None:
     query = SearchRequest(query="vpn", mode="metadata", metadata={"created": "last tuesday"})
     _limit_error(lambda: plan_search(query, registered, False, 8, metadata_field="report.metadata"),
                  "report.metadata.created", 422)
+
+
+def test_a_time_window_reads_any_tracker_time_and_names_the_field_it_cannot_read() -> None:
+    plan = plan_search(SearchRequest(query="vpn", filed_after="01/Jan/70 00:10", filed_before=3600), None, False, 8)
+    assert plan.window is not None and (plan.window.field, plan.window.after, plan.window.before) == ("created", 600, 3600)
+    assert plan_search(SearchRequest(query="vpn", filed_before=5, time_field="opened"), None, False, 8).window.field == "opened"
+    assert plan_search(SearchRequest(query="vpn"), None, False, 8).window is None
+    _limit_error(lambda: plan_search(SearchRequest(query="vpn", filed_after="soon"), None, False, 8), "filed_after", 422)
+    _limit_error(lambda: plan_search(SearchRequest(query="vpn", filed_before=True), None, False, 8), "filed_before", 422)
+    _limit_error(lambda: plan_search(SearchRequest(query="vpn", filed_after=10, filed_before=5), None, False, 8),
+                 "filed_before", 422)
+
+
+def test_a_duplicates_window_counts_back_from_the_reports_own_time() -> None:
+    from lmplatform.serving.schemas import report_window
+
+    def request(**fields) -> DuplicatesRequest:
+        return DuplicatesRequest.model_validate({"report": {"text": "vpn", "metadata": {"created": "2020-01-11T00:00:00Z"}},
+                                                 **fields})
+
+    window = report_window(request(window_days=10), None)
+    assert (window.field, window.after, window.before) == ("created", 1577836800.0, 1578700800.0)  # 1 Jan, 11 Jan 2020
+    assert report_window(request(), None) is None
+    no_time = DuplicatesRequest.model_validate({"report": {"text": "vpn"}, "window_days": 365})
+    _limit_error(lambda: report_window(no_time, None), "report.metadata.created", 422)
+    for days in (0, -1, "365", True):
+        with pytest.raises(ValidationError) as caught:
+            request(window_days=days)
+        assert caught.value.errors()[0]["loc"][0] == "window_days"
+
+
+def test_an_id_with_a_control_character_is_refused_naming_the_field() -> None:
+    for doc_id in ("x\ny", "x\r", "\x00", "tab\there", "del\x7f", "c1\x85"):
+        _limit_error(lambda doc_id=doc_id: LIMITS.check_id("documents[0].id", doc_id), "documents[0].id", 422)
+    LIMITS.check_id("id", "a/b c é ü\u200b")  # any other text is an id

@@ -35,6 +35,7 @@ from tests.conftest import new_mlflow_store
 from tests.serving import hostile
 from tests.serving.scrape import metric_reaches, samples
 from tests.serving.servable import (
+    DAY,
     LABELS,
     QUICK_STOP,
     make_documents,
@@ -313,6 +314,35 @@ def test_a_long_report_is_searched_whole_and_its_duplicates_rank_as_its_search(s
     _error(client.post("/v1/duplicates", json={"report": {"text": "vpn", "colour": "red"}}), 422, "report.colour")
     # The fusion reads product, component and created: every fifth document was filed without a time.
     assert _ok(client.get("/v1/model"))["metadata_unknown"] == {"product": 0, "component": 0, "created": len(docs) // 5 + 1}
+
+
+def test_a_time_window_searches_only_the_reports_filed_inside_it(service: Service) -> None:
+    """filed_after/filed_before (any tracker time format) and /v1/duplicates' window_days leave out every document
+    filed outside the window, and those of unknown time, in every mode, and still give k hits when the window holds
+    them. Document i was filed on day i, every fifth without a time."""
+    client, docs = service.client, service.documents
+    inside = {d["id"] for d in docs if 10 * DAY <= d["metadata"].get("created", -1) <= 20 * DAY}
+    assert len(inside) == 8
+    for mode in ("dense", "hybrid", "metadata"):
+        for after in (10 * DAY, "1970-01-11T00:00:00Z", "11/Jan/70 00:00"):
+            body = {"query": docs[12]["text"], "k": 20, "mode": mode, "filed_after": after, "filed_before": 20 * DAY}
+            hits = _ok(client.post("/v1/search", json=body))["hits"]
+            assert {h["id"] for h in hits} == inside, (mode, after)
+            assert hits[0]["id"] == docs[12]["id"] and [h["score"] for h in hits] == sorted([h["score"] for h in hits],
+                                                                                          reverse=True)
+        report = {"id": docs[12]["id"], "text": docs[12]["text"], "metadata": docs[12]["metadata"]}
+        found = _ok(client.post("/v1/duplicates", json={"report": report, "k": 20, "mode": mode, "window_days": 5}))
+        assert {h["id"] for h in found["hits"]} == {"doc-7", "doc-8", "doc-9", "doc-11"}, mode  # doc-10: no time
+        few = _ok(client.post("/v1/search", json={"query": docs[12]["text"], "k": 3, "mode": mode, "filed_after": 10 * DAY}))
+        assert len(few["hits"]) == 3 and all(h["id"] in {d["id"] for d in docs[10:] if d["metadata"].get("created")}
+                                             for h in few["hits"])
+
+    _error(client.post("/v1/search", json={"query": "vpn", "filed_after": "soon"}), 422, "filed_after")
+    _error(client.post("/v1/search", json={"query": "vpn", "filed_after": 5, "filed_before": 1}), 422, "filed_before")
+    _error(client.post("/v1/duplicates", json={"report": {"text": "vpn"}, "window_days": 365}), 422,
+           "report.metadata.created")
+    _error(client.post("/v1/duplicates", json={"report": {"text": "vpn", "metadata": {"created": 1}}, "window_days": 0}),
+           422, "window_days")
 
 
 def test_openai_embeddings_route_answers_what_the_openai_sdk_sends(service: Service) -> None:

@@ -189,30 +189,54 @@ class BM25Retriever(Retriever):
 
 
 def first_stage_hits(vector_index: VectorIndex, bm25: BM25Retriever, query_vectors: np.ndarray, query_texts: Sequence[str],
-                     depth: int, exclude: Optional[Sequence[set[str]]] = None,
+                     depth: int, exclude: Optional[Sequence[set[str]]] = None, admit: Optional[Callable[[str], bool]] = None,
                      ) -> Iterator[tuple[np.ndarray, np.ndarray, Hits, Hits]]:
     """Per query, what a fused search starts from: (its vector, its BM25 row over every document, the dense top `depth`,
-    BM25's top `depth`), both after `exclude`, so an excluded document takes no place in the pool."""
+    BM25's top `depth`), both after `exclude` and among the documents `admit` keeps (None: all), so a document left
+    out takes no place in the pool."""
     drops = list(exclude) if exclude is not None else [set()] * len(query_texts)
-    extra = max((len(d) for d in drops), default=0)
-    dense_lists = vector_index.search(query_vectors, depth + extra)
-    for vector, bm25_row, dense_hits, drop in zip(query_vectors, bm25.query_scores(query_texts), dense_lists, drops):
-        yield (vector, bm25_row, [hit for hit in dense_hits if hit[0] not in drop][:depth],
-               [hit for hit in bm25.top_hits(bm25_row, depth + len(drop)) if hit[0] not in drop][:depth])
+    if admit is None:
+        extra = max((len(d) for d in drops), default=0)
+        dense_lists = vector_index.search(query_vectors, depth + extra)
+        for vector, bm25_row, dense_hits, drop in zip(query_vectors, bm25.query_scores(query_texts), dense_lists, drops):
+            yield (vector, bm25_row, [hit for hit in dense_hits if hit[0] not in drop][:depth],
+                   [hit for hit in bm25.top_hits(bm25_row, depth + len(drop)) if hit[0] not in drop][:depth])
+        return
+    for vector, bm25_row, drop in zip(query_vectors, bm25.query_scores(query_texts), drops):
+        def kept(doc_id: str, drop: set[str] = drop) -> bool:
+            return doc_id not in drop and admit(doc_id)
+
+        yield (vector, bm25_row,
+               admitted_hits(lambda width, v=vector: vector_index.search(v[None], width)[0], depth, kept, len(vector_index)),
+               admitted_hits(lambda width, row=bm25_row: bm25.top_hits(row, width), depth, kept, len(bm25_row)))
+
+
+def admitted_hits(search: Callable[[int], Hits], depth: int, admit: Callable[[str], bool], size: int) -> Hits:
+    """The best `depth` hits that `admit` keeps: `search(width)` (the best `width` of `size` documents, best first)
+    is asked again 4× deeper while it keeps fewer and has more to give, so a filter that keeps few documents costs
+    searches in proportion to how few, and a window that keeps many costs one."""
+    width = depth
+    while True:
+        hits = search(min(width, size))
+        kept = [hit for hit in hits if admit(hit[0])]
+        if len(kept) >= depth or len(hits) < min(width, size) or width >= size:
+            return kept[:depth]
+        width *= 4
 
 
 def hybrid_search(vector_index: VectorIndex, bm25: BM25Retriever, query_vectors: np.ndarray, query_texts: Sequence[str],
-                  k: int, settings: FusionSettings, exclude: Optional[Sequence[set[str]]] = None) -> list[Hits]:
+                  k: int, settings: FusionSettings, exclude: Optional[Sequence[set[str]]] = None,
+                  admit: Optional[Callable[[str], bool]] = None) -> list[Hits]:
     """BM25 fused with dense search (`retrieval.fusion.fuse`), the top k per query.
 
     query_vectors: [q, dim] normalised, for query_texts [q]. Each retriever contributes its top
-    max(k, settings.hybrid_candidates) after `exclude` is applied (`first_stage_hits`), so an excluded document takes
-    no place in the pool nor in its normalisation. Exact scores of the pool: inner products with the stored vectors
+    max(k, settings.hybrid_candidates) after `exclude` and `admit` are applied (`first_stage_hits`), so a document left
+    out takes no place in the pool nor in its normalisation. Exact scores of the pool: inner products with the stored vectors
     (`VectorIndex.reconstruct`) and the query's BM25 row.
     """
     out = []
     for vector, bm25_row, dense_hits, bm25_hits in first_stage_hits(
-            vector_index, bm25, query_vectors, query_texts, max(k, settings.hybrid_candidates), exclude):
+            vector_index, bm25, query_vectors, query_texts, max(k, settings.hybrid_candidates), exclude, admit):
 
         def exact(pool: list[str], vector: np.ndarray = vector, bm25_row: np.ndarray = bm25_row) -> tuple[np.ndarray, np.ndarray]:
             return vector_index.reconstruct(pool) @ vector, bm25_row[bm25.positions(pool)]
@@ -223,16 +247,17 @@ def hybrid_search(vector_index: VectorIndex, bm25: BM25Retriever, query_vectors:
 
 def metadata_search(vector_index: VectorIndex, bm25: BM25Retriever, document_metadata: Callable[[str], Mapping[str, Any]],
                     query_vectors: np.ndarray, query_texts: Sequence[str], query_metadata: Sequence[Mapping[str, Any]],
-                    k: int, fusion: MetadataFusion, exclude: Optional[Sequence[set[str]]] = None) -> list[Hits]:
+                    k: int, fusion: MetadataFusion, exclude: Optional[Sequence[set[str]]] = None,
+                    admit: Optional[Callable[[str], bool]] = None) -> list[Hits]:
     """Each query's pool ranked by a fitted metadata fusion (`retrieval.metadata_fusion`), the top k per query.
 
     The pool is `candidate_pool`'s: the dense top `fusion.config.pool` and BM25's (documents sharing a term with the
-    query) after `exclude` (`first_stage_hits`); each member gets its exact cosine (`VectorIndex.reconstruct`), its
+    query) after `exclude` and `admit` (`first_stage_hits`); each member gets its exact cosine (`VectorIndex.reconstruct`), its
     BM25 score and its metadata (`document_metadata(id)`), and is scored w · features + b. query_vectors: [q, dim]
     normalised, for query_texts [q] with query_metadata [q]. A hit's score is the fusion's logit.
     """
     out = []
-    firsts = first_stage_hits(vector_index, bm25, query_vectors, query_texts, fusion.config.pool, exclude)
+    firsts = first_stage_hits(vector_index, bm25, query_vectors, query_texts, fusion.config.pool, exclude, admit)
     for (vector, bm25_row, dense_hits, bm25_hits), metadata in zip(firsts, query_metadata):
         pool = sorted({doc for doc, _ in dense_hits} | {doc for doc, _ in bm25_hits})
         if not pool:

@@ -25,9 +25,10 @@ import numpy as np
 from ray import serve
 
 from lmplatform.retrieval.metadata_fusion import MetadataFusion
-from lmplatform.retrieval.retrievers import hybrid_search, metadata_search
+from lmplatform.retrieval.retrievers import admitted_hits, hybrid_search, metadata_search
 from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights
 from lmplatform.retrieval.store import DocumentStore, unknown_metadata
+from lmplatform.retrieval.window import TimeWindow
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
 from lmplatform.serving.live import LiveIndex, index_seq
@@ -68,6 +69,7 @@ class SearchItem(NamedTuple):
     exclude: frozenset[str]
     metadata_fusion: Optional[MetadataFusionWeights]  # metadata
     query_metadata: Sequence[Mapping[str, Any]]  # one per text (metadata)
+    window: Optional[TimeWindow]  # only documents filed inside it
 
 
 class ReleaseSlots(Generic[T]):
@@ -212,6 +214,15 @@ def _per_member(rows: Sequence[T], items: list[tuple[Any, ...]], members: list[i
         start += count
 
 
+def _admit(loaded: "_LoadedRetriever", item: SearchItem) -> Optional[Callable[[str], bool]]:
+    """Whether a document may be a hit of `item` (its exclusions and window), for a search that takes any filter;
+    None when nothing is left out by the window (exclusions alone are applied by the searches themselves)."""
+    window = item.window
+    if window is None:
+        return None
+    return lambda doc_id: doc_id not in item.exclude and window.admits(loaded.store[doc_id].metadata)
+
+
 @serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)
 class RetrieverDeployment:
     """The bi-encoder next to its FAISS index and document store: a search is one call, one replica.
@@ -311,20 +322,23 @@ class RetrieverDeployment:
     async def search(self, release_id: str, texts: list[str], k: int, text_chars: int = -1,
                      fusion: Optional[FusionSettings] = None, exclude: Sequence[str] = (),
                      metadata_fusion: Optional[MetadataFusionWeights] = None,
-                     query_metadata: Sequence[Mapping[str, Any]] = ()) -> list[list[dict[str, Any]]]:
+                     query_metadata: Sequence[Mapping[str, Any]] = (),
+                     window: Optional[TimeWindow] = None) -> list[list[dict[str, Any]]]:
         """Top-k hits per query text with title, label and text (cut to `text_chars` unless it is -1).
 
         fusion: hybrid search fusing BM25 with the vectors so (`hybrid_search`, the function `HybridRetriever`
         searches with); metadata_fusion: the pool of both ranked by it with `query_metadata` (one mapping per text)
         and the documents' metadata (`metadata_search`); neither: dense. Both are refused when the release's index
-        has no BM25 index. exclude: ids left out of every query's hits before its top k (and its pool) is taken.
+        has no BM25 index. exclude: ids left out of every query's hits before its top k (and its pool) is taken;
+        window: only the documents filed inside it are searched (`retrieval.window`).
         """
         if (fusion is not None or metadata_fusion is not None) and self.releases.get(release_id).bm25 is None:
             mode = "hybrid" if fusion is not None else "metadata"
             raise HybridNotAvailable(f"mode: '{mode}' needs a BM25 index beside the vector index, and this release's "
                                      "index has none (ray_jobs/build_index.py builds one unless --no-bm25); send mode 'dense'")
         query_metadata = list(query_metadata) or [{}] * len(texts)
-        item = SearchItem(release_id, texts, k, text_chars, fusion, frozenset(exclude), metadata_fusion, query_metadata)
+        item = SearchItem(release_id, texts, k, text_chars, fusion, frozenset(exclude), metadata_fusion, query_metadata,
+                          window)
         if not self.batching:
             await self._catch_up([release_id])
             return self._find([item])[0]
@@ -354,20 +368,25 @@ class RetrieverDeployment:
     def _find_in(self, loaded: _LoadedRetriever, items: list[SearchItem], members: list[int],
                  shares: dict[int, Any], out: list[Any]) -> None:
         dense = [n for n in members if items[n].fusion is None and items[n].metadata_fusion is None]
-        if dense:
-            depth = max(items[n].k + len(items[n].exclude) for n in dense)
-            found = loaded.index.search(np.concatenate([shares[n] for n in dense]), depth)
-            for n, rows in _per_member(found, items, dense):
+        batched = [n for n in dense if items[n].window is None]
+        if batched:
+            depth = max(items[n].k + len(items[n].exclude) for n in batched)
+            found = loaded.index.search(np.concatenate([shares[n] for n in batched]), depth)
+            for n, rows in _per_member(found, items, batched):
                 out[n] = [[hit for hit in hits if hit[0] not in items[n].exclude][: items[n].k] for hits in rows]
         for n in members:
             item = items[n]
             excluded = [set(item.exclude)] * len(item.texts)
+            admit = _admit(loaded, item)
             if item.fusion is not None:
-                out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], item.texts, item.k, item.fusion, excluded)
+                out[n] = hybrid_search(loaded.index, loaded.bm25, shares[n], item.texts, item.k, item.fusion, excluded, admit)
             elif item.metadata_fusion is not None:
                 out[n] = metadata_search(loaded.index, loaded.bm25, lambda doc_id: loaded.store[doc_id].metadata,
                                          shares[n], item.texts, item.query_metadata, item.k,
-                                         MetadataFusion.from_dict(item.metadata_fusion), excluded)
+                                         MetadataFusion.from_dict(item.metadata_fusion), excluded, admit)
+            elif admit is not None:  # a dense search in a window: deeper until k documents of it are found
+                out[n] = [admitted_hits(lambda width, v=vector: loaded.index.search(v[None], width)[0], item.k, admit,
+                                        len(loaded.index)) for vector in shares[n]]
             out[n] = [[self._hit(loaded, doc_id, score, item.text_chars) for doc_id, score in hits] for hits in out[n]]
 
     @staticmethod

@@ -57,6 +57,7 @@ from lmplatform.serving.schemas import (
     check_time,
     encodable,
     plan_search,
+    report_window,
     snippet,
 )
 
@@ -270,7 +271,7 @@ class ServeIngress:
         text_chars = -1 if plan.rerank else self.limits.snippet_chars + 1
         (hits,) = await self._call(lambda: self.retriever.search.remote(
             release.id, [body.query], depth, text_chars, plan.fusion, body.exclude_ids, plan.metadata_fusion,
-            [body.metadata]))
+            [body.metadata], plan.window))
         if plan.rerank and hits:
             top = hits[: plan.rerank_depth]
             documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in top]
@@ -307,6 +308,9 @@ class ServeIngress:
             check_time("report.metadata", report.metadata, fusion)
         search = SearchRequest(query=document_text(report.model_dump(), self.live_fields), k=body.k, mode=body.mode,
                                metadata=report.metadata, exclude_ids=[report.id] if report.id is not None else [])
+        window = report_window(body, release.search)
+        if window is not None:
+            search = search.model_copy(update={"filed_after": window.after, "filed_before": window.before})
         plan = plan_search(search, release.search, self.reranker is not None, self.limits.rerank_candidates,
                            metadata_field="report.metadata")
         found = await self._search(release, search, plan)

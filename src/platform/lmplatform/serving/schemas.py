@@ -9,6 +9,7 @@ after parsing rather than baked into the models; every violation names its field
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -28,6 +29,7 @@ from lmplatform.config.base import Section
 from lmplatform.data.fields import parse_time
 from lmplatform.data.readers import DataError
 from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights, Mode, SearchSettings
+from lmplatform.retrieval.window import TimeWindow
 
 
 class RequestLimitError(ValueError):
@@ -105,6 +107,10 @@ class ServeLimits(Section):
     def check_id(self, field: str, doc_id: str) -> None:
         if not doc_id.strip():
             raise RequestLimitError(field, "must not be empty or whitespace only")
+        control = first_control_character(doc_id)
+        if control is not None:
+            raise RequestLimitError(field, f"holds the control character U+{ord(doc_id[control]):04X} at {control}: an id "
+                                    "is addressed in a URL path (GET and DELETE /v1/documents/{id}), where none can be")
         if len(doc_id) > self.max_id_chars:
             raise RequestLimitError(field, f"has {len(doc_id)} characters; the limit is {self.max_id_chars}", 413)
 
@@ -155,6 +161,49 @@ class SearchPlan:
     rerank: bool
     rerank_depth: int
     rerank_weight: float
+    window: Optional[TimeWindow] = None  # only documents filed inside it
+
+
+DEFAULT_TIME_FIELD = "created"
+
+
+def window_field(requested: Optional[str], registered: Optional[SearchSettings]) -> str:
+    """The metadata field a time window reads: the request's, else the version's metadata fusion's time field, else
+    DEFAULT_TIME_FIELD."""
+    fusion = registered.metadata_fusion if registered is not None else None
+    return requested or (fusion.config.time_field if fusion is not None else None) or DEFAULT_TIME_FIELD
+
+
+def _window_end(field: str, value: Any) -> Optional[float]:
+    try:
+        return parse_time(value, field)
+    except DataError as exc:
+        raise RequestLimitError(field, str(exc).removeprefix(f"{field}: ")) from None
+
+
+def search_window(request: "SearchRequest", registered: Optional[SearchSettings]) -> Optional[TimeWindow]:
+    """The window of `filed_after`/`filed_before` (None when neither is set); a time that does not parse, or a window
+    that ends before it starts, is a RequestLimitError naming the field."""
+    after, before = _window_end("filed_after", request.filed_after), _window_end("filed_before", request.filed_before)
+    if after is None and before is None:
+        return None
+    if after is not None and before is not None and after > before:
+        raise RequestLimitError("filed_before", "is earlier than filed_after: the window would hold nothing")
+    return TimeWindow(window_field(request.time_field, registered), after, before)
+
+
+def report_window(request: "DuplicatesRequest", registered: Optional[SearchSettings]) -> Optional[TimeWindow]:
+    """The `window_days` up to the report's own time (None without window_days); a report time that is missing or
+    does not parse is a RequestLimitError naming it."""
+    if request.window_days is None:
+        return None
+    field = window_field(None, registered)
+    name = f"report.metadata.{field}"
+    filed = _window_end(name, request.report.metadata.get(field))
+    if filed is None:
+        raise RequestLimitError(name, "window_days counts back from the report's own time, and the report has none; "
+                                "send it or leave window_days out")
+    return TimeWindow.days_before(field, filed, request.window_days)
 
 
 def check_time(field: str, metadata: dict[str, Any], fusion: Optional[MetadataFusionWeights]) -> None:
@@ -190,7 +239,13 @@ def plan_search(request: "SearchRequest", registered: Optional[SearchSettings], 
     if rerank and not reranker_deployed:
         raise RequestLimitError("rerank", "no re-ranker is deployed; send rerank=false")
     depth = settings.rerank_depth if registered is not None else default_rerank_depth
-    return SearchPlan(mode, fusion, metadata_fusion, rerank, depth, settings.rerank_weight)
+    return SearchPlan(mode, fusion, metadata_fusion, rerank, depth, settings.rerank_weight,
+                      search_window(request, registered))
+
+
+def first_control_character(text: str) -> Optional[int]:
+    """The position of the first control character (Unicode category Cc: C0, DEL, C1) in `text`, None if none."""
+    return next((i for i, c in enumerate(text) if unicodedata.category(c) == "Cc"), None)
 
 
 def encodable(text: str) -> str:
@@ -233,6 +288,8 @@ class _Request(BaseModel):
 
 # A weight in [0, 1]: a JSON number (an integer too), never a bool, a string, NaN or an infinity.
 UnitInterval = Annotated[float, Field(strict=True, ge=0.0, le=1.0, allow_inf_nan=False)]
+# A span of days: a positive JSON number.
+Days = Annotated[float, Field(strict=True, gt=0.0, allow_inf_nan=False)]
 MAX_METADATA_FIELDS = 64
 
 
@@ -254,6 +311,12 @@ class SearchRequest(_Request):
     exclude_ids: list[Text] = Field(default_factory=list, description="Document ids never to return, left out before the "
                                     "top k is taken (and before fusion and re-ranking): e.g. the report a duplicate is "
                                     "searched for, when it is in the index itself. At most limits.max_exclude_ids.")
+    filed_after: Scalar = Field(None, description="Only documents filed at or after this time (their metadata's "
+                                "`time_field`): ISO 8601, Jira's dd/MMM/yy HH:mm, RFC 2822 or epoch seconds or "
+                                "milliseconds. A windowed search leaves out the documents without a readable time.")
+    filed_before: Scalar = Field(None, description="Only documents filed at or before this time (as filed_after).")
+    time_field: Optional[Text] = Field(None, description="The metadata field filed_after and filed_before read. Default: "
+                                       "the version's metadata fusion's time field, else 'created'.")
 
 
 class TextsRequest(_Request):
@@ -314,6 +377,10 @@ class DuplicatesRequest(_Request):
                                  "else dense.")
     add: StrictBool = Field(False, description="Also upsert the report into the live index (needs live updates on and "
                             "the report's id); the answer's `seq` is that change's.")
+    window_days: Optional[Days] = Field(None, description="Only reports filed in the window_days up to the report's own "
+                                        "time (its metadata's time field, as /v1/search's time_field, which must then "
+                                        "be set): the duplicate-detection literature ranks against the 365 days before "
+                                        "a report. Reports without a readable time are left out.")
 
 
 class DocumentsRequest(_Request):

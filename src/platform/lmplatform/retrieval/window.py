@@ -1,0 +1,43 @@
+"""A time window over documents: a search that has one ranks only the documents filed inside it.
+
+A tracker looks for the duplicates of a new report among the reports filed shortly before it: the duplicate-detection
+literature ranks a report against the 365 days before it (`evaluation.online`). A window reads one metadata field
+as a time (`data.fields.parse_time`). A document whose time is missing or does not parse is never inside a window:
+it cannot be shown to lie there (as `evaluation.online` never makes such a report a candidate).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from lmplatform.data.fields import parse_time
+from lmplatform.data.readers import DataError
+
+SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """Documents whose `field` lies in [after, before] (seconds since the epoch, both ends inclusive; None: open)."""
+
+    field: str
+    after: Optional[float] = None
+    before: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.after is not None and self.before is not None and self.after > self.before:
+            raise ValueError(f"the window ends before it starts ({self.after} > {self.before})")
+
+    @classmethod
+    def days_before(cls, field: str, moment: float, days: float) -> "TimeWindow":
+        """The `days` up to and including `moment`."""
+        return cls(field, moment - days * SECONDS_PER_DAY, moment)
+
+    def admits(self, metadata: Mapping[str, Any]) -> bool:
+        """Whether a document with this metadata lies inside the window."""
+        try:
+            moment = parse_time(metadata.get(self.field), self.field)
+        except DataError:
+            return False
+        return (moment is not None and (self.after is None or moment >= self.after)
+                and (self.before is None or moment <= self.before))
