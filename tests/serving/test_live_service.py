@@ -231,6 +231,8 @@ BAD_DOCUMENTS = [
     ({"documents": [{"id": "a", "text": "vpn", "title": "t" * (MAX_DOCUMENT_CHARS + 1)}]}, 413, "documents[0].title"),
     ({"documents": [{"id": "i" * (MAX_ID_CHARS + 1), "text": "vpn"}]}, 413, "documents[0].id"),
     ({"documents": [{"id": " ", "text": "vpn"}]}, 422, "documents[0].id"),
+    ({"documents": [{"id": "x\ny", "text": "vpn"}]}, 422, "documents[0].id"),  # no path could address it
+    ({"documents": [{"id": "x", "text": "vpn", "label": "a\x00"}]}, 422, "documents[0].label"),
     ({"documents": [{"id": "a", "text": "vpn"}, {"id": "a", "text": "disk"}]}, 422, "documents[1].id"),
     ({"documents": [{"id": "a", "text": "vpn", "label": ""}]}, 422, "documents[0].label"),
     ({"documents": [{"id": "a", "text": "vpn \ud800 down"}]}, 422, "documents.0.text"),
@@ -259,6 +261,9 @@ def test_bad_document_requests_are_refused_naming_the_field(live: LiveService) -
     slashed = _doc("a/b c", "vpn tunnel")  # any id a path can carry
     _ok(client.post("/v1/documents", json={"documents": [slashed]}))
     assert _ok(client.get(f"/v1/documents/{quote('a/b c', safe='')}"))["id"] == "a/b c"
+    for control in ("\n", "\r", "\x00", "\x7f"):  # never read as the id before it (a route's $ before a newline)
+        _error(client.delete(f"/v1/documents/{quote('a/b c' + control, safe='')}"), 422, "id")
+        _error(client.get(f"/v1/documents/{quote('a/b c' + control, safe='')}"), 422, "id")
     assert _ok(client.delete("/v1/documents/a/b c"))["id"] == "a/b c"
 
 

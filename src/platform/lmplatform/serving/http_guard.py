@@ -2,7 +2,9 @@
 
 It runs before FastAPI reads the body, in this order:
 1. a declared `Content-Length` over `limits.max_body_bytes`: 413 at once, nothing read;
-2. /v1/* without the right bearer token: 401, nothing read;
+2. any path but the open ones (`routes.OPEN_PATHS`: /healthz and the OpenAPI pages), under any route prefix,
+   without the right bearer token when one is configured: 401, nothing read;
+   a path holding a control character: 422 naming `id` (a document's path) or `path`;
 3. the body is read as it arrives and counted, so a chunked body (no Content-Length)
    is held to the same limit: 413 as soon as it passes it, the rest never read;
 4. a body sent to /v1/* is parsed as JSON whatever its Content-Type: every route takes
@@ -21,12 +23,14 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lmplatform.serving.http_errors import error_response
-from lmplatform.serving.routes import API_PREFIX
+from lmplatform.serving.routes import API_PREFIX, OPEN_PATHS, app_path
+from lmplatform.serving.schemas import first_control_character
 from lmplatform.serving.settings import token_sha256
 
 # Per-replica settings, set by the ingress replica at start (`configure_guard`); the guard
 # runs before any route, so before the ingress object (and its limits) is reachable.
 _GUARD: dict[str, Any] = {"token_sha256": None, "max_body_bytes": 1_000_000}
+DOCUMENTS_PATH = "/v1/documents/"
 
 
 def configure_guard(token_hash: Optional[str], max_body_bytes: int) -> None:
@@ -39,7 +43,7 @@ def _too_large(limit: int) -> Response:
 
 def _auth_refusal(path: str, headers: Headers) -> Optional[Response]:
     expected = _GUARD["token_sha256"]
-    if not expected or not path.startswith(API_PREFIX):
+    if not expected or path in OPEN_PATHS:
         return None
     scheme, _, token = headers.get("authorization", "").partition(" ")
     challenge = {"WWW-Authenticate": "Bearer"}
@@ -48,6 +52,17 @@ def _auth_refusal(path: str, headers: Headers) -> Optional[Response]:
     if not hmac.compare_digest(token_sha256(token.strip()), expected):
         return error_response(401, "invalid bearer token", "authorization", headers=challenge)
     return None
+
+
+def _control_refusal(path: str) -> Optional[Response]:
+    """A 422 for a path holding a control character (decoded from %00-%1F, %7F...): a route's pattern would match
+    it only up to a trailing newline (/v1/documents/x%0A as the document 'x'), so it is refused before routing."""
+    at = first_control_character(path)
+    if at is None:
+        return None
+    field = "id" if path.startswith(DOCUMENTS_PATH) else "path"
+    return error_response(422, f"{field}: the path holds the control character U+{ord(path[at]):04X}; no id holds one",
+                          field)
 
 
 class _Disconnected(Exception):
@@ -101,7 +116,8 @@ class RequestGuard:
         if length is not None and (not length.isdigit() or int(length) > limit):
             await _too_large(limit)(scope, receive, send)
             return
-        refusal = _auth_refusal(scope["path"], headers)
+        path = app_path(scope)
+        refusal = _auth_refusal(path, headers) or _control_refusal(path)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
@@ -112,6 +128,6 @@ class RequestGuard:
         if body is None:
             await _too_large(limit)(scope, receive, send)
             return
-        if body and scope["path"].startswith(API_PREFIX):
+        if body and path.startswith(API_PREFIX):
             scope = _as_json(scope)
         await self.app(scope, _replay(body, receive), send)

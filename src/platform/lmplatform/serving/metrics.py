@@ -38,7 +38,7 @@ from typing import Any, Optional
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lmplatform.serving.routes import PAGES, ROUTES
+from lmplatform.serving.routes import PAGES, ROUTES, app_path
 
 # (how Starlette matches the path, its label): a path with parameters is labelled by its template.
 _MATCHERS = [compile_path(path)[:2] for path in dict.fromkeys([*PAGES.values(), *(route.path for route in ROUTES)])]
@@ -132,10 +132,7 @@ def scrape_urls() -> list[str]:
 
 
 def route_label(scope: Scope) -> str:
-    path = scope.get("path", "")
-    root = scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root):] or "/"
+    path = app_path(scope)
     if path in ROUTE_LABELS:
         return path
     return next((label for regex, label in _TEMPLATES if regex.match(path)), "other")

@@ -13,7 +13,7 @@ Adding a route: a `Route` here, and its handler in `ingress.ServeIngress` (named
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel
 
@@ -45,6 +45,18 @@ ERROR_STATUSES = (400, 401, 404, 413, 422, 503)
 # FastAPI's own pages (its constructor's arguments): OpenAPI and the two documentation UIs.
 PAGES = {"openapi_url": "/openapi.json", "docs_url": "/docs", "swagger_ui_oauth2_redirect_url": "/docs/oauth2-redirect",
          "redoc_url": "/redoc"}
+# What answers without the bearer token: the health check and FastAPI's pages. Every other path needs it, under
+# any route prefix (`http_guard`).
+OPEN_PATHS = frozenset({"/healthz", *PAGES.values()})
+
+
+def app_path(scope: Mapping[str, Any]) -> str:
+    """A request's path as the app's routes match it: without the route prefix Serve mounts the app under (ASGI's
+    `root_path`, which `path` includes)."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    if root and (path == root or path.startswith(root.rstrip("/") + "/")):
+        return path[len(root.rstrip("/")):] or "/"
+    return path
 
 
 @dataclass(frozen=True)
