@@ -165,9 +165,10 @@ def test_a_filtered_hybrid_search_fills_its_pool_from_the_documents_it_keeps(tin
     query = ["printer on the second floor"]
     vectors = encoder.encode(query)
     kept = set(list(CORPUS)[1::2])
-    everything = hybrid_search(hybrid.dense.vector_index, hybrid.bm25, vectors, query, 6, hybrid.settings)[0]
-    filtered = hybrid_search(hybrid.dense.vector_index, hybrid.bm25, vectors, query, 6, hybrid.settings, admit=kept.__contains__)[0]
+    index, bm25 = hybrid.dense.vector_index, hybrid.bm25
+    everything = hybrid_search(index, bm25, vectors, query, 6, hybrid.settings)[0]
+    filtered = hybrid_search(index, bm25, vectors, query, 6, hybrid.settings, admit=kept.__contains__)[0]
     assert {d for d, _ in filtered} == kept and len(everything) == len(CORPUS)
     # a filter is an exclusion of everything it does not keep
     left_out = [set(CORPUS) - kept]
-    assert filtered == hybrid_search(hybrid.dense.vector_index, hybrid.bm25, vectors, query, 6, hybrid.settings, left_out)[0]
+    assert filtered == hybrid_search(index, bm25, vectors, query, 6, hybrid.settings, left_out)[0]

@@ -46,6 +46,8 @@ class LiveService:
 
     def release(self) -> str:
         return _ok(self.client.get("/v1/model"))["release_id"]
+# Short bounds, so that a writer restart outlasts them: reads answer without it, writes get 503.
+READ_WAIT_S, WRITE_WAIT_S = 1.0, 2.0
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,8 @@ def live(ray_session, tiny_bert: Path, mlflow_template: Path, tmp_path_factory: 
     register_with_index(tracking_uri, MODEL_NAME, write_tiny_bert(tmp / "model-v2", hidden=48), None)
     settings = ServeSettings(
         model=f"models:/{MODEL_NAME}@champion", tracking_uri=tracking_uri, cache_dir=str(tmp / "cache"), num_threads=1,
-        live={"dir": str(tmp / "changes"), "fields": FIELDS, "snapshot_every": 16, "rebuild_cpus": 0.5},
+        live={"dir": str(tmp / "changes"), "fields": FIELDS, "snapshot_every": 16, "rebuild_cpus": 0.5,
+              "read_wait_s": READ_WAIT_S, "write_wait_s": WRITE_WAIT_S},
         limits={"max_texts": 4, "max_documents": 4, "max_id_chars": MAX_ID_CHARS, "max_text_chars": 300,
                 "max_document_chars": MAX_DOCUMENT_CHARS, "max_body_bytes": 400_000},
         batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.002},
@@ -191,8 +194,9 @@ def test_a_restarted_replica_replays_the_log_and_a_deleted_document_stays_delete
     before = _replicas()
     assert len({r["fingerprint"] for r in before.values()}) == 1
 
-    # Serve replaces a killed replica; requests meanwhile are answered (a call whose replica died is sent again).
-    answered = Counter()
+    # Serve replaces a killed replica; requests meanwhile are answered (a call whose replica died is sent again):
+    # reads never wait on the writer beyond live.read_wait_s, and writes get 200 or a 503 with Retry-After.
+    answered, written, retry_after = Counter(), Counter(), set()
     stop = threading.Event()
 
     def searching() -> None:
@@ -201,19 +205,39 @@ def test_a_restarted_replica_replays_the_log_and_a_deleted_document_stays_delete
                 response = other.post("/v1/search", json={"query": _query(live.documents[3]), "k": 2})
                 answered[response.status_code] += 1
 
-    thread = threading.Thread(target=searching, daemon=True)
-    thread.start()
+    def writing() -> None:
+        with httpx.Client(base_url=live.url, timeout=60) as other:
+            while not stop.is_set():
+                response = other.post("/v1/documents", json={"documents": [_doc("during-restart", "vpn tunnel")]})
+                written[response.status_code] += 1
+                retry_after.add(response.headers.get("retry-after") if response.status_code == 503 else "-")
+
+    threads = [threading.Thread(target=searching, daemon=True), threading.Thread(target=writing, daemon=True)]
+    for thread in threads:
+        thread.start()
     try:
         # The writer too: it opens the log again and goes on from its last change.
         fresh, writer = _restart_one_of_each(RETRIEVER, WRITER)
     finally:
         stop.set()
-        thread.join()
+        for thread in threads:
+            thread.join()
     assert answered[200] > 0 and set(answered) == {200}, answered
+    assert written[200] > 0 and set(written) <= {200, 503} and None not in retry_after, (written, retry_after)
+    # A write answered 503 may still be applied after its answer: once no more land, take the document back out
+    # (the fingerprint below compares the documents held).
+    settled = _committed()
+    while time.sleep(1.0) or _committed() != settled:
+        settled = _committed()
+    _ok(client.delete("/v1/documents/during-restart"))
     after = _replicas()
     assert fresh in after and writer
-    assert {r["fingerprint"] for r in after.values()} == {r["fingerprint"] for r in before.values()}  # same ids, vectors
-    assert after[fresh]["seq"] == _committed() and after[fresh]["applied"] == after[fresh]["touched"]
+    # the restarted replica holds what the other one holds (same ids, vectors; the writes made during the restart
+    # and the deletion of their document included)
+    assert len({r["fingerprint"] for r in after.values()}) == 1 and len(after) == len(before)
+    # its replay applied the last change of each document (test_changelog.py); the writes that landed after it
+    # started count one each
+    assert after[fresh]["seq"] == _committed() and after[fresh]["applied"] >= after[fresh]["touched"]
     for doc in (base, upserted):
         assert doc["id"] not in {h["id"] for h in _top(client, doc, k=20)}
         _error(client.get(f"/v1/documents/{doc['id']}"), 404, "id")
@@ -243,6 +267,20 @@ BAD_DOCUMENTS = [
     ({"documents": {"id": "a", "text": "vpn"}}, 422, "documents"),
     ({"document": [{"id": "a", "text": "vpn"}]}, 422, "documents"),
 ]
+
+
+def test_a_client_reads_its_own_writes_by_min_seq_and_every_answer_says_its_seq(live: LiveService) -> None:
+    client = live.client
+    seq = _ok(client.post("/v1/documents", json={"documents": [_doc("own-write", "printer toner smudge")]}))["seq"]
+    for _ in range(4):  # whichever replica answers
+        found = _ok(client.post("/v1/search", json={"query": "printer toner smudge", "k": 1, "min_seq": seq}))
+        assert found["hits"][0]["id"] == "own-write" and found["as_of_seq"] >= seq and found["caught_up"] is True
+    report = {"report": {"text": "printer toner smudge"}, "k": 1, "min_seq": seq}
+    assert _ok(client.post("/v1/duplicates", json=report))["as_of_seq"] >= seq
+    # a seq no write returned: the writer answered, and has no such change
+    _error(client.post("/v1/search", json={"query": "vpn", "min_seq": seq + 10_000}), 422, "min_seq")
+    _error(client.post("/v1/search", json={"query": "vpn", "min_seq": -1}), 422, "min_seq")
+    _ok(client.delete("/v1/documents/own-write"))
 
 
 def test_bad_document_requests_are_refused_naming_the_field(live: LiveService) -> None:

@@ -338,6 +338,8 @@ def test_a_time_window_searches_only_the_reports_filed_inside_it(service: Servic
                                              for h in few["hits"])
 
     _error(client.post("/v1/search", json={"query": "vpn", "filed_after": "soon"}), 422, "filed_after")
+    _error(client.post("/v1/search", json={"query": "vpn", "min_seq": 1}), 422, "min_seq")  # read-only: no seqs
+    assert _ok(client.post("/v1/search", json={"query": "vpn"}))["as_of_seq"] is None
     _error(client.post("/v1/search", json={"query": "vpn", "filed_after": 5, "filed_before": 1}), 422, "filed_before")
     _error(client.post("/v1/duplicates", json={"report": {"text": "vpn"}, "window_days": 365}), 422,
            "report.metadata.created")
@@ -620,7 +622,7 @@ def test_a_poisoned_request_fails_alone_in_its_batch(service: Service) -> None:
             if kind == "embed":
                 assert result.shape[0] == 1 and abs(float((result[0] ** 2).sum()) - 1.0) < 1e-4
             elif kind == "search":
-                assert result[0][0]["id"] == docs[n % len(docs)]["id"], (n, result)
+                assert result.hits[0][0]["id"] == docs[n % len(docs)]["id"], (n, result)
             else:
                 assert len(result) == 1 and 0.0 <= result[0] <= 1.0
             good += 1

@@ -51,7 +51,7 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
     writer = ChangeLogWriter.bind(live.dir, live.snapshot_every) if live.enabled else None
     retriever = RetrieverDeployment.options(user_config=models, **cpus).bind(
         settings.batching.model_dump(), settings.num_threads, settings.cache_dir, settings.encoder.model_dump(),
-        writer, list(live.fields))
+        writer, list(live.fields), live.read_wait_s)
     classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(retriever, settings.knn_k, settings.cache_dir)
     reranker = None
     reranker_model = reranker_for(settings, release)
@@ -62,4 +62,4 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
             settings.batching.batch_wait_timeout_s, settings.num_threads, settings.cache_dir)
     return ServeIngress.options(user_config=ingress_user_config(release), **cpus).bind(
         retriever, classifier, reranker, settings.limits.model_dump(), settings.auth_token_sha256, writer,
-        list(live.fields))
+        list(live.fields), live.write_wait_s)

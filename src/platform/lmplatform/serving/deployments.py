@@ -19,7 +19,8 @@ import threading
 import time
 from contextlib import nullcontext
 from datetime import datetime, timezone
-from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
+from functools import partial
+from typing import Any, Awaitable, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
 import numpy as np
 from ray import serve
@@ -30,7 +31,7 @@ from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights
 from lmplatform.retrieval.store import DocumentStore, unknown_metadata
 from lmplatform.retrieval.window import TimeWindow
 from lmplatform.serving.access_log import keep_access_log_off_console
-from lmplatform.serving.batch_isolation import BatchIsolation, unwrap
+from lmplatform.serving.batch_isolation import BatchIsolation, MemberFailed, unwrap
 from lmplatform.serving.live import LiveIndex, index_seq
 from lmplatform.serving.metrics import record_applied, record_batch, record_index_sizes
 from lmplatform.serving.release import Release, ReleaseError, fetch, has_bm25, load_bm25, load_index_and_store
@@ -52,6 +53,62 @@ class NotAvailable(LookupError):
     field: Optional[str] = None
 
 
+class NotCaughtUp(LookupError):
+    """A read's `min_seq` lies beyond the changes its replica has applied: `status` 503 when the writer did not
+    answer within live.read_wait_s (retry), 422 when it did and has committed no such change."""
+
+    field = "min_seq"
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message, status)  # both in args: Ray pickles the exception back to the ingress
+        self.status = status
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class SearchAnswer(NamedTuple):
+    """A search's hits per text, and how fresh the index that answered was (both None without live updates)."""
+
+    hits: list[list[dict[str, Any]]]
+    as_of_seq: Optional[int]  # every change acknowledged with a seq up to it is in the answer
+    caught_up: Optional[bool]  # whether the replica reached the writer's last change before it read
+
+
+async def catch_up(live: LiveIndex, changes_since: Callable[[int], Awaitable[tuple[int, list[Any]]]],
+                   apply: Callable[[int, list[Any]], Awaitable[None]], wait_s: Optional[float]) -> bool:
+    """Apply the changes the writer committed after `live.seq` (`changes_since(seq)` -> (committed, changes)).
+
+    True when the writer answered within `wait_s` (None: however long it takes); False when it did not, or failed
+    (restarting, gone): the read then answers from the changes already applied, and says so."""
+    try:
+        committed, changes = await asyncio.wait_for(changes_since(live.seq), wait_s)
+    except Exception as exc:  # a read never waits on the writer beyond its bound, nor fails with it
+        _log_behind(live.seq, exc)
+        return False
+    if committed > live.seq:
+        await apply(committed, changes)
+    return True
+
+
+_BEHIND = {"logged_at": 0.0}
+
+
+def _log_behind(seq: int, exc: BaseException) -> None:
+    """One line per 10 s at most: a writer down would otherwise log once per read."""
+    now = time.monotonic()
+    if now - _BEHIND["logged_at"] >= 10.0:
+        _BEHIND["logged_at"] = now
+        logger.warning("reads answer from change %d: the change-log writer did not answer (%s: %s)", seq,
+                       type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "no answer within the bound")
+
+
+class NoSeqs(NotAvailable):
+    """A read asked for a `min_seq` of a service whose index is read-only: no change has a seq."""
+
+    field = "min_seq"
+
+
 class HybridNotAvailable(NotAvailable):
     """Hybrid (or metadata) search asked of a release whose index has no BM25 index beside it."""
 
@@ -70,6 +127,7 @@ class SearchItem(NamedTuple):
     metadata_fusion: Optional[MetadataFusionWeights]  # metadata
     query_metadata: Sequence[Mapping[str, Any]]  # one per text (metadata)
     window: Optional[TimeWindow]  # only documents filed inside it
+    min_seq: int = 0  # answered only once the replica has applied the change of this seq
 
 
 class ReleaseSlots(Generic[T]):
@@ -237,9 +295,11 @@ class RetrieverDeployment:
     """
 
     def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None,
-                 encoder: Optional[dict[str, Any]] = None, writer: Any = None, live_fields: Optional[list[str]] = None):
+                 encoder: Optional[dict[str, Any]] = None, writer: Any = None, live_fields: Optional[list[str]] = None,
+                 read_wait_s: float = 2.0):
         """encoder: `EncoderSettings` as a dict (backend, quantize), for every release this replica loads.
-        writer: the `ChangeLogWriter` handle when live updates are on (then `live_fields`: `LiveSettings.fields`)."""
+        writer: the `ChangeLogWriter` handle when live updates are on (then `live_fields`: `LiveSettings.fields`,
+        `read_wait_s`: `LiveSettings.read_wait_s`)."""
         import torch
 
         keep_access_log_off_console()
@@ -251,7 +311,7 @@ class RetrieverDeployment:
         for method in (self._embed_batched, self._search_batched):
             method.set_max_batch_size(self.max_batch_size)
             method.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.0)))
-        self.writer = writer
+        self.writer, self.read_wait_s = writer, read_wait_s
         self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(
             lambda r: _LoadedRetriever(r, cache_dir, encoder, live_fields if writer is not None else None), "retriever")
         self.isolate_embed, self.isolate_search = BatchIsolation("retriever embed"), BatchIsolation("retriever search")
@@ -260,7 +320,7 @@ class RetrieverDeployment:
         """Hold the listed releases; with live updates on, a release loaded now replays the change log before the
         replica reports it held (a restarted replica, a reload, a redeployed application)."""
         self.releases.reconfigure(user_config)
-        await self._catch_up(self.releases.ids())
+        await self._catch_up(self.releases.ids(), bounded=False)
         record_index_sizes({rid: len(self.releases.get(rid).index) for rid in self.releases.ids()})
 
     async def record_routing_stats(self) -> dict[str, Any]:
@@ -270,22 +330,40 @@ class RetrieverDeployment:
         stats = {**self.releases.status(), "batches_split": split}
         if self.writer is not None and self.releases.ids():
             newest = self.releases.newest()
-            await self._catch_up([newest])
+            await self._catch_up([newest], bounded=False)
             stats["live"] = {rid: self.releases.get(rid).live.summary() for rid in self.releases.ids()}
             stats["newest"] = newest
         return stats
 
-    async def _catch_up(self, release_ids: Iterable[str]) -> None:
-        """Apply the changes committed after each release's seq (the writer answers them in one call per release).
-        Called before every read of an index, so a read that starts after a change's acknowledgement sees it."""
+    async def _catch_up(self, release_ids: Iterable[str], bounded: bool = True) -> dict[str, bool]:
+        """Apply the changes committed after each release's seq (the writer answers them in one call per release),
+        waiting for the writer at most live.read_wait_s (`bounded`), else however long it takes (a release being
+        loaded). Called before every read of an index, so a read that starts after a change's acknowledgement sees
+        it, unless the writer did not answer in time; per release, whether it answered (`catch_up`)."""
         if self.writer is None:
-            return
+            return {}
+        bound = self.read_wait_s if bounded else None
+        caught = {}
         for release_id in dict.fromkeys(release_ids):
             loaded = self.releases.get(release_id)
-            live = loaded.live
-            committed, changes = await self.writer.changes_since.remote(live.seq)
-            if committed > live.seq:
+
+            async def apply(committed: int, changes: list[Any], release_id: str = release_id,
+                            loaded: _LoadedRetriever = loaded) -> None:
                 await asyncio.to_thread(self._apply, release_id, loaded, committed, changes)
+
+            caught[release_id] = await catch_up(loaded.live, self.writer.changes_since.remote, apply, bound)
+        return caught
+
+    def _behind(self, item: SearchItem, caught: dict[str, bool]) -> Optional[NotCaughtUp]:
+        """Why `item` cannot be answered yet (its min_seq not applied), or None."""
+        live = self.releases.get(item.release_id).live
+        if item.min_seq <= 0 or live is None or live.seq >= item.min_seq:
+            return None
+        if caught.get(item.release_id):
+            return NotCaughtUp(f"min_seq: {item.min_seq} is beyond the last change the writer committed "
+                               f"({live.seq}); send a seq a write of this service returned", 422)
+        return NotCaughtUp(f"min_seq: this replica has applied the changes up to {live.seq} and the change-log writer "
+                           f"did not answer within live.read_wait_s ({self.read_wait_s:g} s): retry", 503)
 
     def _apply(self, release_id: str, loaded: _LoadedRetriever, committed: int, changes: list[Any]) -> None:
         loaded.live.apply(committed, changes, lambda texts: loaded.encoder.encode(texts, batch_size=self.max_batch_size))
@@ -323,39 +401,56 @@ class RetrieverDeployment:
                      fusion: Optional[FusionSettings] = None, exclude: Sequence[str] = (),
                      metadata_fusion: Optional[MetadataFusionWeights] = None,
                      query_metadata: Sequence[Mapping[str, Any]] = (),
-                     window: Optional[TimeWindow] = None) -> list[list[dict[str, Any]]]:
-        """Top-k hits per query text with title, label and text (cut to `text_chars` unless it is -1).
+                     window: Optional[TimeWindow] = None, min_seq: int = 0) -> SearchAnswer:
+        """Top-k hits per query text with title, label and text (cut to `text_chars` unless it is -1), and the change
+        the index answered at (`SearchAnswer`).
 
         fusion: hybrid search fusing BM25 with the vectors so (`hybrid_search`, the function `HybridRetriever`
         searches with); metadata_fusion: the pool of both ranked by it with `query_metadata` (one mapping per text)
         and the documents' metadata (`metadata_search`); neither: dense. Both are refused when the release's index
         has no BM25 index. exclude: ids left out of every query's hits before its top k (and its pool) is taken;
-        window: only the documents filed inside it are searched (`retrieval.window`).
+        window: only the documents filed inside it are searched (`retrieval.window`); min_seq: answered only once
+        the replica has applied that change (`NotCaughtUp` when the writer does not bring it in time).
         """
         if (fusion is not None or metadata_fusion is not None) and self.releases.get(release_id).bm25 is None:
             mode = "hybrid" if fusion is not None else "metadata"
             raise HybridNotAvailable(f"mode: '{mode}' needs a BM25 index beside the vector index, and this release's "
                                      "index has none (ray_jobs/build_index.py builds one unless --no-bm25); send mode 'dense'")
         query_metadata = list(query_metadata) or [{}] * len(texts)
+        if min_seq > 0 and self.releases.get(release_id).live is None:
+            raise NoSeqs("min_seq: live updates are off (live.dir is not set), so no change has a seq; leave it out")
         item = SearchItem(release_id, texts, k, text_chars, fusion, frozenset(exclude), metadata_fusion, query_metadata,
-                          window)
+                          window, min_seq)
         if not self.batching:
-            await self._catch_up([release_id])
-            return self._find([item])[0]
+            return unwrap(self._answers([item], await self._catch_up([release_id]), self._find)[0])
         return unwrap(await self._search_batched(item))
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0, batch_size_fn=_texts_in)
     async def _search_batched(self, items: list[SearchItem]) -> list[Any]:
-        await self._catch_up(item.release_id for item in items)
-        return await asyncio.to_thread(self.isolate_search, self._search_items, items)
+        caught = await self._catch_up(item.release_id for item in items)
+        return await asyncio.to_thread(self._answers, items, caught, partial(self.isolate_search, self._search_items))
 
-    def _search_items(self, items: list[SearchItem]) -> list[list[list[dict[str, Any]]]]:
+    def _answers(self, items: list[SearchItem], caught: dict[str, bool],
+                 find: Callable[[list[SearchItem]], list[Any]]) -> list[Any]:
+        """One `SearchAnswer` per item, or its own error: an item whose min_seq is not applied fails alone."""
+        behind = [self._behind(item, caught) for item in items]
+        found = iter(find([item for item, why in zip(items, behind) if why is None]) if None in behind else [])
+        out: list[Any] = []
+        for item, why in zip(items, behind):
+            result = MemberFailed(why) if why is not None else next(found)
+            if not isinstance(result, MemberFailed):
+                hits, seq = result
+                result = SearchAnswer(hits, seq, caught.get(item.release_id) if seq is not None else None)
+            out.append(result)
+        return out
+
+    def _search_items(self, items: list[SearchItem]) -> list[tuple[list[list[dict[str, Any]]], Optional[int]]]:
         record_batch("search", len(items), _texts_in(items))
         return self._find(items)
 
-    def _find(self, items: list[SearchItem]) -> list[list[list[dict[str, Any]]]]:
-        """Hits of the items: one forward pass per release, one FAISS call for every dense member of it, one fusion
-        per hybrid or metadata query."""
+    def _find(self, items: list[SearchItem]) -> list[tuple[list[list[dict[str, Any]]], Optional[int]]]:
+        """(Hits, the seq the index was at) of the items: one forward pass per release, one FAISS call for every
+        dense member of it, one fusion per hybrid or metadata query."""
         out: list[Any] = [None] * len(items)
         for release_id, members in _by_release(items).items():
             loaded = self.releases.get(release_id)
@@ -363,6 +458,9 @@ class RetrieverDeployment:
             shares = dict(_per_member(vectors, items, members))
             with loaded.reading():
                 self._find_in(loaded, items, members, shares, out)
+                seq = loaded.live.seq if loaded.live is not None else None
+            for n in members:
+                out[n] = (out[n], seq)
         return out
 
     def _find_in(self, loaded: _LoadedRetriever, items: list[SearchItem], members: list[int],

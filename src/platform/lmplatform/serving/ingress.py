@@ -137,11 +137,13 @@ def _model_tags(release: Release) -> dict[str, Optional[str]]:
 
 def _raise_refusal(exc: Exception) -> None:
     """Raise the 4xx/503 that a backend's refusal in `exc` stands for; return for any other error."""
-    from lmplatform.serving.deployments import NotAvailable, ReleaseNotLoaded
+    from lmplatform.serving.deployments import NotAvailable, NotCaughtUp, ReleaseNotLoaded
 
-    cause = _find_cause(exc, (NotAvailable, ReleaseNotLoaded))
+    cause = _find_cause(exc, (NotAvailable, ReleaseNotLoaded, NotCaughtUp))
     if isinstance(cause, NotAvailable):  # a request field asked for it: 422 naming the field; else 404
         raise _Refused(404 if cause.field is None else 422, str(cause).splitlines()[-1], cause.field) from exc
+    if isinstance(cause, NotCaughtUp):
+        raise _Refused(cause.status, str(cause).splitlines()[-1], cause.field) from exc
     if isinstance(cause, ReleaseNotLoaded):
         raise _Refused(503, f"the model is being reloaded, retry: {str(cause).splitlines()[-1]}") from exc
 
@@ -190,9 +192,10 @@ def declared_route(handler: Handler) -> Handler:
 class ServeIngress:
     def __init__(self, retriever: Any, classifier: Any, reranker: Any = None,
                  limits: Optional[dict[str, Any]] = None, token_sha256: Optional[str] = None, writer: Any = None,
-                 live_fields: Optional[list[str]] = None):
+                 live_fields: Optional[list[str]] = None, write_wait_s: float = 30.0):
         self.retriever, self.classifier, self.reranker = retriever, classifier, reranker
         self.writer, self.live_fields = writer, list(live_fields or ["title", "text"])
+        self.write_wait_s = write_wait_s
         self.limits = ServeLimits.model_validate(limits or {})
         # Imported here, not referenced as a global: Serve pickles this class by value, which
         # would give it a private copy of the guard's settings that the middleware never sees.
@@ -269,9 +272,10 @@ class ServeIngress:
         depth = max(body.k, plan.rerank_depth) if plan.rerank else body.k
         # Only the snippet travels back, unless the re-ranker needs the whole text.
         text_chars = -1 if plan.rerank else self.limits.snippet_chars + 1
-        (hits,) = await self._call(lambda: self.retriever.search.remote(
+        answer = await self._call(lambda: self.retriever.search.remote(
             release.id, [body.query], depth, text_chars, plan.fusion, body.exclude_ids, plan.metadata_fusion,
-            [body.metadata], plan.window))
+            [body.metadata], plan.window, body.min_seq or 0))
+        (hits,) = answer.hits
         if plan.rerank and hits:
             top = hits[: plan.rerank_depth]
             documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in top]
@@ -288,7 +292,8 @@ class ServeIngress:
                              retrieval_score=h.get("retrieval_score"), rerank_score=h.get("rerank_score")) for h in hits],
                 "model_version": release.id, "reranked": plan.rerank, "mode": plan.mode,
                 "fusion": plan.fusion.fusion if plan.fusion else None,
-                "bm25_weight": plan.fusion.bm25_weight if convex else None}
+                "bm25_weight": plan.fusion.bm25_weight if convex else None,
+                "as_of_seq": answer.as_of_seq, "caught_up": answer.caught_up}
 
     @declared_route
     async def duplicates(self, body: DuplicatesRequest) -> DuplicatesResponse:
@@ -307,7 +312,8 @@ class ServeIngress:
         if body.add:  # as an upsert's: refused before anything is searched or stored
             check_time("report.metadata", report.metadata, fusion)
         search = SearchRequest(query=document_text(report.model_dump(), self.live_fields), k=body.k, mode=body.mode,
-                               metadata=report.metadata, exclude_ids=[report.id] if report.id is not None else [])
+                               metadata=report.metadata, exclude_ids=[report.id] if report.id is not None else [],
+                               min_seq=body.min_seq)
         window = report_window(body, release.search)
         if window is not None:
             search = search.model_copy(update={"filed_after": window.after, "filed_before": window.before})
@@ -344,14 +350,31 @@ class ServeIngress:
         from lmplatform.serving.live import document_text
         from lmplatform.serving.metrics import record_documents
 
-        writer = self._live_writer()
+        self._live_writer()
         texts = [document_text(doc.model_dump(), self.live_fields) for doc in documents]
         model, vectors = await self._call(lambda: self.retriever.embed_documents.remote(release.id, texts))
         changes = [Change("upsert", doc.id, doc.title, doc.text, doc.label, model, vector_bytes(vector),
                           metadata=doc.metadata or None) for doc, vector in zip(documents, vectors)]
-        seqs = await self._call(lambda: writer.append.remote(changes))
+        seqs = await self._write(changes)
         record_documents("upsert", len(changes))
         return seqs
+
+    async def _write(self, changes: list[Any]) -> list[int]:
+        """Append to the change log: their seqs, or a 503 (with Retry-After) when the writer does not answer within
+        live.write_wait_s, has died under the call, or cannot write its log; reads go on meanwhile."""
+        writer = self._live_writer()
+        try:
+            return await asyncio.wait_for(self._call(lambda: writer.append.remote(changes)), self.write_wait_s)
+        except _Refused:
+            raise
+        except Exception as exc:  # a writer restarting (log replay, its lock), gone, or with a failing disk
+            if isinstance(exc, asyncio.TimeoutError):
+                why = f"did not answer within live.write_wait_s ({self.write_wait_s:g} s)"
+            else:
+                why = f"failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            logger.warning("a write got 503: the change-log writer %s", why)
+            raise _Refused(503, f"the change-log writer {why}; retry (an upsert sent again is harmless, and the "
+                                "change may have been applied)") from exc
 
     async def _document(self, doc_id: str) -> tuple[Release, dict[str, Any]]:
         self._live_writer()
@@ -375,7 +398,7 @@ class ServeIngress:
         from lmplatform.serving.metrics import record_documents
 
         _, found = await self._document(encodable_path(doc_id))
-        (seq,) = await self._call(lambda: self.writer.append.remote([Change("delete", found["id"])]))
+        (seq,) = await self._write([Change("delete", found["id"])])
         record_documents("delete", 1)
         return DeletedResponse(id=found["id"], seq=seq)
 

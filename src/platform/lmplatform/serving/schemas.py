@@ -87,10 +87,15 @@ class ServeLimits(Section):
     def check_search(self, request: "SearchRequest") -> None:
         self.check_text("query", request.query, self.max_query_chars)
         self.check_k(request.k)
+        self.check_min_seq(request.min_seq)
         if len(request.exclude_ids) > self.max_exclude_ids:
             raise RequestLimitError("exclude_ids", f"has {len(request.exclude_ids)} ids; the limit is {self.max_exclude_ids}",
                                     413)
         self.check_metadata("metadata", request.metadata)
+
+    def check_min_seq(self, min_seq: Optional[int]) -> None:
+        if min_seq is not None and min_seq < 0:
+            raise RequestLimitError("min_seq", f"must be 0 or more (a seq a write returned), got {min_seq}")
 
     def check_k(self, k: int) -> None:
         if k <= 0 or k > self.max_k:
@@ -149,6 +154,7 @@ class ServeLimits(Section):
             raise RequestLimitError("report.id", "add: true needs the report's id (the id it is stored under)")
         self._check_document("report", report)
         self.check_k(request.k)
+        self.check_min_seq(request.min_seq)
 
 
 @dataclass(frozen=True)
@@ -317,6 +323,10 @@ class SearchRequest(_Request):
     filed_before: Scalar = Field(None, description="Only documents filed at or before this time (as filed_after).")
     time_field: Optional[Text] = Field(None, description="The metadata field filed_after and filed_before read. Default: "
                                        "the version's metadata fusion's time field, else 'created'.")
+    min_seq: Optional[StrictInt] = Field(None, description="Live updates: answer only from an index that has applied "
+                                         "the change of this seq (what POST /v1/documents returned), so a client reads "
+                                         "its own writes on any replica; 503 when the writer does not bring it within "
+                                         "live.read_wait_s.")
 
 
 class TextsRequest(_Request):
@@ -381,6 +391,7 @@ class DuplicatesRequest(_Request):
                                         "time (its metadata's time field, as /v1/search's time_field, which must then "
                                         "be set): the duplicate-detection literature ranks against the 365 days before "
                                         "a report. Reports without a readable time are left out.")
+    min_seq: Optional[StrictInt] = Field(None, description="As /v1/search's min_seq.")
 
 
 class DocumentsRequest(_Request):
@@ -426,6 +437,10 @@ class SearchResponse(BaseModel):
     mode: Mode = Field(..., description="The first stage that answered.")
     fusion: Optional[Literal["convex", "rrf"]] = Field(None, description="mode 'hybrid': how BM25 and the vectors were fused.")
     bm25_weight: Optional[float] = Field(None, description="fusion 'convex': the BM25 weight used.")
+    as_of_seq: Optional[int] = Field(None, description="Live updates: the change-log seq the index answered at; "
+                                     "every change acknowledged with a seq up to it is in the answer.")
+    caught_up: Optional[bool] = Field(None, description="Live updates: false when the change-log writer did not answer "
+                                      "within live.read_wait_s, so changes after as_of_seq may be missing.")
 
 
 class DuplicatesResponse(SearchResponse):

@@ -68,6 +68,13 @@ class LiveSettings(Section):
                                                    "--fields): the base index must have been built from the same ones.")
     snapshot_every: int = Field(10_000, ge=1, description="Changes between snapshots (the log is compacted into the "
                                 "last change of each document, and a new log file starts).")
+    read_wait_s: float = Field(2.0, gt=0, le=60.0, description="How long a read (search, GET, classification) waits "
+                               "for the writer's newer changes. Past it, or with the writer down, the replica answers "
+                               "from the changes it has applied and says so (as_of_seq, caught_up); a request's "
+                               "min_seq beyond them is a 503.")
+    write_wait_s: float = Field(30.0, gt=0, le=600.0, description="How long a write waits for the writer (a restarted "
+                                "writer replays its log first). Past it the answer is 503 with Retry-After, and the "
+                                "write may still have been applied: a retry of an upsert is harmless.")
     rebuild_actors: int = Field(1, ge=1, description="Ray Data encoder actors of a rebuild (the new champion's index).")
     rebuild_cpus: float = Field(1.0, gt=0, description="CPUs per rebuild actor: leave them free beside the replicas.")
     rebuild_batch_size: int = Field(64, ge=1, description="Texts per forward pass in a rebuild.")
