@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/trouble_reports.py
 	$(BIN)/python bench/openoffice_retrieval.py
 	$(BIN)/python bench/tracker_online.py
+	$(BIN)/python bench/tracker_exports.py
 
 docs: $(STAMP)
 	$(BIN)/python -m lmplatform.objectives.config_reference > docs/config-reference.md

@@ -79,19 +79,31 @@ def training_steps_seconds(tracking_uri: str, run_id: str, batch_size: int) -> t
 def lmp_serve(model_uri: str, tracking_uri: str, index: Path, port: int, settings: Sequence[str] = ()) -> Iterator[str]:
     """`lmp serve run` (its own embedded Ray) with a registered version over `index` and `--set` `settings`: yields the
     service's URL once it answers /healthz, and stops it (SIGINT: it shuts the application and its Ray down)."""
-    import httpx
-
-    command = [sys.executable, "-m", "lmplatform.cli", "serve", "run", "--model", model_uri, "--index", str(index),
-               "--tracking-uri", tracking_uri, "--port", str(port)]
+    command = ["serve", "run", "--model", model_uri, "--index", str(index), "--tracking-uri", tracking_uri,
+               "--port", str(port)]
     for setting in settings:
         command += ["--set", setting]
-    server = subprocess.Popen(command, cwd=REPOSITORY, start_new_session=True,
-                              env={**os.environ, "PYTHONPATH": str(REPOSITORY / "src" / "platform")})
+    with serving(command, port) as url:
+        yield url
+
+
+@contextmanager
+def serving(lmp_args: Sequence[str], port: int, wait_s: float = 900) -> Iterator[str]:
+    """`lmp <lmp_args>`, a command that ends up serving on `port` until stopped: yields the service's URL once it
+    answers /healthz, and stops it (SIGINT: it shuts the application and its Ray down). wait_s: how long the
+    command may take to start serving, a safety net against one that never does."""
+    import httpx
+
+    server = subprocess.Popen([sys.executable, "-m", "lmplatform.cli", *lmp_args], cwd=REPOSITORY,
+                              start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPOSITORY / "src" / "platform")})
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(900):  # a safety net against a server that never comes up
+        deadline = time.monotonic() + wait_s
+        while True:
             if server.poll() is not None:
-                raise SystemExit(f"lmp serve run exited with {server.returncode}")
+                raise SystemExit(f"lmp {' '.join(lmp_args[:2])} exited with {server.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"lmp {' '.join(lmp_args[:2])} was not serving on port {port} after {wait_s:.0f} s")
             try:
                 health = httpx.get(f"{url}/healthz", timeout=2)
                 if health.status_code == 200 and health.json().get("status") == "ok":
