@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test test-results test-fast lint bench docs clean
+.PHONY: install demo test test-cluster test-results test-fast lint bench docs clean
 
 install: $(STAMP)
 
@@ -28,15 +28,20 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/lmp demo $(if $(DATA),--data $(DATA),)
 
+# The multi-node tests (a three-node cluster on this machine, nodes killed and restored) are a heavy run of their
+# own, like the benches: `make test-cluster`.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -m "not cluster"
+
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -m cluster tests/cluster
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench ray_jobs
 
 # The suite as `make test` runs it, its counts and seconds saved for docs/benchmarks.md (time it on an idle machine).
 test-results: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -p tests.suite_results --suite-results bench/results/test_suite.json
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -m "not cluster" -p tests.suite_results --suite-results bench/results/test_suite.json
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not ray"

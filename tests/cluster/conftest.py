@@ -22,6 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_NODES = ("node_a", "node_b")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here is `cluster`: a three-node cluster on this machine, with nodes killed and brought back, is a
+    heavy run that `make test` leaves to `make test-cluster` (about 4 minutes on 2 cores)."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
 # Package scope: torn down before the rest of the suite, so no test outside tests/cluster
 # ever sees two Ray instances on this machine.
 @pytest.fixture(scope="package")
