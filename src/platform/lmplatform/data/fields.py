@@ -51,6 +51,7 @@ _ISO_ZONE = re.compile(r"(?:\s*([Zz])|\s*([+-])(\d{2}):?(\d{2}))$")
 # As seconds, [1e10, 1e11) is the years 2286 to 5138; as milliseconds, 1970-04 to 1973-03; 1e14 and more is beyond
 # the year 5000 either way. Neither reading of such a number is a plausible report time, so its unit must be given.
 _SECONDS_BELOW, _MILLISECONDS_FROM, _MILLISECONDS_BELOW = 1e10, 1e11, 1e14
+SECONDS_PER_DAY = 86_400.0  # parse_time's unit to days
 
 
 def parse_time(value: Any, field: str, *, epoch_unit: EpochUnit = "auto") -> Optional[float]:

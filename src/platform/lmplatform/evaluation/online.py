@@ -33,14 +33,13 @@ from typing import Any, Callable, Hashable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.data.fields import parse_time
+from lmplatform.data.fields import SECONDS_PER_DAY, parse_time
 from lmplatform.data.groups import DuplicateGroups
 from lmplatform.data.readers import BadRow, DataError, read_rows
 from lmplatform.metrics.bootstrap import paired_bootstrap
 
 logger = logging.getLogger(__name__)
 
-SECONDS_PER_DAY = 86400.0
 DEFAULT_KS = (1, 5, 10, 20)
 DEFAULT_MRR_KS = (10,)
 ScoreFn = Callable[[np.ndarray], np.ndarray]

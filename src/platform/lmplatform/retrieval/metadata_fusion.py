@@ -29,11 +29,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.data.fields import parse_time
+from lmplatform.data.fields import SECONDS_PER_DAY, parse_time
 from lmplatform.data.readers import DataError
 from lmplatform.retrieval.settings import MetadataFusionConfig, MetadataFusionWeights, feature_names
-
-SECONDS_PER_DAY = 86_400.0
 
 
 def _stored_time(value: Any) -> Optional[float]:

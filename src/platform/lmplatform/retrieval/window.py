@@ -10,10 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from lmplatform.data.fields import parse_time
+from lmplatform.data.fields import SECONDS_PER_DAY, parse_time
 from lmplatform.data.readers import DataError
-
-SECONDS_PER_DAY = 86_400.0
 
 
 @dataclass(frozen=True)
