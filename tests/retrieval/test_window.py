@@ -1,6 +1,7 @@
 import pytest
 
-from lmplatform.retrieval.window import SECONDS_PER_DAY, TimeWindow
+from lmplatform.data.fields import SECONDS_PER_DAY
+from lmplatform.retrieval.window import TimeWindow
 
 
 def test_a_window_holds_its_ends_and_never_a_document_of_unknown_time() -> None:
