@@ -206,9 +206,13 @@ def first_stage_hits(vector_index: VectorIndex, bm25: BM25Retriever, query_vecto
         def kept(doc_id: str, drop: set[str] = drop) -> bool:
             return doc_id not in drop and admit(doc_id)
 
-        yield (vector, bm25_row,
-               admitted_hits(lambda width, v=vector: vector_index.search(v[None], width)[0], depth, kept, len(vector_index)),
+        yield (vector, bm25_row, admitted_dense_hits(vector_index, vector, depth, kept),
                admitted_hits(lambda width, row=bm25_row: bm25.top_hits(row, width), depth, kept, len(bm25_row)))
+
+
+def admitted_dense_hits(vector_index: VectorIndex, vector: np.ndarray, depth: int, admit: Callable[[str], bool]) -> Hits:
+    """The dense top `depth` of one query vector [dim] among the documents `admit` keeps (`admitted_hits`)."""
+    return admitted_hits(lambda width: vector_index.search(vector[None], width)[0], depth, admit, len(vector_index))
 
 
 def admitted_hits(search: Callable[[int], Hits], depth: int, admit: Callable[[str], bool], size: int) -> Hits:

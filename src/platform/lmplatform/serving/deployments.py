@@ -26,7 +26,7 @@ import numpy as np
 from ray import serve
 
 from lmplatform.retrieval.metadata_fusion import MetadataFusion
-from lmplatform.retrieval.retrievers import admitted_hits, hybrid_search, metadata_search
+from lmplatform.retrieval.retrievers import admitted_dense_hits, hybrid_search, metadata_search
 from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights
 from lmplatform.retrieval.store import DocumentStore, unknown_metadata
 from lmplatform.retrieval.window import TimeWindow
@@ -434,7 +434,8 @@ class RetrieverDeployment:
                  find: Callable[[list[SearchItem]], list[Any]]) -> list[Any]:
         """One `SearchAnswer` per item, or its own error: an item whose min_seq is not applied fails alone."""
         behind = [self._behind(item, caught) for item in items]
-        found = iter(find([item for item, why in zip(items, behind) if why is None]) if None in behind else [])
+        ready = [item for item, why in zip(items, behind) if why is None]
+        found = iter(find(ready) if ready else [])
         out: list[Any] = []
         for item, why in zip(items, behind):
             result = MemberFailed(why) if why is not None else next(found)
@@ -483,8 +484,7 @@ class RetrieverDeployment:
                                          shares[n], item.texts, item.query_metadata, item.k,
                                          MetadataFusion.from_dict(item.metadata_fusion), excluded, admit)
             elif admit is not None:  # a dense search in a window: deeper until k documents of it are found
-                out[n] = [admitted_hits(lambda width, v=vector: loaded.index.search(v[None], width)[0], item.k, admit,
-                                        len(loaded.index)) for vector in shares[n]]
+                out[n] = [admitted_dense_hits(loaded.index, vector, item.k, admit) for vector in shares[n]]
             out[n] = [[self._hit(loaded, doc_id, score, item.text_chars) for doc_id, score in hits] for hits in out[n]]
 
     @staticmethod
