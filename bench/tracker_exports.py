@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import SHARED_DATA, serving, write_result
-from tracker_online import HEADLINE, KS, METRICS, Data, bm25f_rows, evaluate, rep_row, summarise_window
+from tracker_online import HEADLINE, KS, METRICS, Data, bm25f_rows, evaluate, hits_scorer, rep_row, summarise_window
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOW_DAYS = 365.0
@@ -160,15 +160,7 @@ def served_queries(url: str, data: Data, name: str) -> tuple[dict[int, list[str]
 
 
 def served_report(data: Data, hits: dict[int, list[str]]) -> Any:
-    position = {doc_id: i for i, doc_id in enumerate(data.timeline.ids)}
-
-    def score_one(q: int) -> np.ndarray:
-        scores = np.full(len(data.timeline), -np.inf)
-        for rank, doc_id in enumerate(hits[q]):
-            scores[position[doc_id]] = K - rank
-        return scores
-
-    return evaluate(data, data.test, score_one, {"365 days": WINDOW_DAYS})["365 days"]
+    return evaluate(data, data.test, hits_scorer(data, hits, K), {"365 days": WINDOW_DAYS})["365 days"]
 
 
 def run_tracker(name: str, fmt: str, inputs: list[Path], out: Path, port: int, toy: bool) -> dict[str, Any]:

@@ -282,25 +282,29 @@ def replay(url: str, data: Data) -> dict[str, Any]:
                         for m, v in latencies.items()}}
 
 
+def hits_scorer(data: Data, by_query: dict[int, list[str]], depth: int = K) -> Callable[[int], np.ndarray]:
+    """A query's scores over the timeline from the hit ids a service returned for it: falling with rank, -inf for
+    every report it did not return (depth: hits asked for)."""
+    position = {doc_id: i for i, doc_id in enumerate(data.timeline.ids)}
+
+    def score_one(q: int) -> np.ndarray:
+        scores = np.full(len(data.timeline), -np.inf)
+        for rank, doc_id in enumerate(by_query[q]):
+            scores[position[doc_id]] = depth - rank
+        return scores
+    return score_one
+
+
 def served_rows(data: Data, replayed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
     """Each mode's hit lists, under each window those its requests asked for, scored by the protocol: a hit's score
     falls with its rank; reports not returned -inf. Short lists: queries given fewer than 20 windowed buckets."""
     from lmplatform.evaluation.online import candidate_mask
 
     position = {doc_id: i for i, doc_id in enumerate(data.timeline.ids)}
-
-    def scorer(by_query: dict[int, list[str]]) -> Callable[[int], np.ndarray]:
-        def score_one(q: int) -> np.ndarray:
-            scores = np.full(len(data.timeline), -np.inf)
-            for rank, doc_id in enumerate(by_query[q]):
-                scores[position[doc_id]] = K - rank
-            return scores
-        return score_one
-
     rows: dict[str, Any] = {}
     for mode in SERVED_MODES:
         rows[f"served system, {mode}"] = {
-            label: evaluate(data, data.test, scorer(replayed["hits"][label][mode]), {label: days})[label]
+            label: evaluate(data, data.test, hits_scorer(data, replayed["hits"][label][mode]), {label: days})[label]
             for label, days in WINDOWS.items()}
     windowed = replayed["hits"]["365 days"]
     short = {mode: sum(len({data.timeline.bucket_of[position[d]] for d in ids
