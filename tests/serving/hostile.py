@@ -91,6 +91,10 @@ def _report(value: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
 _encoding_format = st.sampled_from(["float", "base64"])
 _mode = st.sampled_from(["dense", "hybrid", "metadata"])
 _weight = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0, 1]))
+# A time as trackers write it (ISO 8601, Jira's, RFC 2822, epoch seconds or milliseconds), and a seq.
+_time = st.sampled_from(["2001-01-10T09:30:00Z", "01/Jan/01 09:30", "Wed, 10 Jan 2001 09:30:00 +0000", 979_119_000,
+                         979_119_000_000])
+_seq = st.integers(0, 40)
 
 
 def _texts() -> st.SearchStrategy[Any]:
@@ -110,7 +114,11 @@ def _shaped(route: Route) -> st.SearchStrategy[dict[str, Any]]:
         required = {"query": st.one_of(text, text, json_value)}
         optional = {"k": st.one_of(st.integers(1, 20), number, json_value), "rerank": st.one_of(st.booleans(), json_value),
                     "mode": st.one_of(_mode, text, json_value), "bm25_weight": st.one_of(_weight, number, json_value),
-                    "metadata": _metadata}
+                    "metadata": _metadata, "exclude_ids": st.one_of(st.lists(document_id, max_size=3), json_value),
+                    "filed_after": st.one_of(_time, text, number, json_value),
+                    "filed_before": st.one_of(_time, text, number, json_value),
+                    "time_field": st.one_of(st.just("created"), text, json_value),
+                    "min_seq": st.one_of(_seq, number, json_value)}
     elif route.request is SimilarityRequest:
         required = {"a": st.one_of(text, text, json_value), "b": st.one_of(text, text, json_value)}
         optional = {}
@@ -121,7 +129,8 @@ def _shaped(route: Route) -> st.SearchStrategy[dict[str, Any]]:
     elif route.request is DuplicatesRequest:
         required = {"report": st.one_of(_report(st.one_of(text, json_value)), json_value)}
         optional = {"k": st.one_of(st.integers(1, 20), number, json_value), "mode": st.one_of(_mode, text, json_value),
-                    "add": st.one_of(st.booleans(), json_value)}
+                    "add": st.one_of(st.booleans(), json_value), "window_days": st.one_of(number, json_value),
+                    "min_seq": st.one_of(_seq, number, json_value)}
     elif route.request is EmbeddingsRequest:
         required = {"input": st.one_of(text, _texts()), "model": st.one_of(text, text, json_value)}
         optional = {"encoding_format": st.one_of(_encoding_format, json_value), "dimensions": st.one_of(number, json_value),
@@ -139,14 +148,16 @@ def well_formed(route: Route) -> st.SearchStrategy[dict[str, Any]]:
     field_text = st.one_of(readable, readable, readable, text)
     if route.request is SearchRequest:
         return st.fixed_dictionaries({"query": field_text}, optional={"k": st.integers(1, 20), "rerank": st.booleans(),
-                                                                      "mode": _mode, "bm25_weight": _weight})
+                                                                      "mode": _mode, "bm25_weight": _weight,
+                                                                      "filed_after": _time})
     if route.request is SimilarityRequest:
         return st.fixed_dictionaries({"a": field_text, "b": field_text})
     if route.request is DocumentsRequest:
         return st.fixed_dictionaries({"documents": _documents(field_text, st.one_of(st.none(), _word, document_id))})
     if route.request is DuplicatesRequest:  # add: true is refused by a read-only service (422 naming add)
         return st.fixed_dictionaries({"report": _report(field_text)},
-                                     optional={"k": st.integers(1, 20), "mode": _mode, "add": st.booleans()})
+                                     optional={"k": st.integers(1, 20), "mode": _mode, "add": st.booleans(),
+                                               "window_days": st.sampled_from([1, 30.5, 365])})
     if route.request is EmbeddingsRequest:  # the OpenAI SDK's shape: a text or a list, a model name, often base64
         one_or_many = st.one_of(field_text, st.lists(readable, min_size=1, max_size=4),
                                 st.lists(field_text, min_size=1, max_size=4))
