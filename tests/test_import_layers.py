@@ -1,13 +1,16 @@
-"""The package's subpackages form a strict order of layers: each imports only from layers below its own.
+"""The package's subpackages form a strict order of layers: each imports only from layers below its own, and no
+two of its files import each other, directly or round a circle, inside a subpackage too.
 
 Read from the source with `ast` (nothing of lmplatform is imported), so an import inside a function counts like one at
-the top of a module. A subpackage is a folder under lmplatform/ or a module at its top (`runtime.py`).
+the top of a module. A subpackage is a folder under lmplatform/ or a module at its top (`runtime.py`). Between files,
+an import under `if TYPE_CHECKING:` does not count: it never runs, so it closes no circle.
 """
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -89,6 +92,44 @@ def import_arrows(package_dir: Path) -> list[Arrow]:
     return list(arrows)
 
 
+def module_name(path: Path, package_dir: Path) -> str:
+    """The dotted name of a file of the package (`lmplatform.models.encoder`; a package's `__init__` is the package)."""
+    rel = path.relative_to(package_dir)
+    return ".".join((package_dir.name, *rel.with_suffix("").parts)).removesuffix(".__init__")
+
+
+def run_time_imports(tree: ast.AST) -> Iterator[ast.stmt]:
+    """The import statements of a syntax tree, less those under `if TYPE_CHECKING:` (its `else:` counts)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for branch in node.orelse:
+                yield from run_time_imports(branch)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from run_time_imports(node)
+
+
+def file_arrows(package_dir: Path) -> list[Arrow]:
+    """Every run-time import of one file of the package by another. A name imported from a package (`from pkg import
+    x`) points at the module `pkg.x` where there is one, else at the package; a module's own packages, which Python
+    imports before it, are left out."""
+    paths = sorted(package_dir.rglob("*.py"))
+    modules = {module_name(path, package_dir) for path in paths}
+    arrows: dict[Arrow, None] = {}
+    for path in paths:
+        source = module_name(path, package_dir)
+        is_init = path.name == "__init__.py"
+        for node in run_time_imports(parse_source(path)):
+            for name in imported_modules(node, source, is_init):
+                parts = name.split(".")
+                target = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in modules),
+                              None)
+                if target is not None and target != source and not source.startswith(target + "."):
+                    arrows[Arrow(source, target, f"{path.relative_to(package_dir)}:{node.lineno}")] = None
+    return list(arrows)
+
+
 def layer_index(layers: list[list[str]]) -> dict[str, int]:
     index = {}
     for level, names in enumerate(layers):
@@ -116,8 +157,8 @@ def layering_violations(package_dir: Path, layers: list[list[str]]) -> list[str]
     return problems
 
 
-def subpackage_cycles(arrows: list[Arrow]) -> list[list[str]]:
-    """The strongly connected components of more than one subpackage (Tarjan's algorithm)."""
+def import_cycles(arrows: list[Arrow]) -> list[list[str]]:
+    """The strongly connected components of more than one node, subpackages or files (Tarjan's algorithm)."""
     graph: dict[str, set[str]] = {}
     for arrow in arrows:
         graph.setdefault(arrow.source, set()).add(arrow.target)
@@ -161,8 +202,13 @@ def test_every_import_points_down_the_layers() -> None:
 
 
 def test_no_cycle_between_subpackages() -> None:
-    cycles = subpackage_cycles(import_arrows(PACKAGE))
+    cycles = import_cycles(import_arrows(PACKAGE))
     assert not cycles, f"subpackages importing each other: {cycles}"
+
+
+def test_no_cycle_between_files() -> None:
+    cycles = import_cycles(file_arrows(PACKAGE))
+    assert not cycles, f"files importing each other at run time: {cycles}"
 
 
 def _fake_package(root: Path, files: dict[str, str]) -> Path:
@@ -190,7 +236,7 @@ def test_checker_accepts_downward_imports(tmp_path: Path) -> None:
         },
     )
     assert layering_violations(package, FAKE_LAYERS) == []
-    assert subpackage_cycles(import_arrows(package)) == []
+    assert import_cycles(import_arrows(package)) == []
 
 
 @pytest.mark.parametrize(
@@ -209,7 +255,7 @@ def test_checker_names_a_planted_upward_import(tmp_path: Path, planted: str, whe
     )
     problems = layering_violations(package, FAKE_LAYERS)
     assert problems == [f"{where}: train (layer 2) imports jobs (layer 3)"]
-    assert subpackage_cycles(import_arrows(package)) == [["jobs", "train"]]
+    assert import_cycles(import_arrows(package)) == [["jobs", "train"]]
 
 
 def test_checker_rejects_an_import_within_a_layer_and_an_unplaced_subpackage(tmp_path: Path) -> None:
@@ -220,3 +266,17 @@ def test_checker_rejects_an_import_within_a_layer_and_an_unplaced_subpackage(tmp
     assert layering_violations(package, FAKE_LAYERS) == ["serving: in no layer of LAYERS"]
     problems = layering_violations(package, [["__init__", "runtime"], ["config"], ["train"], ["jobs", "serving"]])
     assert problems == ["serving/a.py:1: serving (layer 3) imports jobs (layer 3)"]
+
+
+def test_checker_names_a_circle_of_files_inside_a_subpackage(tmp_path: Path) -> None:
+    package = _fake_package(
+        tmp_path,
+        {
+            "models/encoder.py": "from lmplatform.models.graph import G\n",
+            "models/graph.py": "def write():\n    from .encoder import E\n",  # closed inside a function: counts
+            "models/onnx.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .encoder import E\n",
+        },
+    )
+    assert import_cycles(file_arrows(package)) == [["lmplatform.models.encoder", "lmplatform.models.graph"]]
+    (package / "models" / "graph.py").write_text("G = 1\n")
+    assert import_cycles(file_arrows(package)) == []

@@ -27,7 +27,6 @@ keeps a batch in flight per runtime stream when there is more than one (`OpenVin
 """
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import warnings
@@ -40,6 +39,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from lmplatform.models.encoder_config import read_encoder_config, write_encoder_config
 from lmplatform.models.graph import GraphSession
 from lmplatform.models.onnx_backend import OnnxGraphConfig, OnnxSession, export_onnx, has_onnx_graph, quantize_onnx
 from lmplatform.models.openvino_backend import (
@@ -56,7 +56,6 @@ from lmplatform.models.quiet import quiet_transformers
 from lmplatform.models.resolve import DEFAULT_MODEL, resolve_model_path
 
 logger = logging.getLogger(__name__)
-ENCODER_CONFIG = "lmplatform_encoder.json"
 Quantization = Literal["int8"]
 QUANTIZATIONS = ("int8",)
 Backend = Literal["torch", "onnx", "openvino"]
@@ -126,9 +125,7 @@ class Encoder(nn.Module):
         for held, backend in ((has_onnx_graph(path), "onnx"), (has_openvino_model(path), "openvino")):
             if held:
                 raise ValueError(f"{path} holds a {backend} export, not PyTorch weights: load it with backend='{backend}'")
-        saved = {}
-        if (path / ENCODER_CONFIG).is_file():
-            saved = json.loads((path / ENCODER_CONFIG).read_text())
+        saved = read_encoder_config(path)
         with quiet_transformers():  # a folder saved with a head (MLM, classifier) drops it here, as expected
             backbone = AutoModel.from_pretrained(str(path))
         tokenizer = AutoTokenizer.from_pretrained(str(path))
@@ -334,10 +331,6 @@ class Encoder(nn.Module):
         self.tokenizer.save_pretrained(str(path))
         write_encoder_config(path, self.pooling, self.max_seq_length)
         return path
-
-
-def write_encoder_config(path: Path, pooling: str, max_seq_length: int) -> None:
-    (Path(path) / ENCODER_CONFIG).write_text(json.dumps({"pooling": pooling, "max_seq_length": max_seq_length}, indent=2))
 
 
 # Linear layers left in fp32 by `quantize_encoder`. The first layer's feed-forward output

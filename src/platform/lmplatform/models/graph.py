@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional, Protocol, TypeVar
 
 import numpy as np
 
+from lmplatform.models.encoder_config import write_encoder_config
+
 if TYPE_CHECKING:
     import torch
 
@@ -100,8 +102,6 @@ def sentence_embedding_module(encoder: "Encoder", names: list[str], normalize: b
 
 def write_model_files(encoder: "Encoder", folder: Path) -> None:
     """The tokenizer, config.json and `lmplatform_encoder.json` beside a graph."""
-    from lmplatform.models.encoder import write_encoder_config
-
     encoder.tokenizer.save_pretrained(str(folder))
     encoder.backbone.config.save_pretrained(str(folder))
     write_encoder_config(folder, encoder.pooling, encoder.max_seq_length)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForMaskedLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from lmplatform.models.encoder import write_encoder_config
+from lmplatform.models.encoder_config import write_encoder_config
 from lmplatform.models.quiet import quiet_transformers
 
 logger = logging.getLogger(__name__)

@@ -41,8 +41,8 @@ def _default(field: typing.Any) -> str:
 
 def _section(title: str, model: type[BaseModel]) -> list[str]:
     lines = [f"### `{title}`", ""]
-    if model.__doc__:
-        lines += [model.__doc__.strip().splitlines()[0], ""]
+    if model.__doc__:  # the docstring's first paragraph, whole: its first line alone may stop mid-sentence
+        lines += [" ".join(line.strip() for line in model.__doc__.strip().split("\n\n")[0].splitlines()), ""]
     rows = []
     for name, field in model.model_fields.items():
         constraints = ", ".join(str(m) for m in field.metadata)
