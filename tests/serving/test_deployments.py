@@ -70,36 +70,3 @@ def test_a_fusion_time_unknown_for_most_documents_is_said_at_load() -> None:
         assert audit_fusion_metadata(Release(id="r/2", model_uri="/m", index_uri="/i"), store) is None
     finally:
         logger.removeHandler(handler)
-
-
-def test_a_read_waits_for_the_writer_only_up_to_its_bound() -> None:
-    """`catch_up` applies what the writer answers; a writer that does not answer in time, or fails, leaves the
-    replica answering from what it has applied (False), never waiting longer or failing the read."""
-    import asyncio
-    import time
-    from types import SimpleNamespace
-
-    from lmplatform.serving.deployments import catch_up
-
-    applied: list[tuple[int, list]] = []
-
-    async def apply(committed: int, changes: list) -> None:
-        applied.append((committed, changes))
-
-    async def answering(seq: int) -> tuple[int, list]:
-        return seq + 2, ["a", "b"]
-
-    async def silent(seq: int) -> tuple[int, list]:
-        await asyncio.sleep(60)
-        return seq, []
-
-    async def failing(seq: int) -> tuple[int, list]:
-        raise RuntimeError("ActorUnavailableError: the writer is restarting")
-
-    live = SimpleNamespace(seq=3)
-    assert asyncio.run(catch_up(live, answering, apply, 0.5)) is True and applied == [(5, ["a", "b"])]
-    start = time.monotonic()
-    assert asyncio.run(catch_up(live, silent, apply, 0.2)) is False
-    assert time.monotonic() - start < 5 and len(applied) == 1
-    assert asyncio.run(catch_up(live, failing, apply, 0.2)) is False and len(applied) == 1
-    assert asyncio.run(catch_up(live, answering, apply, None)) is True and len(applied) == 2  # None: no bound

@@ -51,7 +51,7 @@ def bind_app(settings: ServeSettings, release: Release) -> Application:
     writer = ChangeLogWriter.bind(live.dir, live.snapshot_every) if live.enabled else None
     retriever = RetrieverDeployment.options(user_config=models, **cpus).bind(
         settings.batching.model_dump(), settings.num_threads, settings.cache_dir, settings.encoder.model_dump(),
-        writer, list(live.fields), live.read_wait_s)
+        writer, list(live.fields), live.read_wait_s, live.read_retry_s)
     classifier = ClassifierDeployment.options(user_config=models, **cpus).bind(retriever, settings.knn_k, settings.cache_dir)
     reranker = None
     reranker_model = reranker_for(settings, release)

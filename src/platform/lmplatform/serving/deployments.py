@@ -20,7 +20,7 @@ import time
 from contextlib import nullcontext
 from datetime import datetime, timezone
 from functools import partial
-from typing import Any, Awaitable, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
 import numpy as np
 from ray import serve
@@ -32,6 +32,7 @@ from lmplatform.retrieval.store import DocumentStore, unknown_metadata
 from lmplatform.retrieval.window import TimeWindow
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, MemberFailed, unwrap
+from lmplatform.serving.freshness import WriterBreaker, catch_up
 from lmplatform.serving.live import LiveIndex, index_seq
 from lmplatform.serving.metrics import record_applied, record_batch, record_index_sizes
 from lmplatform.serving.release import Release, ReleaseError, fetch, has_bm25, load_bm25, load_index_and_store
@@ -73,34 +74,6 @@ class SearchAnswer(NamedTuple):
     hits: list[list[dict[str, Any]]]
     as_of_seq: Optional[int]  # every change acknowledged with a seq up to it is in the answer
     caught_up: Optional[bool]  # whether the replica reached the writer's last change before it read
-
-
-async def catch_up(live: LiveIndex, changes_since: Callable[[int], Awaitable[tuple[int, list[Any]]]],
-                   apply: Callable[[int, list[Any]], Awaitable[None]], wait_s: Optional[float]) -> bool:
-    """Apply the changes the writer committed after `live.seq` (`changes_since(seq)` -> (committed, changes)).
-
-    True when the writer answered within `wait_s` (None: however long it takes); False when it did not, or failed
-    (restarting, gone): the read then answers from the changes already applied, and says so."""
-    try:
-        committed, changes = await asyncio.wait_for(changes_since(live.seq), wait_s)
-    except Exception as exc:  # a read never waits on the writer beyond its bound, nor fails with it
-        _log_behind(live.seq, exc)
-        return False
-    if committed > live.seq:
-        await apply(committed, changes)
-    return True
-
-
-_BEHIND = {"logged_at": 0.0}
-
-
-def _log_behind(seq: int, exc: BaseException) -> None:
-    """One line per 10 s at most: a writer down would otherwise log once per read."""
-    now = time.monotonic()
-    if now - _BEHIND["logged_at"] >= 10.0:
-        _BEHIND["logged_at"] = now
-        logger.warning("reads answer from change %d: the change-log writer did not answer (%s: %s)", seq,
-                       type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "no answer within the bound")
 
 
 class NoSeqs(NotAvailable):
@@ -296,10 +269,10 @@ class RetrieverDeployment:
 
     def __init__(self, batching: dict[str, Any], num_threads: Optional[int] = None, cache_dir: Optional[str] = None,
                  encoder: Optional[dict[str, Any]] = None, writer: Any = None, live_fields: Optional[list[str]] = None,
-                 read_wait_s: float = 2.0):
+                 read_wait_s: float = 2.0, read_retry_s: float = 1.0):
         """encoder: `EncoderSettings` as a dict (backend, quantize), for every release this replica loads.
         writer: the `ChangeLogWriter` handle when live updates are on (then `live_fields`: `LiveSettings.fields`,
-        `read_wait_s`: `LiveSettings.read_wait_s`)."""
+        `read_wait_s` and `read_retry_s`: `LiveSettings`' own)."""
         import torch
 
         keep_access_log_off_console()
@@ -311,7 +284,7 @@ class RetrieverDeployment:
         for method in (self._embed_batched, self._search_batched):
             method.set_max_batch_size(self.max_batch_size)
             method.set_batch_wait_timeout_s(float(batching.get("batch_wait_timeout_s", 0.0)))
-        self.writer, self.read_wait_s = writer, read_wait_s
+        self.writer, self.read_wait_s, self.breaker = writer, read_wait_s, WriterBreaker(read_retry_s)
         self.releases: ReleaseSlots[_LoadedRetriever] = ReleaseSlots(
             lambda r: _LoadedRetriever(r, cache_dir, encoder, live_fields if writer is not None else None), "retriever")
         self.isolate_embed, self.isolate_search = BatchIsolation("retriever embed"), BatchIsolation("retriever search")
@@ -335,16 +308,22 @@ class RetrieverDeployment:
             stats["newest"] = newest
         return stats
 
-    async def _catch_up(self, release_ids: Iterable[str], bounded: bool = True) -> dict[str, bool]:
+    async def _catch_up(self, release_ids: Iterable[str], bounded: bool = True) -> Mapping[str, bool]:
         """Apply the changes committed after each release's seq (the writer answers them in one call per release),
         waiting for the writer at most live.read_wait_s (`bounded`), else however long it takes (a release being
         loaded). Called before every read of an index, so a read that starts after a change's acknowledgement sees
-        it, unless the writer did not answer in time; per release, whether it answered (`catch_up`)."""
+        it, unless the writer did not answer in time; per release, whether it answered (`catch_up`). A bounded
+        catch-up goes through the breaker: while the writer is down, reads do not wait for it (`freshness`)."""
         if self.writer is None:
             return {}
-        bound = self.read_wait_s if bounded else None
+        ids = list(dict.fromkeys(release_ids))
+        if not bounded:
+            return await self._catch_up_now(ids, None)
+        return await self.breaker.call(partial(self._catch_up_now, ids, self.read_wait_s), ids)
+
+    async def _catch_up_now(self, ids: list[str], bound: Optional[float]) -> dict[str, bool]:
         caught = {}
-        for release_id in dict.fromkeys(release_ids):
+        for release_id in ids:
             loaded = self.releases.get(release_id)
 
             async def apply(committed: int, changes: list[Any], release_id: str = release_id,
@@ -352,9 +331,10 @@ class RetrieverDeployment:
                 await asyncio.to_thread(self._apply, release_id, loaded, committed, changes)
 
             caught[release_id] = await catch_up(loaded.live, self.writer.changes_since.remote, apply, bound)
+        self.breaker.record(caught)
         return caught
 
-    def _behind(self, item: SearchItem, caught: dict[str, bool]) -> Optional[NotCaughtUp]:
+    def _behind(self, item: SearchItem, caught: Mapping[str, bool]) -> Optional[NotCaughtUp]:
         """Why `item` cannot be answered yet (its min_seq not applied), or None."""
         live = self.releases.get(item.release_id).live
         if item.min_seq <= 0 or live is None or live.seq >= item.min_seq:
@@ -363,7 +343,7 @@ class RetrieverDeployment:
             return NotCaughtUp(f"min_seq: {item.min_seq} is beyond the last change the writer committed "
                                f"({live.seq}); send a seq a write of this service returned", 422)
         return NotCaughtUp(f"min_seq: this replica has applied the changes up to {live.seq} and the change-log writer "
-                           f"did not answer within live.read_wait_s ({self.read_wait_s:g} s): retry", 503)
+                           f"did not answer within live.read_wait_s ({self.read_wait_s:g} s) or is down: retry", 503)
 
     def _apply(self, release_id: str, loaded: _LoadedRetriever, committed: int, changes: list[Any]) -> None:
         loaded.live.apply(committed, changes, lambda texts: loaded.encoder.encode(texts, batch_size=self.max_batch_size))
@@ -430,7 +410,7 @@ class RetrieverDeployment:
         caught = await self._catch_up(item.release_id for item in items)
         return await asyncio.to_thread(self._answers, items, caught, partial(self.isolate_search, self._search_items))
 
-    def _answers(self, items: list[SearchItem], caught: dict[str, bool],
+    def _answers(self, items: list[SearchItem], caught: Mapping[str, bool],
                  find: Callable[[list[SearchItem]], list[Any]]) -> list[Any]:
         """One `SearchAnswer` per item, or its own error: an item whose min_seq is not applied fails alone."""
         behind = [self._behind(item, caught) for item in items]

@@ -72,6 +72,10 @@ class LiveSettings(Section):
                                "for the writer's newer changes. Past it, or with the writer down, the replica answers "
                                "from the changes it has applied and says so (as_of_seq, caught_up); a request's "
                                "min_seq beyond them is a 503.")
+    read_retry_s: float = Field(1.0, gt=0, le=60.0, description="After the writer did not answer a read in "
+                                "read_wait_s, reads stop asking it and answer at once from the changes applied "
+                                "(caught_up: false); every read_retry_s one catch-up is tried in the background, and "
+                                "the first that succeeds lets reads ask again.")
     write_wait_s: float = Field(30.0, gt=0, le=600.0, description="How long a write waits for the writer (a restarted "
                                 "writer replays its log first). Past it the answer is 503 with Retry-After, and the "
                                 "write may still have been applied: a retry of an upsert is harmless.")
