@@ -21,6 +21,15 @@ Targets: fp32 ratio >= 1.0, PyTorch int8 ratio >= 1.8, ONNX int8 ratio >= 3.0, O
 (all against sentence-transformers fp32); STS-B test Spearman drop <= 0.01 (PyTorch and ONNX int8) and
 <= 0.005 (OpenVINO int8), OpenOffice test MRR@10 drop <= 0.005 (OpenVINO int8).
 
+`backend: auto` (models/encode_path.py) is a row too: the path it chooses on this host, timed afresh (an empty
+cache; its OpenVINO int8 candidate calibrated on the same OpenOffice dev reports), then timed in the rounds like
+every other row. Targets: its ratio >= 2.5 on an AVX2-only host and >= 4.5 on an AMX host, never more than 5%
+slower than the fastest single row (of those within the drop bounds) of the same run, STS-B and OpenOffice drops
+<= 0.005 each.
+
+Results are kept per host class (`encode_path.host_class`: amx, avx512_bf16, avx512_vnni, avx2):
+bench/results/encode_throughput_<class>.json.
+
 sentence-transformers' ONNX backend runs through optimum's ONNX Runtime models; the row is skipped, with
 the reason, where optimum cannot be imported (optimum-onnx 0.1 requires transformers < 4.58; this project
 pins transformers 5).
@@ -224,13 +233,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved timing rounds.")
     parser.add_argument("--openoffice-limit", type=int, default=0, help="OpenOffice queries per split, searched among "
                         "their groups and 10x as many other reports (0: the protocol, all of them; smoke runs only).")
-    parser.add_argument("--results-name", default="encode_throughput",
-                        help="bench/results/<name>.json (smoke runs: another name).")
+    parser.add_argument("--results-name", default=None,
+                        help="bench/results/<name>.json (default: encode_throughput_<host class>; smoke runs: another name).")
     args = parser.parse_args()
 
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from lmplatform.models.encode_path import choose_path, cpu_features, host_class
     from lmplatform.models.encoder import Encoder
     from lmplatform.models.onnx_backend import export_onnx
     from lmplatform.models.openvino_backend import CALIBRATION_SIZE, export_openvino
@@ -278,10 +288,18 @@ def main() -> None:
     openvino_int8 = Encoder.from_pretrained(ov_folder, backend="openvino")
     print(f"  chosen: {', '.join(ov_kept) or 'no layer'} kept in higher precision", flush=True)
 
+    print("backend auto: timing its candidates on this host", flush=True)
+    host = host_class(cpu_features())
+    auto_choice, auto_encoder = choose_path(packaged_model_path(), calibration=calibration,
+                                            max_seq_length=args.max_seq_length, batch_size=args.batch_size,
+                                            cache=work / "encode_paths.json")
+    print(f"  chosen on this {host} host: {auto_choice.path.label}", flush=True)
+
     encoders: dict[str, Callable[[list[str]], Any]] = {
         "sentence_transformers": st_encode(st), "ours_fp32": ours(fp32), "ours_int8": ours(int8),
         "ours_onnx_fp32": ours(onnx_fp32), "ours_onnx_int8": ours(onnx_int8),
         "ours_openvino_fp32": ours(openvino_fp32), "ours_openvino_int8": ours(openvino_int8),
+        "ours_auto": ours(auto_encoder, auto_choice.path.precision),
     }
     if bf16:  # emulated bf16 is slower than fp32: these rows mean something only where the CPU has it
         encoders |= {"ours_bf16": ours(fp32, "bf16"), "ours_openvino_bf16": ours(openvino_fp32, "bf16"),
@@ -306,7 +324,20 @@ def main() -> None:
     mrr_drop = {name: paired_drop(test_mrr["ours_fp32"], values) for name, values in test_mrr.items()}
     for name, values in test_mrr.items():
         print(f"{name:>28}: OpenOffice test MRR@10 {mean(values):.4f} (drop {mrr_drop[name]})", flush=True)
+    within_bounds = [name for name in speeds if name.startswith("ours_") and name != "ours_auto"
+                     and spearman["ours_fp32"] - spearman[name] <= OPENVINO_DROP_TARGET
+                     and mrr_drop[name]["mean"] <= OPENVINO_DROP_TARGET]
+    fastest = max(within_bounds, key=lambda name: speeds[name])
+    auto_target = {"avx2": 2.5, "amx": 4.5}.get(host)
     checks = {
+        "auto_over_fastest": check(f"backend auto / the fastest row within the drop bounds ({fastest})",
+                                   speeds["ours_auto"] / speeds[fastest], 0.95),
+        "auto_spearman_drop": check("STS-B test Spearman drop fp32 -> auto", spearman["ours_fp32"] - spearman["ours_auto"],
+                                    OPENVINO_DROP_TARGET, higher_is_better=False),
+        "auto_mrr_drop": check("OpenOffice test MRR@10 drop fp32 -> auto", mrr_drop["ours_auto"]["mean"],
+                               OPENVINO_DROP_TARGET, higher_is_better=False),
+        **({"auto_ratio": check(f"auto / sentence-transformers fp32 on an {host} host", ratios["ours_auto"], auto_target)}
+           if auto_target else {}),
         "fp32_ratio": check("fp32 ours / sentence-transformers", ratios["ours_fp32"], 1.0),
         "int8_ratio": check("int8 ours / sentence-transformers", ratios["ours_int8"], 1.8),
         "int8_spearman_drop": check("STS-B test Spearman drop fp32 -> int8", spearman["ours_fp32"] - spearman["ours_int8"],
@@ -322,8 +353,8 @@ def main() -> None:
         "openvino_int8_mrr_drop": check("OpenOffice test MRR@10 drop fp32 -> OpenVINO int8 (choices made on dev)",
                                         mrr_drop["ours_openvino_int8"]["mean"], OPENVINO_DROP_TARGET, higher_is_better=False),
     }
-    write_result(args.results_name, {
-        "texts": len(texts), "corpus": str(args.data / CORPUS), "batch_size": args.batch_size,
+    write_result(args.results_name or f"encode_throughput_{host}", {
+        "host_class": host, "texts": len(texts), "corpus": str(args.data / CORPUS), "batch_size": args.batch_size,
         "max_seq_length": args.max_seq_length, "threads": threads, "sts_pairs": args.sts_limit or "all",
         "native_bf16": bf16,
         "rounds": args.rounds, "sentences_per_second_by_round": rounds, "sentences_per_second": speeds,
@@ -338,6 +369,7 @@ def main() -> None:
         "openvino_int8": {"kept_higher_precision": list(ov_kept), "chosen_on": "STS-B dev and OpenOffice dev MRR@10",
                           "calibration": f"{min(len(calibration), CALIBRATION_SIZE)} OpenOffice dev reports",
                           "dev_drop_by_kept": ov_dev_drops, "quantization": "NNCF static, transformer preset"},
+        "auto": auto_choice.summary() | {"fastest_row_within_bounds": fastest},
         "sentence_transformers_onnx": st_onnx_note, "checks": checks,
         "toy_run": args.limit < 512 or bool(args.sts_limit) or bool(args.openoffice_limit),
     })

@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus-per-actor", type=float, default=1)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--quantize", choices=["int8"], default=None)
+    parser.add_argument("--backend", choices=["torch", "onnx", "openvino", "auto"], default="torch",
+                        help="'auto': the fastest path on each encoder actor's host, timed once and cached "
+                             "(as the serve setting encoder.backend auto; no --quantize beside it).")
     parser.add_argument("--kind", default="auto", choices=["flat", "hnsw", "ivf", "ivfpq", "auto"])
     parser.add_argument("--label-field", default=None, help="Field copied as the document label (KNN classification).")
     parser.add_argument("--metadata-fields", default="",
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--address", default=None, help="Ray address (default: $RAY_ADDRESS, else a local Ray).")
     args = parser.parse_args(argv)
+    if args.backend == "auto" and args.quantize:
+        parser.error("--quantize: --backend auto chooses the quantization itself")
 
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.retrieval.build import build_index_folder
@@ -55,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     built = build_index_folder(args.corpus, out, args.model, args.fields.split(","), args.id_field, args.actors,
                                args.cpus_per_actor, args.batch_size, args.quantize, IndexParams(kind=args.kind),
                                bm25=not args.no_bm25, label_field=args.label_field,
-                               metadata_fields=[f for f in args.metadata_fields.split(",") if f])
+                               metadata_fields=[f for f in args.metadata_fields.split(",") if f], backend=args.backend)
     stats, index = built.encode, built.index
     run_id = None
     if args.log_to_run:

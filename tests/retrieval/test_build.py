@@ -50,6 +50,26 @@ def test_encoding_actor_encodes_at_its_precision(tiny_bert: Path) -> None:
         assert np.allclose(vectors, encoder.encode(texts, batch_size=2, precision=precision), atol=1e-6)
 
 
+def test_encoding_actor_runs_the_backend_asked_for_or_the_one_auto_chose(tiny_bert: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """backend 'onnx' encodes with ONNX Runtime; 'auto' loads what was chosen for this host and model (cached in
+    $LMP_CACHE_DIR, here by a fake timer that favours ONNX int8), with the vectors of that path."""
+    from lmplatform.models.encode_path import choose_path
+    from lmplatform.retrieval.build import EncodeBatch
+
+    texts = ["printer crash after restart", "vpn certificate expired", "database timeout"]
+    batch = {"id": np.array(["a", "b", "c"]), "text": np.array(texts)}
+    monkeypatch.setenv("LMP_CACHE_DIR", str(tmp_path))
+    choose_path(tiny_bert, max_seq_length=32, batch_size=2, cache=tmp_path / "encode_paths.json",
+                timer=lambda encoder, t, b: 0.1 if encoder.quantized else 1.0)
+    for backend, quantize in (("onnx", None), ("auto", "int8")):
+        actor = EncodeBatch(str(tiny_bert), ["text"], "id", batch_size=2, max_seq_length=32, backend=backend)
+        assert actor.encoder.backend == "onnx" and actor.encoder.quantized == (quantize == "int8")
+        expected = Encoder.from_pretrained(tiny_bert, max_seq_length=32, backend="onnx", quantize=quantize)
+        vectors = np.stack(actor(batch).column("vector").to_numpy(zero_copy_only=False))
+        assert np.allclose(vectors, expected.encode(texts, batch_size=2), atol=1e-5)
+
+
 def test_bm25_index_beside_the_vectors_holds_the_same_texts_and_ids(tmp_path: Path) -> None:
     import json
 

@@ -70,3 +70,36 @@ def test_a_fusion_time_unknown_for_most_documents_is_said_at_load() -> None:
         assert audit_fusion_metadata(Release(id="r/2", model_uri="/m", index_uri="/i"), store) is None
     finally:
         logger.removeHandler(handler)
+
+
+def test_a_replica_with_backend_auto_loads_the_cached_choice_and_says_what_it_chose(tiny_bert, tmp_path) -> None:
+    """`load_encoder` with `EncoderSettings(backend="auto")`: the choice made for this host and model (here by a fake
+    timer, in the serve settings' cache_dir) is the one a replica loads from its own copy of the model, untimed."""
+    import shutil
+
+    from lmplatform.models.encode_path import choose_path
+    from lmplatform.serving.deployments import load_encoder
+    from lmplatform.serving.settings import EncoderSettings
+
+    def timer(encoder, texts, batch_size):
+        return 0.1 if encoder.backend == "onnx" and not encoder.quantized else 1.0
+
+    choose_path(tiny_bert, cache=tmp_path / "cache" / "encode_paths.json", timer=timer)
+    fetched = tmp_path / "fetched"  # what a replica holds: a copy of the registered model
+    shutil.copytree(tiny_bert, fetched)
+    encoder, choice = load_encoder(fetched, EncoderSettings(backend="auto").model_dump(), str(tmp_path / "cache"))
+    assert (encoder.backend, encoder.quantized) == ("onnx", False)
+    assert choice["chosen"] == "onnx fp32" and choice["cached"] is True
+    for backend in ("torch", "onnx"):  # a backend set is loaded as it is, untimed
+        plain, none = load_encoder(fetched, EncoderSettings(backend=backend).model_dump(), str(tmp_path / "cache"))
+        assert plain.backend == backend and none is None
+
+
+def test_backend_auto_refuses_a_quantization_or_precision_set_beside_it() -> None:
+    from pydantic import ValidationError
+
+    from lmplatform.serving.settings import EncoderSettings
+
+    for field, value in (("quantize", "int8"), ("precision", "bf16")):
+        with pytest.raises(ValidationError, match=f"encoder.{field}: backend 'auto' chooses"):
+            EncoderSettings(backend="auto", **{field: value})

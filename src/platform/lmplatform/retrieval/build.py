@@ -38,10 +38,24 @@ class EncodeBatch:
 
     def __init__(self, model: str, text_fields: Sequence[str], id_field: str, batch_size: int,
                  quantize: Optional[str] = None, max_seq_length: Optional[int] = None, num_threads: Optional[int] = None,
-                 precision: str = "fp32"):
-        from lmplatform.models.encoder import Encoder
+                 precision: str = "fp32", backend: str = "torch"):
+        """backend 'auto': the fastest path on this actor's host (models/encode_path.py), which then sets the
+        quantization and precision; otherwise `Encoder.from_pretrained`'s backend."""
+        import torch
 
-        self.encoder = Encoder.from_pretrained(model, max_seq_length=max_seq_length, quantize=quantize)  # type: ignore[arg-type]
+        from lmplatform.models.encode_path import choose_path
+        from lmplatform.models.encoder import Encoder
+        from lmplatform.models.resolve import resolve_model_path
+
+        if num_threads:
+            torch.set_num_threads(num_threads)  # before any timing: the threads the encodes will have
+        if backend == "auto":
+            choice, self.encoder = choose_path(resolve_model_path(model), max_seq_length=max_seq_length,
+                                               batch_size=batch_size)
+            precision = choice.path.precision
+        else:
+            self.encoder = Encoder.from_pretrained(model, max_seq_length=max_seq_length, quantize=quantize,  # type: ignore[arg-type]
+                                                   backend=backend)  # type: ignore[arg-type]
         self.text_fields, self.id_field = list(text_fields), id_field
         self.batch_size, self.num_threads, self.precision = batch_size, num_threads, precision
 
@@ -85,6 +99,7 @@ def encode_corpus_to_shards(
     quantize: Optional[str] = None,
     max_seq_length: Optional[int] = None,
     precision: str = "fp32",
+    backend: str = "torch",
 ) -> EncodeStats:
     """Encode a JSONL/parquet corpus on Ray actors into parquet shards of (id, vector)."""
     import ray
@@ -111,7 +126,7 @@ def encode_corpus_to_shards(
         fn_constructor_kwargs={
             "model": str(model), "text_fields": list(text_fields), "id_field": id_field, "batch_size": batch_size,
             "quantize": quantize, "max_seq_length": max_seq_length, "num_threads": max(1, int(cpus_per_actor)),
-            "precision": precision,
+            "precision": precision, "backend": backend,
         },
         batch_size=rows_per_task,
         batch_format="numpy",
@@ -210,7 +225,7 @@ def build_index_folder(corpus: str | Sequence[str], out: str | Path, model: str 
                        cpus_per_actor: float = 1, batch_size: int = 64, quantize: Optional[str] = None,
                        params: Optional[IndexParams] = None, bm25: bool = True, label_field: Optional[str] = None,
                        max_seq_length: Optional[int] = None, metadata_fields: Sequence[str] = (),
-                       time_fields: Optional[Sequence[str]] = None) -> IndexFolder:
+                       time_fields: Optional[Sequence[str]] = None, backend: str = "torch") -> IndexFolder:
     """The served index of a corpus in `out/index`: FAISS over the encoded texts (shards in `out/shards`), BM25 over
     the same texts (unless `bm25` is False) and the document store (id, title, text, label, the `metadata_fields` a
     metadata fusion reads) hits are shown from. `time_fields`: the metadata fields read as times (default: the
@@ -221,7 +236,7 @@ def build_index_folder(corpus: str | Sequence[str], out: str | Path, model: str 
     out = Path(out)
     stats = encode_corpus_to_shards(corpus, out / "shards", model=model, text_fields=text_fields, id_field=id_field,
                                     actors=actors, cpus_per_actor=cpus_per_actor, batch_size=batch_size, quantize=quantize,
-                                    max_seq_length=max_seq_length)
+                                    max_seq_length=max_seq_length, backend=backend)
     index = build_index_from_shards(out / "shards", out / "index", params)
     built_bm25 = build_bm25_index(corpus, out / "index", text_fields, id_field, index.ids) if bm25 else None
     stored = write_document_store(corpus, out / "index" / DOCUMENTS_FILE, id_field=id_field,

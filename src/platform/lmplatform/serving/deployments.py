@@ -20,6 +20,7 @@ import time
 from contextlib import nullcontext
 from datetime import datetime, timezone
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
 import numpy as np
@@ -175,13 +176,11 @@ class _LoadedRetriever:
 
     def __init__(self, release: Release, cache_dir: Optional[str], encoder: Optional[dict[str, Any]] = None,
                  live_fields: Optional[list[str]] = None):
-        from lmplatform.models.encoder import Encoder
-
         folder = fetch(release.model_uri, release.tracking_uri, cache_dir)
-        self.encoder = Encoder.from_pretrained(folder, **(encoder or {})).eval()
+        self.encoder, self.encoder_choice = load_encoder(folder, encoder or {}, cache_dir)
         self.index, self.store, folder = load_index_and_store(release, cache_dir)
         self.metadata_unknown = audit_fusion_metadata(release, self.store)
-        self.vector_model = vector_model(release, encoder)
+        self.vector_model = vector_model(release, self.encoder)
         self.live: Optional[LiveIndex] = None
         if live_fields is None:
             self.bm25 = load_bm25(folder, self.index)
@@ -223,9 +222,26 @@ def audit_fusion_metadata(release: Release, store: DocumentStore) -> Optional[di
     return {name: counted["unknown"] for name, counted in unknown.items()}
 
 
-def vector_model(release: Release, encoder: Optional[dict[str, Any]]) -> str:
+def load_encoder(folder: Path, settings: dict[str, Any], cache_dir: Optional[str]) -> tuple[Any, Optional[dict[str, Any]]]:
+    """The replica's encoder as `EncoderSettings` (a dict) say, and with backend 'auto' what it chose and why."""
+    from lmplatform.models.encode_path import choose_path, default_cache
+    from lmplatform.models.encoder import Encoder
+
+    settings = dict(settings)
+    auto_int8 = settings.pop("auto_int8", True)
+    if settings.get("backend", "torch") != "auto":
+        return Encoder.from_pretrained(folder, **settings).eval(), None
+    cache = Path(cache_dir) / "encode_paths.json" if cache_dir else default_cache()
+    choice, encoder = choose_path(folder, int8=auto_int8, cache=cache)
+    logger.info("encoder.backend auto on this %s host: %s (%s)", choice.host, choice.path.label,
+                "cached" if choice.cached else ", ".join(f"{k} {v:.1f} ms" for k, v in
+                                                          choice.summary()["ms_per_batch"].items()))
+    return encoder, choice.summary()
+
+
+def vector_model(release: Release, encoder: Any) -> str:
     """What made a vector: the model, and int8 quantization when on (it moves vectors; the backend does not)."""
-    return release.model_uri + ("+int8" if (encoder or {}).get("quantize") == "int8" else "")
+    return release.model_uri + ("+int8" if encoder.quantized else "")
 
 
 def _by_release(items: list[tuple[Any, ...]]) -> dict[str, list[int]]:
@@ -511,6 +527,7 @@ class RetrieverDeployment:
         await self._catch_up([release_id])
         return {"index_size": len(loaded.index), "index_kind": loaded.index.kind, "dim": loaded.index.dim,
                 "encoder_backend": loaded.encoder.backend + ("-int8" if loaded.encoder.quantized else ""),
+                "encoder_choice": loaded.encoder_choice,
                 "index_built_at": loaded.built_at, "index_build_seconds": loaded.index.stats.build_seconds,
                 "loaded_at": loaded.loaded_at, "labels": loaded.labels, "hybrid": loaded.bm25 is not None,
                 "live_seq": loaded.live.seq if loaded.live is not None else None,

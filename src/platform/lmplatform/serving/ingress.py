@@ -252,6 +252,7 @@ class ServeIngress:
             mlflow_run_id=release.run_id, model_uri=release.model_uri, release_id=release.id,
             index_size=info["index_size"], index_kind=info["index_kind"], index_built_at=info["index_built_at"],
             index_build_seconds=info["index_build_seconds"], dim=info["dim"], encoder_backend=info["encoder_backend"],
+            encoder_choice=info["encoder_choice"],
             loaded_at=self.switched_at,
             reranker=reranker, classifier=method if method == "head" or info["labels"] else "unavailable",
             hybrid=info["hybrid"], search=release.search.model_dump() if release.search else None,

@@ -506,6 +506,9 @@ class ModelInfo(BaseModel):
     dim: int
     encoder_backend: str = Field(
         "torch", description="How the bi-encoder runs: torch, torch-int8, onnx, onnx-int8, openvino or openvino-int8.")
+    encoder_choice: Optional[dict[str, Any]] = Field(None, description="encoder.backend 'auto': the path chosen, the "
+                                                     "host class, whether from the cache, and each candidate's ms per "
+                                                     "batch; null: the backend was set.")
     loaded_at: str
     reranker: Optional[str] = None
     classifier: str

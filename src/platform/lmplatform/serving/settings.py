@@ -33,11 +33,13 @@ class BatchingSettings(Section):
 class EncoderSettings(Section):
     """How the retriever replicas run the bi-encoder (the same vectors either way, see models/encoder.py)."""
 
-    backend: Literal["torch", "onnx", "openvino"] = Field("torch", description="'onnx': ONNX Runtime on the model's "
-                                                          "graph; 'openvino': OpenVINO (the `openvino` extra). An "
-                                                          "`lmp export` folder of that backend is used as it is (an "
-                                                          "openvino-int8 one runs int8); any other model is converted "
-                                                          "when a replica loads it.")
+    backend: Literal["torch", "onnx", "openvino", "auto"] = Field(
+        "torch", description="'onnx': ONNX Runtime on the model's graph; 'openvino': OpenVINO (the `openvino` extra). "
+        "An `lmp export` folder of that backend is used as it is (an openvino-int8 one runs int8); any other model is "
+        "converted when a replica loads it. 'auto': the fastest of them on the replica's host, with its quantization "
+        "and precision, timed once per host and model and cached (models/encode_path.py; /v1/model says which).")
+    auto_int8: bool = Field(True, description="backend 'auto': whether int8 paths (ONNX int8) are candidates. Their "
+                            "vectors differ a little from fp32 ones (drops within 0.005 measured).")
     quantize: Optional[Literal["int8"]] = Field(None, description="'int8': dynamically quantized weights (CPU; "
                                                 "slightly different vectors: build the index with the same setting). "
                                                 "OpenVINO's int8 is static, calibrated at export: serve an "
@@ -48,6 +50,10 @@ class EncoderSettings(Section):
 
     @model_validator(mode="after")
     def _quantize_where_it_runs(self) -> "EncoderSettings":
+        if self.backend == "auto" and (self.quantize is not None or self.precision != "fp32"):
+            field = "quantize" if self.quantize is not None else "precision"
+            raise ValueError(f"encoder.{field}: backend 'auto' chooses quantization and precision itself; leave "
+                             f"{field} unset (encoder.auto_int8: false keeps int8 out)")
         if self.backend == "openvino" and self.quantize is not None:
             raise ValueError("encoder.quantize: backend 'openvino' quantizes statically at export, on calibration "
                              "texts; serve an `lmp export --format openvino-int8` folder and leave quantize unset")
