@@ -35,7 +35,7 @@ LAYERS: list[list[str]] = [
     ["pipeline"],  # multi-stage runs
     ["tune"],  # studies, the champion gate
     ["demo", "testing"],  # the end-to-end demo; helpers for tests
-    ["cli"],  # `lmp`
+    ["cli", "api"],  # `lmp`; the same as Python functions
 ]
 
 

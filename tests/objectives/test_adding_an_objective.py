@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 import torch
 
+import lmplatform
 from lmplatform.config import ConfigError
 from lmplatform.objectives import registry
 from lmplatform.objectives.run_config import RunConfig, load_run_config
@@ -30,7 +31,7 @@ from tests.objectives.toy import SPEC as TOY
 
 @pytest.fixture
 def toy_registered() -> Iterator[None]:
-    registry.register(TOY)
+    lmplatform.register_objective(TOY)  # the public way (lmplatform.api)
     try:
         yield
     finally:
@@ -164,3 +165,67 @@ def test_importing_the_configs_and_the_registry_imports_no_torch() -> None:
     probe = ("import sys, lmplatform.config.schema, lmplatform.objectives.registry, lmplatform.tune.metrics, "
              "tests.objectives.toy; print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split() == ["False"]
+
+
+EXTERNAL = '''
+from typing import Literal
+
+from lmplatform.objectives.spec import ObjectiveSpec
+from tests.objectives.toy import SPEC as TOY
+from tests.objectives.toy.config import ToyNormConfig
+
+
+class ExternalConfig(ToyNormConfig):
+    name: Literal["extobjective.spec:SPEC"] = "extobjective.spec:SPEC"
+
+
+SPEC = ObjectiveSpec(name="extobjective.spec:SPEC", config=ExternalConfig, validation_metrics=TOY.validation_metrics,
+                     evaluation_keys=TOY.evaluation_keys, implementation=TOY.implementation, card=TOY.card)
+'''
+
+
+@pytest.fixture
+def external_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A package outside lmplatform holding an objective spec named by its import path."""
+    (tmp_path / "extobjective").mkdir()
+    (tmp_path / "extobjective" / "__init__.py").write_text("")
+    (tmp_path / "extobjective" / "spec.py").write_text(EXTERNAL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    if "extobjective.spec:SPEC" in registry.objective_names():
+        registry.unregister("extobjective.spec:SPEC")
+    sys.modules.pop("extobjective.spec", None)
+    sys.modules.pop("extobjective", None)
+
+
+def test_an_objective_named_by_its_import_path_needs_no_register_call_in_any_process(
+        external_package: Path, tiny_bert: Path, ray_session) -> None:
+    import os
+
+    import ray
+
+    cfg = _config(tiny_bert, "objective.name=extobjective.spec:SPEC", "objective.target_norm=2")
+    assert type(cfg.objective).__name__ == "ExternalConfig" and cfg.objective.target_norm == 2.0
+    assert "extobjective.spec:SPEC" in registry.objective_names()
+
+    @ray.remote(num_cpus=0)
+    def validate_in_a_worker(config: dict) -> tuple[str, float]:  # a fresh process: nothing registered there
+        from lmplatform.objectives.run_config import RunConfig
+
+        validated = RunConfig.model_validate(config)
+        return validated.objective.name, validated.objective.target_norm
+
+    repository = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join([str(external_package), repository])
+    task = validate_in_a_worker.options(runtime_env={"env_vars": {"PYTHONPATH": path}})
+    assert ray.get(task.remote(cfg.model_dump(mode="json"))) == ("extobjective.spec:SPEC", 2.0)
+
+
+def test_an_import_path_that_does_not_import_or_names_another_spec_is_refused_naming_the_field(
+        external_package: Path, tiny_bert: Path) -> None:
+    with pytest.raises(ConfigError, match=r"objective.name: objective 'extobjective.nowhere:SPEC': cannot import it "
+                                          r"\(ModuleNotFoundError"):
+        _config(tiny_bert, "objective.name=extobjective.nowhere:SPEC")
+    (external_package / "extobjective" / "other.py").write_text("from tests.objectives.toy import SPEC\n")
+    with pytest.raises(ConfigError, match=r"the spec there is named 'toy_norm'"):
+        _config(tiny_bert, "objective.name=extobjective.other:SPEC")

@@ -1,9 +1,45 @@
 """lmplatform: adapt text encoders to a specialist domain on Ray.
 
-Importing the package changes nothing in the process. The offline/loopback runtime defaults
-(`lmplatform.runtime.apply_runtime_defaults`) are applied where they matter: by the `lmp`
-command line, when Ray is started or joined (`ray_runtime.ensure_ray`) and in every Train worker.
+Importing the package changes nothing in the process and loads none of its dependencies: the public names below
+are read from their modules on first use (PEP 562). The offline/loopback runtime defaults
+(`lmplatform.runtime.apply_runtime_defaults`) are applied where they matter: by the `lmp` command line, when Ray
+is started or joined (`ray_runtime.ensure_ray`) and in every Train worker.
+
+The public surface (docs/python-api.md): the functions of `lmplatform.api` (run_training, run_pipeline, run_study,
+run_evaluation, serve, stop_serving, export, register_objective, register_evaluation), the encoders and the config
+models. Everything else may change between releases. (No public name is a subpackage's: `lmplatform.train`, once
+imported, is the train/ package.)
 """
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+# name -> the module it lives in
+PUBLIC: dict[str, str] = {
+    **dict.fromkeys(("run_training", "run_pipeline", "run_study", "run_evaluation", "serve", "stop_serving", "export",
+                     "register_objective", "register_evaluation"), "lmplatform.api"),
+    "Encoder": "lmplatform.models.encoder",
+    "CrossEncoder": "lmplatform.models.cross_encoder",
+    "RunConfig": "lmplatform.objectives.run_config",
+    "PipelineConfig": "lmplatform.pipeline.config",
+    "EvaluationConfig": "lmplatform.evaluation.config",
+    "ServeSettings": "lmplatform.serving.settings",
+    "SearchSettings": "lmplatform.retrieval.settings",
+}
+
+__all__ = ["__version__", *PUBLIC]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in PUBLIC:
+        raise AttributeError(f"module 'lmplatform' has no attribute {name!r}")
+    value = getattr(importlib.import_module(PUBLIC[name]), name)
+    globals()[name] = value  # read once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,7 +1,13 @@
 """`Registry`: the things of one kind by name (objectives, evaluations): the built-in ones, those registered at run
-time, and callbacks that rebuild what is derived from them (a config union)."""
+time, and callbacks that rebuild what is derived from them (a config union).
+
+A spec defined outside the package can also be named by its import path, `package.module:ATTRIBUTE` (its `name`
+must be that path): the first lookup of the name imports it and registers it, in whichever process looks it up. A
+config naming it so works in Ray workers too, where the package is importable, with no `register` call there.
+"""
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Generic, Iterable, Protocol, TypeVar
 
 
@@ -29,9 +35,24 @@ class Registry(Generic[SpecT]):
         return tuple(self._specs)
 
     def get(self, name: str) -> SpecT:
+        if name not in self._specs and is_import_path(name):
+            self.register(self.imported(name))
         if name not in self._specs:
-            raise KeyError(f"unknown {self.kind} {name!r}; available: {', '.join(sorted(self._specs))}")
+            raise KeyError(f"unknown {self.kind} {name!r}; available: {', '.join(sorted(self._specs))}, or "
+                           "package.module:ATTRIBUTE of one defined outside the package")
         return self._specs[name]
+
+    def imported(self, path: str) -> SpecT:
+        """The spec at import path `package.module:ATTRIBUTE`, checked to carry that path as its name."""
+        module_name, _, attribute = path.partition(":")
+        try:
+            spec = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise KeyError(f"{self.kind} {path!r}: cannot import it ({type(exc).__name__}: {exc})") from None
+        if getattr(spec, "name", None) != path:
+            raise KeyError(f"{self.kind} {path!r}: the spec there is named {getattr(spec, 'name', None)!r}; a spec "
+                           f"named by its import path carries that path as its name")
+        return spec
 
     def register(self, spec: SpecT) -> None:
         """Add a spec defined outside the package; what is derived from the registry follows (`on_change`).
@@ -58,3 +79,9 @@ class Registry(Generic[SpecT]):
     def _changed(self) -> None:
         for callback in self._on_change:
             callback()
+
+
+def is_import_path(name: str) -> bool:
+    """Whether `name` reads as `package.module:ATTRIBUTE`."""
+    module_name, sep, attribute = name.partition(":")
+    return bool(sep and attribute.isidentifier() and all(part.isidentifier() for part in module_name.split(".")))

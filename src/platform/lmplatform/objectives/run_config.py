@@ -14,7 +14,7 @@ from typing import Annotated, Any, Iterable, Optional, Union
 from pydantic import Field, model_validator
 
 from lmplatform.config.base import Section
-from lmplatform.config.loader import apply_overrides, parse_config, read_yaml
+from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
 from lmplatform.config.schema import (
     CheckpointConfig,
     DataConfig,
@@ -27,6 +27,7 @@ from lmplatform.config.schema import (
 from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.objectives import registry
 from lmplatform.objectives.mlm.config import MLMObjectiveConfig
+from lmplatform.registry import is_import_path
 from lmplatform.retrieval.settings import RetrievalValidationConfig
 
 
@@ -58,6 +59,19 @@ class RunConfig(Section):
     retrieval_validation: Optional[RetrievalValidationConfig] = Field(
         None, description="Corpus-level retrieval metrics (val_ir_*) at every validation: "
         f"{', '.join(retrieval_validated_objectives())}.")
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> "RunConfig":
+        """Validate; an objective named by its import path (`package.module:SPEC`) is imported and registered first,
+        so that the objective union knows it (`registry.py`)."""
+        objective = obj.get("objective") if isinstance(obj, dict) else None
+        name = objective.get("name") if isinstance(objective, dict) else None
+        if isinstance(name, str) and is_import_path(name) and name not in registry.objective_names():
+            try:
+                registry.objective_spec(name)
+            except KeyError as exc:
+                raise ConfigError(f"objective.name: {exc.args[0]}") from None
+        return super().model_validate(obj, *args, **kwargs)
 
     @model_validator(mode="before")
     @classmethod

@@ -25,6 +25,8 @@ import numpy as np
 
 from lmplatform.data.fields import join_fields
 from lmplatform.data.readers import BadRow, detect_format, read_rows
+from lmplatform.models.encode_path import choose_path
+from lmplatform.models.resolve import resolve_model_path
 from lmplatform.retrieval.index import IndexParams, VectorIndex
 from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
 from lmplatform.retrieval.settings import MetadataFusionConfig
@@ -43,9 +45,7 @@ class EncodeBatch:
         quantization and precision; otherwise `Encoder.from_pretrained`'s backend."""
         import torch
 
-        from lmplatform.models.encode_path import choose_path
         from lmplatform.models.encoder import Encoder
-        from lmplatform.models.resolve import resolve_model_path
 
         if num_threads:
             torch.set_num_threads(num_threads)  # before any timing: the threads the encodes will have

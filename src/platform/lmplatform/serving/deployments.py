@@ -26,6 +26,7 @@ from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTup
 import numpy as np
 from ray import serve
 
+from lmplatform.models.encode_path import choose_path, default_cache
 from lmplatform.retrieval.metadata_fusion import MetadataFusion
 from lmplatform.retrieval.retrievers import admitted_dense_hits, hybrid_search, metadata_search
 from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights
@@ -224,7 +225,6 @@ def audit_fusion_metadata(release: Release, store: DocumentStore) -> Optional[di
 
 def load_encoder(folder: Path, settings: dict[str, Any], cache_dir: Optional[str]) -> tuple[Any, Optional[dict[str, Any]]]:
     """The replica's encoder as `EncoderSettings` (a dict) say, and with backend 'auto' what it chose and why."""
-    from lmplatform.models.encode_path import choose_path, default_cache
     from lmplatform.models.encoder import Encoder
 
     settings = dict(settings)
