@@ -24,7 +24,8 @@ def test_candidates_follow_the_cpu_the_runtimes_and_the_options() -> None:
     assert labels(candidate_paths(AVX2, ALL, tuple(ALL), int8=True, calibrated=False)) == [
         "torch fp32", "onnx fp32", "onnx int8", "openvino fp32"]  # no bf16 where it is emulated
     assert labels(candidate_paths(ZEN4, ALL, tuple(ALL), int8=True, calibrated=True)) == [
-        "torch fp32", "torch bf16", "onnx fp32", "onnx int8", "openvino fp32", "openvino bf16", "openvino int8"]
+        "torch fp32", "torch bf16", "onnx fp32", "onnx int8", "openvino fp32", "openvino bf16", "openvino int8",
+        "openvino int8 bf16"]
     assert labels(candidate_paths(ZEN4, ALL, tuple(ALL), int8=False, calibrated=True)) == [
         "torch fp32", "torch bf16", "onnx fp32", "openvino fp32", "openvino bf16"]
     assert labels(candidate_paths(AVX2, {"torch", "onnx"}, tuple(ALL), int8=True, calibrated=True)) == [
@@ -42,6 +43,7 @@ class FakeTimer:
 
     def __call__(self, encoder, texts: list[str], batch_size: int) -> float:
         label = f"{encoder.backend} {'int8' if encoder.quantized else encoder.precision}"
+        label += f" {encoder.precision}" if encoder.quantized and encoder.precision != "fp32" else ""
         self.timed.append(label)
         assert len(texts) % batch_size == 0 and len(encoder.tokenizer(texts[0])["input_ids"]) > encoder.max_seq_length
         return self.seconds[label]

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def run_training(config: str | Path | RunConfig, overrides: Iterable[str] = (), resume: Optional[str] = None,
-          address: Optional[str] = None) -> TrainingResult:
+                 address: Optional[str] = None) -> TrainingResult:
     """`lmp train`: one Ray Train run of a run config (YAML path or `RunConfig`); `resume` continues a run by name."""
     from lmplatform.jobs.train_run import run_training as run
 
@@ -47,7 +47,7 @@ def run_pipeline(config: str | Path | PipelineConfig, overrides: Iterable[str] =
 
 
 def run_study(space: str | Path, overrides: Iterable[str] = (), resume: Optional[str] = None,
-         address: Optional[str] = None) -> StudyResult:
+              address: Optional[str] = None) -> StudyResult:
     """`lmp tune`: a Ray Tune study of a search space file, its champion gate and registration."""
     from lmplatform.tune.space import load_space
     from lmplatform.tune.tuner import run_study as run
