@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -117,11 +118,11 @@ def host_key(features: set[str]) -> str:
     import torch
 
     versions = []
-    for module in RUNTIMES.values():
+    for distribution in RUNTIMES.values():  # read from the installed metadata: no runtime is imported for it
         try:
-            versions.append(f"{module}={__import__(module).__version__}")
-        except Exception:  # not installed, or no __version__
-            versions.append(f"{module}=-")
+            versions.append(f"{distribution}={importlib.metadata.version(distribution)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{distribution}=-")
     cpu = platform.processor() or platform.machine()
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
