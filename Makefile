@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/trouble_reports.py
 	$(BIN)/python bench/openoffice_retrieval.py
 	$(BIN)/python bench/tracker_online.py
+	$(BIN)/python bench/tracker_fusion_fit.py
 	$(BIN)/python bench/tracker_exports.py
 
 docs: $(STAMP)
