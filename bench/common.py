@@ -17,25 +17,14 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPOSITORY.parent / "shared" / "data"
 
 
-# CPU features that move the int8 and bf16 rows (and so every ratio to fp32) from one host to the next.
-CPU_FEATURES = ("avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
-
-
-def cpu_features() -> list[str]:
-    """Which of CPU_FEATURES this CPU has ([] where /proc/cpuinfo is not there)."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return []
-    return [feature for feature in CPU_FEATURES if feature in flags]
-
-
 def machine() -> dict[str, Any]:
     import torch
 
+    from lmplatform.models.encode_path import cpu_features
+
     return {
         "cpus": os.cpu_count(),
-        "cpu_features": cpu_features(),
+        "cpu_features": sorted(cpu_features()),  # what a speed figure's host class is read from
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
