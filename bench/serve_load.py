@@ -148,8 +148,9 @@ def in_process(model: str, index_dir: Path, queries: list[str], threads: int, ba
         "batching_ceiling": round(single_ms / batched_ms, 2), "queries": len(queries), "torch_threads": threads}
 
 
-async def send(url: str, bodies: list[dict[str, Any]], concurrency: int, warm_up: int = 10) -> tuple[list[float], int, float]:
-    """POST every body to /v1/search from `concurrency` concurrent clients, after `warm_up` of them sent alone
+async def send(url: str, bodies: list[dict[str, Any]], concurrency: int, warm_up: int = 10, route: str = "/v1/search"
+               ) -> tuple[list[float], int, float]:
+    """POST every body to `route` from `concurrency` concurrent clients, after `warm_up` of them sent alone
     (connections, first batch, caches): (latency per request in ms, failed requests, wall seconds)."""
     import httpx
 
@@ -161,14 +162,14 @@ async def send(url: str, bodies: list[dict[str, Any]], concurrency: int, warm_up
         nonlocal failures
         for body in pending:
             start = time.perf_counter()
-            response = await client.post("/v1/search", json=body)
+            response = await client.post(route, json=body)
             latencies.append((time.perf_counter() - start) * 1000)
             failures += response.status_code != 200
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
         for body in bodies[:warm_up]:
-            await client.post("/v1/search", json=body)
+            await client.post(route, json=body)
         start = time.perf_counter()
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
         wall = time.perf_counter() - start

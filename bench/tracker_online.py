@@ -212,8 +212,14 @@ def served_document(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def base_index(data: Data, model: str, folder: Path) -> tuple[Path, int]:
-    """The index folder the service starts from: the reports filed before the test period, encoded with the
-    registered model as the live index encodes an upsert (title and text joined), BM25 and the document store."""
+    """The index folder the service starts from: the reports filed before the test period."""
+    documents = [served_document(r) for r, t in zip(data.reports, data.timeline.created) if t < data.test_start]
+    return write_served_index(documents, model, folder), len(documents)
+
+
+def write_served_index(documents: list[dict[str, Any]], model: str, folder: Path) -> Path:
+    """An index folder of `documents` (served_document's), encoded with `model` as the live index encodes an upsert
+    (title and text joined): flat FAISS, BM25 and the document store."""
     from lmplatform.data.fields import join_fields
     from lmplatform.models.encoder import Encoder
     from lmplatform.retrieval.build import BM25_DIR
@@ -221,7 +227,6 @@ def base_index(data: Data, model: str, folder: Path) -> tuple[Path, int]:
     from lmplatform.retrieval.retrievers import BM25Retriever
     from lmplatform.retrieval.store import DOCUMENTS_FILE
 
-    documents = [served_document(r) for r, t in zip(data.reports, data.timeline.created) if t < data.test_start]
     texts = [join_fields(d, ["title", "text"]) for d in documents]
     ids = [d["id"] for d in documents]
     vectors = Encoder.from_pretrained(model, max_seq_length=BUDGET["max_seq_length"]).encode(texts, batch_size=64)
@@ -233,7 +238,7 @@ def base_index(data: Data, model: str, folder: Path) -> tuple[Path, int]:
     with (folder / DOCUMENTS_FILE).open("w", encoding="utf-8") as handle:
         for document in documents:
             handle.write(json.dumps(document, ensure_ascii=False) + "\n")
-    return folder, len(documents)
+    return folder
 
 
 def replay(url: str, data: Data) -> dict[str, Any]:

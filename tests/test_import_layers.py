@@ -211,6 +211,30 @@ def test_no_cycle_between_files() -> None:
     assert not cycles, f"files importing each other at run time: {cycles}"
 
 
+RAY_FREE = ["train", "graph"]  # the engine runs in any process: a Ray Train worker, a test, a bench, a notebook
+
+
+def ray_imports(package_dir: Path, subpackage: str) -> list[str]:
+    """file:line of every import of Ray in a subpackage, those inside functions included."""
+    found = []
+    for path in sorted((package_dir / subpackage).rglob("*.py")):
+        module = module_name(path, package_dir)
+        for node in ast.walk(parse_source(path)):
+            if any(name.split(".")[0] == "ray" for name in imported_modules(node, module, path.name == "__init__.py")):
+                found.append(f"{path.relative_to(package_dir)}:{node.lineno}")
+    return found
+
+
+def test_the_engine_imports_no_ray() -> None:
+    found = [where for subpackage in RAY_FREE for where in ray_imports(PACKAGE, subpackage)]
+    assert not found, f"Ray imported in a Ray-free subpackage ({', '.join(RAY_FREE)}): {found}"
+
+
+def test_the_ray_check_finds_an_import_inside_a_function(tmp_path: Path) -> None:
+    package = _fake_package(tmp_path, {"train/loop.py": "def report():\n    import ray.train\n"})
+    assert ray_imports(package, "train") == ["train/loop.py:2"]
+
+
 def _fake_package(root: Path, files: dict[str, str]) -> Path:
     package = root / "lmplatform"
     for rel, text in files.items():

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from lmplatform.data.group_batches import BatchOrder, Keys, conflict_free_batches, pair_conflict_keys
 from lmplatform.data.pairs import Pair
-from lmplatform.train.ingest import planned_rank_rows, rank_slices
+from lmplatform.data.rank_batches import planned_rank_rows, rank_slices
 
 
 def _conflicts(batch: Sequence[int], keys: Sequence[Keys], negatives: Sequence[Keys]) -> list[tuple[int, int]]:

@@ -16,10 +16,10 @@ from typing import Any
 
 from lmplatform.data.group_batches import pair_conflict_keys
 from lmplatform.data.pairs import read_pairs
+from lmplatform.jobs.ingest import ingest_config
 from lmplatform.objectives.biencoder.group_batches import plan_epochs
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import load_run_config
-from lmplatform.train.ingest import ingest_config
 
 
 def _write_groups(path: Path) -> Path:

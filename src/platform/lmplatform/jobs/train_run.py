@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lmplatform.evaluation.retrieval_validation import prepare_retrieval_set
+from lmplatform.jobs.ingest import ingest_config
 from lmplatform.jobs.train_worker import train_loop_per_worker
 from lmplatform.models.resolve import resolve_model_path
 from lmplatform.objectives.ewc_setup import check_fisher_anchor, prepare_ewc
@@ -21,7 +22,6 @@ from lmplatform.tracking.exports import export_and_log
 from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten, git_commit
 from lmplatform.tracking.registry import register_model_version
 from lmplatform.tracking.version_tags import OBJECTIVE_TAG, RUN_OBJECTIVE_TAG
-from lmplatform.train.ingest import ingest_config
 from lmplatform.train.optim import total_optimizer_steps
 from lmplatform.train.recipe import PreparedData
 from lmplatform.train.state import FINAL_MODEL_DIR

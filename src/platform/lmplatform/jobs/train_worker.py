@@ -7,14 +7,30 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from lmplatform.data.rank_batches import rank_dataset_name
 from lmplatform.evaluation.retrieval_validation import CorpusRetrievalValidator
+from lmplatform.jobs.ingest import planned_epoch, shard_epoch
 from lmplatform.objectives.run_config import RunConfig
 from lmplatform.objectives.trainer import build_trainer
 from lmplatform.ray_runtime import HelperPriority, quiet_train_reports
 from lmplatform.runtime import apply_runtime_defaults
 from lmplatform.tracking.mlflow_tracking import TrackedRun
-from lmplatform.train.ingest import NumpyBatch, length_grouped, planned_epoch, rank_dataset_name, resume_batches, shard_epoch
+from lmplatform.train.ingest import NumpyBatch, length_grouped, resume_batches
 from lmplatform.train.recipe import Batch, TrainingRecipe
+
+
+class RayTrainReporter:
+    """`ray.train.report`: Ray Train persists the checkpoint folder to the run's storage."""
+
+    def report(self, metrics: dict[str, float], checkpoint_dir: Optional[Path] = None,
+               checkpoint_name: Optional[str] = None) -> None:
+        import ray.train
+
+        if checkpoint_dir is None:
+            ray.train.report(metrics)
+            return
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(checkpoint_dir)),
+                         checkpoint_dir_name=checkpoint_name)
 
 
 def worker_threads(cfg: RunConfig) -> int:
@@ -70,7 +86,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     tracker = TrackedRun(loop_config["tracking_uri"], loop_config["mlflow_run_id"]) if rank == 0 else None
     retrieval_set = loop_config.get("retrieval_set")
     trainer = build_trainer(cfg, loop_config["total_steps"], ray.train.torch.get_device(), rank, tracker,
-                            loop_config["tracking_uri"],
+                            loop_config["tracking_uri"], reporter=RayTrainReporter(),
                             corpus_validator=lambda recipe: corpus_validator(cfg, recipe, retrieval_set))
     recipe = trainer.recipe
 

@@ -41,6 +41,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from lmplatform.models.encoder_config import read_encoder_config, write_encoder_config
 from lmplatform.models.graph import GraphSession
+from lmplatform.models.long_texts import encoder_heads
 from lmplatform.models.onnx_backend import OnnxGraphConfig, OnnxSession, export_onnx, has_onnx_graph, quantize_onnx
 from lmplatform.models.openvino_backend import (
     OPENVINO_KEEP_FP32,
@@ -199,17 +200,19 @@ class Encoder(nn.Module):
         return next(self.backbone.parameters()).device
 
     def tokenize(self, texts: Sequence[str], max_length: Optional[int] = None) -> dict[str, torch.Tensor]:
+        max_length = max_length or self.max_seq_length
         return self.tokenizer(
-            list(texts),
+            encoder_heads(self.tokenizer, texts, max_length),
             padding=True,
             truncation=True,
-            max_length=max_length or self.max_seq_length,
+            max_length=max_length,
             return_tensors="pt",
         )
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens each text is encoded with (special tokens included, after truncation to max_seq_length)."""
-        encoded = self.tokenizer(list(texts), truncation=True, max_length=self.max_seq_length, padding=False)
+        encoded = self.tokenizer(encoder_heads(self.tokenizer, texts, self.max_seq_length), truncation=True,
+                                 max_length=self.max_seq_length, padding=False)
         return [len(ids) for ids in encoded["input_ids"]]
 
     def token_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
@@ -251,7 +254,8 @@ class Encoder(nn.Module):
             return out
         # One tokenizer call for all texts (the fast tokenizer batches it in Rust),
         # then batches of similar token counts: padding is only what a batch needs.
-        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_seq_length, padding=False)
+        encoded = self.tokenizer(encoder_heads(self.tokenizer, texts, self.max_seq_length), truncation=True,
+                                 max_length=self.max_seq_length, padding=False)
         ids = encoded["input_ids"]
         extra_keys = [k for k in encoded.keys() if k not in ("input_ids", "attention_mask")]
         order = np.argsort([-len(x) for x in ids], kind="stable")

@@ -28,7 +28,8 @@ def build_trainer(
     rank: int,
     tracker: Any = None,
     tracking_uri: Optional[str] = None,
-    reporter: Optional[Reporter] = None,
+    *,
+    reporter: Reporter,
     corpus_validator: Optional[Callable[[TrainingRecipe], Optional[CorpusValidator]]] = None,
 ) -> Trainer:
     """What a worker process builds before training: seeded recipe, EWC penalty, trainer.

@@ -34,6 +34,17 @@ class StoredDocument:
     text: str
     label: Optional[str] = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    _times: dict[str, Optional[float]] = field(default_factory=dict, repr=False, compare=False)
+
+    def time(self, name: str) -> Optional[float]:
+        """metadata[name] as epoch seconds (`parse_time`; None when missing or unreadable), parsed once per document:
+        a windowed search reads the time of every candidate it meets. A changed document is a new StoredDocument."""
+        if name not in self._times:
+            try:
+                self._times[name] = parse_time(self.metadata.get(name), name)
+            except DataError:
+                self._times[name] = None
+        return self._times[name]
 
 
 def scalar_fields(row: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:

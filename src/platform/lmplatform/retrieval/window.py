@@ -2,16 +2,16 @@
 
 A tracker looks for the duplicates of a new report among the reports filed shortly before it: the duplicate-detection
 literature ranks a report against the 365 days before it (`evaluation.online`). A window reads one metadata field
-as a time (`data.fields.parse_time`). A document whose time is missing or does not parse is never inside a window:
-it cannot be shown to lie there (as `evaluation.online` never makes such a report a candidate).
+as a time (`StoredDocument.time`: `data.fields.parse_time`, once per document). A document whose time is missing or
+does not parse is never inside a window: it cannot be shown to lie there (as `evaluation.online` never makes such a
+report a candidate).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Optional
 
-from lmplatform.data.fields import SECONDS_PER_DAY, parse_time
-from lmplatform.data.readers import DataError
+from lmplatform.data.fields import SECONDS_PER_DAY
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,7 @@ class TimeWindow:
         """The `days` up to and including `moment`."""
         return cls(field, moment - days * SECONDS_PER_DAY, moment)
 
-    def admits(self, metadata: Mapping[str, Any]) -> bool:
-        """Whether a document with this metadata lies inside the window."""
-        try:
-            moment = parse_time(metadata.get(self.field), self.field)
-        except DataError:
-            return False
+    def contains(self, moment: Optional[float]) -> bool:
+        """Whether a document filed at `moment` (None: unknown) lies inside the window."""
         return (moment is not None and (self.after is None or moment >= self.after)
                 and (self.before is None or moment <= self.before))

@@ -267,7 +267,7 @@ def _admit(loaded: "_LoadedRetriever", item: SearchItem) -> Optional[Callable[[s
     window = item.window
     if window is None:
         return None
-    return lambda doc_id: doc_id not in item.exclude and window.admits(loaded.store[doc_id].metadata)
+    return lambda doc_id: doc_id not in item.exclude and window.contains(loaded.store[doc_id].time(window.field))
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64)

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from ray import serve
 from starlette.exceptions import HTTPException
 
+from lmplatform.data.fields import join_fields
 from lmplatform.retrieval.fusion import combine_rerank
 from lmplatform.serving.http_errors import error_response
 from lmplatform.serving.http_guard import RequestGuard
@@ -279,7 +280,7 @@ class ServeIngress:
         (hits,) = answer.hits
         if plan.rerank and hits:
             top = hits[: plan.rerank_depth]
-            documents = [". ".join(p for p in (h["title"], h["text"]) if p) for h in top]
+            documents = [join_fields(h, ["title", "text"]) for h in top]
             scores = await self._call(self.reranker.score.remote(body.query, documents))
             for hit, score in zip(top, scores):
                 hit["retrieval_score"], hit["rerank_score"] = hit["score"], float(score)

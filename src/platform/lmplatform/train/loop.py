@@ -149,20 +149,6 @@ class Reporter(Protocol):
                checkpoint_name: Optional[str] = None) -> None: ...
 
 
-class RayTrainReporter:
-    """`ray.train.report`: Ray Train persists the checkpoint folder to the run's storage."""
-
-    def report(self, metrics: dict[str, float], checkpoint_dir: Optional[Path] = None,
-               checkpoint_name: Optional[str] = None) -> None:
-        import ray.train
-
-        if checkpoint_dir is None:
-            ray.train.report(metrics)
-            return
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(checkpoint_dir)),
-                         checkpoint_dir_name=checkpoint_name)
-
-
 class FolderReporter:
     """Keeps every report in memory and copies each checkpoint to `root/<name>`: the loop in one process."""
 
@@ -196,9 +182,9 @@ class Trainer:
 
     def __init__(self, cfg: EngineConfig, recipe: TrainingRecipe, total_steps: int, device: torch.device, rank: int,
                  tracker: Any = None, corpus_validator: Optional[Callable[[torch.nn.Module], dict[str, float]]] = None,
-                 reporter: Optional[Reporter] = None):
+                 *, reporter: Reporter):
         self.cfg = cfg
-        self.reporter: Reporter = reporter if reporter is not None else RayTrainReporter()
+        self.reporter = reporter
         self.corpus_validator = corpus_validator
         self.recipe = recipe
         self.total_steps = total_steps

@@ -82,5 +82,5 @@ class PreparedData:
     report: dict[str, Any] = field(default_factory=dict)
     retrieval_set: Any = None  # a RetrievalSet for corpus-level validation, when the run configures one
     # True when the driver planned every training batch: `datasets` then holds one dataset per rank
-    # (train.ingest.rank_dataset_name) instead of a "train" dataset to split
+    # (data.rank_batches.rank_dataset_name) instead of a "train" dataset to split
     planned_batches: bool = False

@@ -3,7 +3,7 @@
 The pairs are ordered per epoch (`data.group_batches.conflict_free_batches`, seeded by `optim.seed`,
 length-grouped with `data.length_grouping`) into global batches of `optim.batch_size x scaling.num_workers`
 rows that hold no two pairs of one duplicate group and no text twice, for as many epochs as the run's
-steps need; each worker reads its contiguous slice of every global batch (`train.ingest.planned_rank_rows`),
+steps need; each worker reads its contiguous slice of every global batch (`data.rank_batches.planned_rank_rows`),
 so the batch the bi-encoder gathers its negatives from is exactly one planned batch.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Sequence
 from lmplatform.data.corpus import TRAIN, VALIDATION
 from lmplatform.data.group_batches import BatchOrder, Keys, conflict_free_batches, pair_conflict_keys
 from lmplatform.data.pairs import Pair, PairSet, pair_datasets
+from lmplatform.data.rank_batches import planned_datasets, planned_rank_rows
 from lmplatform.data.readers import DataError
 from lmplatform.objectives.pair_data import prepared_pairs
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.train.ingest import planned_datasets, planned_rank_rows
 from lmplatform.train.optim import total_optimizer_steps
 from lmplatform.train.recipe import PreparedData
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lmplatform.train.ingest import ingest_config, ingest_options, resume_batches, shard_epoch
+from lmplatform.jobs.ingest import ingest_config, ingest_options, shard_epoch
+from lmplatform.train.ingest import resume_batches
 
 pytestmark = pytest.mark.ray
 
