@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/cluster_throughput.py
 	$(BIN)/python bench/serve_load.py
 	$(BIN)/python bench/serve_reports.py
+	$(BIN)/python bench/serve_scale.py
 	$(BIN)/python bench/trouble_reports.py
 	$(BIN)/python bench/openoffice_retrieval.py
 	$(BIN)/python bench/tracker_online.py

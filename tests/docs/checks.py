@@ -29,6 +29,9 @@
    `text "..."` cites figures in the prose of the same section, before the comment. In docs/benchmarks.md
    every table with a number outside its first column needs a key (or `<!-- figures none: why -->`), every
    cited file is named in its section, with the date of its `machine.date`.
+   In the pages that tests/docs/test_docs.py lists in PROSE_CHECKED, every figure of a sentence that looks measured
+   (a time in ms, a ratio such as 1.24×, a fraction such as 0.546) lies inside a `text` quote of its section
+   (`uncited_prose_figures`); a bound (`≤ 50 ms`) and a code span are not figures.
 4. Tracked files hold no absolute machine path and no internal word.
 """
 from __future__ import annotations
@@ -604,6 +607,45 @@ def check_figures(name: str, text: str, repo: Path, require_keys: bool) -> list[
         i += 1
     finish_table(None)
     finish_section(len(lines))
+    return problems
+
+
+# A measured figure in prose: a time in ms, a ratio (1.24×) or a metric-like fraction (0.546, +0.017).
+PROSE_FIGURE = re.compile(r"(?<![\w.,])[+-]?(?:\d[\d,]*(?:\.\d+)?\s?(?:ms\b|×)|0\.\d{2,}\b)")
+BOUND = ("≤", "≥", "<", ">", "=")  # what precedes a target or a setting, not a measurement
+
+
+def uncited_prose_figures(name: str, text: str) -> list[Problem]:
+    """Every measured-looking figure in the prose (PROSE_FIGURE; tables, code and comments left out, a bound such
+    as `≤ 50 ms` too) lies inside a `text "..."` quote of a figures key of its own section."""
+    doc = Markdown.parse(name, text)
+    lines = text.splitlines()
+    sections: list[tuple[int, int]] = []  # [start, end) of each section
+    starts = [i for i, line in enumerate(lines) if HEADING.match(line) and not doc.in_code[i] and not doc.in_comment[i]]
+    for start, end in zip([0, *starts], [*starts, len(lines)]):
+        sections.append((start, end))
+    problems = []
+    for start, end in sections:
+        quotes = []
+        i = start
+        while i < end:
+            if KEY_START.match(lines[i]) and not doc.in_code[i]:
+                key, i = parse_key(lines, i)
+                quotes += [quote for quote, _ in key.texts]
+                continue
+            i += 1
+        for j in range(start, end):
+            line = lines[j]
+            if doc.in_code[j] or doc.in_comment[j] or line.lstrip().startswith("|"):
+                continue
+            visible = CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line)
+            covered = [range(m.start(), m.start() + len(q)) for q in quotes for m in re.finditer(re.escape(q), line)]
+            for match in PROSE_FIGURE.finditer(visible):
+                if visible[: match.start()].rstrip().endswith(BOUND):
+                    continue
+                if not any(match.start() in span and match.end() - 1 in span for span in covered):
+                    problems.append(Problem(f"{name}:{j + 1}", f"the figure {match.group(0).strip()!r} cites no result "
+                                                               f"field (a `text \"...\"` line of a figures key)"))
     return problems
 
 

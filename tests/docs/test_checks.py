@@ -122,6 +122,21 @@ def test_a_table_without_a_key_a_missing_field_and_an_unnamed_source_fail(tmp_pa
     assert "cite no JSON field" in checks.check_figures("b.md", uncited, tmp_path, True)[0].what
 
 
+PROSE = ("## Serving\n\nA search takes 26.2 ms at p50, 1.24× its in-process time; MRR@10 0.546.\n\n"
+         "<!-- figures r.json\ntext \"takes 26.2 ms at p50, 1.24×\" :: /a, /b\ntext \"MRR@10 0.546\" :: /c\n-->\n\n"
+         "The target is p50 ≤ 50 ms; the log shows `POST /v1/search 200 12.0ms`.\n\n| t | 3.1 ms |\n")
+
+
+def test_a_measured_figure_in_prose_needs_a_quote_of_its_own_section() -> None:
+    assert checks.uncited_prose_figures("s.md", PROSE) == []  # quoted, a bound, a code span, a table
+    unquoted = PROSE.replace('text "MRR@10 0.546" :: /c\n', "")
+    assert [p.what.split(" cites")[0] for p in checks.uncited_prose_figures("s.md", unquoted)] == ["the figure '0.546'"]
+    half = PROSE.replace('"takes 26.2 ms at p50, 1.24×"', '"takes 26.2 ms"')  # the ratio left outside any quote
+    assert [p.what.split(" cites")[0] for p in checks.uncited_prose_figures("s.md", half)] == ["the figure '1.24×'"]
+    elsewhere = PROSE.replace("<!-- figures", "## Another section\n\n<!-- figures")  # the key in the next section
+    assert len(checks.uncited_prose_figures("s.md", elsewhere)) == 3
+
+
 @pytest.mark.parametrize("shown, value, same", [
     ("0.826", 0.8257, True), ("0.826", 0.8243, False), ("62.5%", 0.625, True), ("1,273", 1273.4, True),
     ("−0.019", -0.0191, True), ("+0.019", -0.0191, False), ("2.58×", 2.576, True),

@@ -73,6 +73,16 @@ def test_every_figure_equals_its_cited_result_field() -> None:
     assert not problems, report(problems)
 
 
+PROSE_CHECKED = ["docs/serving.md", "docs/evaluation_retrieval.md", "docs/tuning.md"]
+
+
+@pytest.mark.parametrize("page", PROSE_CHECKED)
+def test_measured_figures_in_prose_cite_their_result_fields(page: str) -> None:
+    """In these pages a measurement in a sentence is checked as a table's is (what it shows: tests/docs/checks.py)."""
+    problems = checks.uncited_prose_figures(page, (REPO / page).read_text(encoding="utf-8"))
+    assert not problems, report(problems)
+
+
 def test_benchmarks_page_cites_its_figures() -> None:
     """The page exists and most of its figures are checked (a key that stopped matching would check nothing)."""
     text = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")

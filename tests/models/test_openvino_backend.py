@@ -47,7 +47,7 @@ def test_openvino_encoder_gives_the_torch_vectors(tiny_bert: Path, tmp_path: Pat
 
 def test_an_openvino_encoder_is_freed_once_dropped(tiny_bert: Path, tmp_path: Path) -> None:
     # A served model that a newer release replaces must give its memory back: nothing the runtime keeps after an
-    # encode (batches in flight call back into Python) may hold on to the model.
+    # encode (the infer requests of batches in flight) may hold on to the model, and dropping it must not hang.
     import gc
     import weakref
 

@@ -29,6 +29,7 @@ import re
 import shutil
 import threading
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Sequence
@@ -214,36 +215,38 @@ class OpenVinoSession:
 
     def run_into(self, batches: Iterable[tuple[np.ndarray, dict[str, np.ndarray]]], out: np.ndarray,
                  precision: str = "fp32") -> None:
-        """Run every (rows, features) batch, writing its vectors to `out[rows]`; returns when all are written."""
-        ov = require("openvino")
+        """Run every (rows, features) batch, writing its vectors to `out[rows]`; returns when all are written.
+
+        Twice the requests the runtime has streams for: the next batches wait ready while the streams run, so no
+        stream idles while this thread pads a batch or copies vectors out. This thread waits for the oldest request
+        and copies its vectors out itself. No Python callback is handed to the runtime: a compiled model being
+        destroyed joins the runtime's threads while holding the GIL, and with Python callbacks given to those threads
+        that join was seen to hang for good (`backend: auto` dropping a timed candidate in a Ray Data actor)."""
         with self._bulk_lock:
             if precision not in self._bulk_models:
                 self._bulk_models[precision] = self._compile(precision, "THROUGHPUT")
             compiled = self._bulk_models[precision]
-            # Twice the requests the runtime has streams for: the next batches wait ready while the streams run, so
-            # no stream idles while this thread pads a batch or copies vectors out. A queue per call (making one takes
-            # about 0.1 ms): one kept would hold its Python callback in native code until the
-            # interpreter's exit, out of the garbage collector's reach.
-            queue = ov.AsyncInferQueue(
-                compiled, REQUESTS_PER_STREAM * int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+            count = REQUESTS_PER_STREAM * int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+            idle = [compiled.create_infer_request() for _ in range(count)]
+            in_flight: deque[tuple[Any, np.ndarray]] = deque()
             output = self.config.output
-            failures: list[BaseException] = []
 
-            def written(request: Any, rows: np.ndarray) -> None:
-                try:
-                    out[rows] = request.get_tensor(output).data
-                except BaseException as exc:  # raised in the runtime's thread: re-raised below, in the caller's
-                    failures.append(exc)
+            def collect_oldest() -> None:
+                request, rows = in_flight.popleft()
+                request.wait()
+                out[rows] = request.get_tensor(output).data
+                idle.append(request)
 
-            queue.set_callback(written)
             try:
                 for rows, features in batches:
-                    queue.start_async(self._feeds(features), rows)
+                    if not idle:
+                        collect_oldest()
+                    request = idle.pop()
+                    request.start_async(self._feeds(features))
+                    in_flight.append((request, rows))
             finally:
-                queue.wait_all()
-                del queue
-            if failures:
-                raise failures[0]
+                while in_flight:
+                    collect_oldest()
 
 
 CALIBRATION_FIELDS = ("title", "description", "text")

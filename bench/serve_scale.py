@@ -1,0 +1,241 @@
+"""A live index at tracker scale: bulk import, memory, search latency and upserts of a served index of --docs reports.
+
+The corpus: the 4,548 OpenOffice reports, then synthetic reports recombined from them up to --docs (default
+100,000): each takes one report's title, the first half of a second report's description and the second half of a
+third's, the second's product and component, and a filing time drawn between the first and last real ones. Real
+text, so tokens, lengths and BM25 statistics stay realistic; the texts are new, so every vector is the model's own.
+
+1. **Bulk import**: the corpus file through `build_index_folder` (what `ray_jobs/build_index.py` runs): Ray Data
+   encodes it on --actors encoder actors (default 2) with `backend: auto`, FAISS indexes the shards (`--index-kind`, default
+   auto: flat up to 200,000 vectors), BM25 and the document store with the metadata. Timed per step.
+2. **Served**: `lmp serve run` of the tracker system (bench/tracker_online.py's run, as bench/serve_reports.py takes
+   it) over that folder, `encoder.backend: auto`, HAProxy, a live index (`live.dir`).
+   - memory: the resident set of the retriever replica and of the change-log writer, after loading and after the
+     upserts (read from /proc);
+   - search: the OpenOffice test duplicates as whole reports through `/v1/duplicates`, dense, hybrid and metadata
+     mode alternating, p50/p99 at concurrency 1 and 8;
+   - upserts: new synthetic reports through `POST /v1/documents`, in batches of 32 and one at a time (documents/s).
+3. **Recall**: for each of --recall-kinds (default hnsw and ivf, with the index's default parameters), an index of
+   that kind built in process from the import's vectors (build seconds, bytes), and its recall@10 against exact
+   search over the same vectors, for the OpenOffice queries encoded on the service's path.
+
+Not yet here (docs/benchmarks.md says so): 10^6 documents with synthetic vectors, and the rebuild's Ray Data job on
+the 2-node cluster.
+
+Targets at 10^6 (measured here at --docs): metadata-mode p99 <= 250 ms at c=8, <= 4 GB per retriever replica,
+>= 200 upserts/s in batches of 32, approximate recall@10 >= 0.98.
+
+    python bench/serve_scale.py [--docs 100000] [--index-kind auto] [--pipeline-run FOLDER]
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import check, lmp_serve, write_result
+from serve_reports import measure, served_system, system_arguments
+
+ROOT = Path(__file__).resolve().parents[1]
+METADATA = ["product", "component", "created"]
+UPSERT_BATCH = 32
+
+
+def synthetic_reports(real: list[dict[str, Any]], rng: random.Random, prefix: str) -> Iterator[dict[str, Any]]:
+    """Endless reports recombined from `real` (served_document's form), ids `<prefix><n>`."""
+    from lmplatform.data.fields import parse_time
+
+    times = [t for r in real if (t := parse_time(r["metadata"].get("created"), "created")) is not None]
+    low, high = min(times), max(times)
+    n = 0
+    while True:
+        a, b, c = rng.choice(real), rng.choice(real), rng.choice(real)
+        head, tail = b["text"][: len(b["text"]) // 2], c["text"][len(c["text"]) // 2:]
+        metadata = {k: b["metadata"][k] for k in ("product", "component") if k in b["metadata"]}
+        yield {"id": f"{prefix}{n}", "title": a["title"], "text": (head + " " + tail).strip() or a["title"] or "report",
+               "metadata": {**metadata, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rng.uniform(low, high)))}}
+        n += 1
+
+
+def write_corpus(real: list[dict[str, Any]], docs: int, path: Path) -> None:
+    """The real reports, then synthetic ones up to `docs`, one flat JSON row each (metadata fields at the top)."""
+    extra = synthetic_reports(real, random.Random(11), "syn")
+    with path.open("w", encoding="utf-8") as handle:
+        for n in range(docs):
+            doc = real[n] if n < len(real) else next(extra)
+            handle.write(json.dumps({"id": doc["id"], "title": doc["title"], "text": doc["text"], **doc["metadata"]},
+                                    ensure_ascii=False) + "\n")
+
+
+def bulk_import(corpus: Path, folder: Path, model: str, actors: int, kind: str) -> dict[str, Any]:
+    """build_index_folder of the corpus on a Ray started here, timed."""
+    import ray
+
+    from lmplatform.ray_runtime import ensure_ray
+    from lmplatform.retrieval.build import build_index_folder
+    from lmplatform.retrieval.index import IndexParams
+
+    ensure_ray(None)
+    try:
+        start = time.perf_counter()
+        built = build_index_folder(str(corpus), folder, model=model, actors=actors, cpus_per_actor=1, batch_size=32,
+                                   params=IndexParams(kind=kind), max_seq_length=128, metadata_fields=METADATA,
+                                   backend="auto")
+        seconds = time.perf_counter() - start
+    finally:
+        ray.shutdown()
+    return {"seconds": round(seconds, 1), "encode_seconds": round(built.encode.seconds, 1),
+            "documents": built.documents, "index_kind": built.index.kind,
+            "index_build_seconds": round(built.index.stats.build_seconds, 1),
+            "bm25_seconds": built.bm25["seconds"] if built.bm25 else None}
+
+
+def replica_memory_mb() -> dict[str, float]:
+    """Resident set (MB) of each Serve replica process on this machine, by deployment (Ray titles its processes
+    `ray::ServeReplica:<app>:<deployment>`)."""
+    found: dict[str, float] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        if title.startswith("ray::ServeReplica:"):
+            deployment = title.split(":")[-1].split()[0]
+            rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+            found[deployment] = round(found.get(deployment, 0.0) + rss / 1024, 1)
+    return found
+
+
+def upserts(url: str, documents: Iterator[dict[str, Any]], batches: int, singles: int) -> dict[str, Any]:
+    """Documents/s of `batches` POST /v1/documents of UPSERT_BATCH documents, then of `singles` of one."""
+    import httpx
+
+    out: dict[str, Any] = {}
+    with httpx.Client(base_url=url, timeout=300) as client:
+        for name, size, count in (("batch_32", UPSERT_BATCH, batches), ("single", 1, singles)):
+            latencies = []
+            start = time.perf_counter()
+            for _ in range(count):
+                body = {"documents": [next(documents) for _ in range(size)]}
+                sent = time.perf_counter()
+                client.post("/v1/documents", json=body).raise_for_status()
+                latencies.append((time.perf_counter() - sent) * 1000)
+            seconds = time.perf_counter() - start
+            out[name] = {"requests": count, "documents_per_s": round(size * count / seconds, 1),
+                         "p50_ms": round(float(np.percentile(latencies, 50)), 1),
+                         "p99_ms": round(float(np.percentile(latencies, 99)), 1)}
+            print(f"[bench] upserts, {name}: {out[name]}", flush=True)
+    return out
+
+
+def approximate_recall(shards: Path, kinds: list[str], work: Path, model: str, queries: list[dict[str, Any]],
+                       cache: Path) -> dict[str, Any]:
+    """Per approximate kind: an index of it built from the bulk import's shards (its build seconds and size), and its
+    recall@10 against exact search over the same vectors for the queries' vectors on the service's path."""
+    import faiss
+
+    from lmplatform.data.fields import join_fields
+    from lmplatform.models.encode_path import choose_path
+    from lmplatform.retrieval.build import build_index_from_shards, iter_shards
+    from lmplatform.retrieval.index import INDEX_FILE, IndexParams
+
+    _, encoder = choose_path(Path(model), max_seq_length=128, cache=cache)
+    vectors = encoder.encode([join_fields(q, ["title", "text"]) for q in queries], batch_size=32)
+    exact = faiss.IndexFlatIP(vectors.shape[1])
+    ids: list[str] = []
+    for shard_ids, shard_vectors in iter_shards(shards):
+        ids += shard_ids
+        exact.add(np.ascontiguousarray(shard_vectors, dtype=np.float32))
+    _, rows = exact.search(vectors, 10)
+    truth = [{ids[r] for r in row} for row in rows]
+    out: dict[str, Any] = {"queries": len(queries)}
+    for kind in kinds:
+        start = time.perf_counter()
+        index = build_index_from_shards(shards, work / f"index-{kind}", IndexParams(kind=kind))  # type: ignore[arg-type]
+        seconds = time.perf_counter() - start
+        found = [len(want & {doc for doc, _ in hits}) / 10 for want, hits in zip(truth, index.search(vectors, 10))]
+        out[kind] = {"recall_at_10": round(float(np.mean(found)), 4), "build_seconds": round(seconds, 1),
+                     "bytes": (work / f"index-{kind}" / INDEX_FILE).stat().st_size}
+        print(f"[bench] {kind}: {out[kind]}", flush=True)
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = system_arguments(__doc__)
+    parser.add_argument("--docs", type=int, default=100_000)
+    parser.add_argument("--index-kind", default="auto", choices=["auto", "flat", "hnsw", "ivf", "ivfpq"])
+    parser.add_argument("--actors", type=int, default=2, help="Ray Data encoder actors of the bulk import (1 CPU each).")
+    parser.add_argument("--recall-kinds", default="hnsw,ivf",
+                        help="Approximate index kinds built from the import's vectors and measured against exact search.")
+    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--requests", type=int, default=120, help="Search requests per mode and concurrency.")
+    parser.add_argument("--upsert-batches", type=int, default=20)
+    parser.add_argument("--upsert-singles", type=int, default=100)
+    parser.add_argument("--port", type=int, default=8768)
+    parser.add_argument("--name", default=None, help="Result file bench/results/<name>.json (default serve_scale_<docs>).")
+    args = parser.parse_args(argv)
+    out = args.out.resolve()
+    folder, system, real, queries = served_system(out, args.data, args.pipeline_run)
+    work = out / "scale" / f"{args.docs}-{args.index_kind}"
+    cache = out / "serve-cache"
+    os.environ["LMP_CACHE_DIR"] = str(cache)  # the import's encoder actors choose their path as the replicas do
+    corpus = work / "corpus.jsonl"
+    built_file = work / "bulk_import.json"
+    if not built_file.is_file():
+        work.mkdir(parents=True, exist_ok=True)
+        write_corpus(real, args.docs, corpus)
+        built = bulk_import(corpus, work / "folder", system["model_dir"], args.actors, args.index_kind)
+        built_file.write_text(json.dumps(built))
+    built = json.loads(built_file.read_text())
+    print(f"[bench] bulk import of {args.docs} reports: {built}", flush=True)
+
+    live = work / "live"
+    settings = ["encoder.backend=auto", f"cache_dir={cache}", f"live.dir={live}"]
+    new_reports = synthetic_reports(real, random.Random(23), "new")
+    served: dict[str, Any] = {}
+    import httpx
+
+    shutil.rmtree(live, ignore_errors=True)
+    with lmp_serve(system["model_uri"], f"sqlite:///{out / 'mlflow.db'}", work / "folder" / "index", args.port,
+                   settings, ingress="haproxy") as url:
+        model = httpx.get(f"{url}/v1/model", timeout=900).json()  # the first call waits for the load
+        served["index_size"], served["encoder_choice"] = model["index_size"], model["encoder_choice"]
+        served["memory_mb_loaded"] = replica_memory_mb()
+        print(f"[bench] served {model['index_size']} documents; memory (MB): {served['memory_mb_loaded']}", flush=True)
+        for concurrency in (int(c) for c in args.concurrency.split(",")):
+            served[f"c{concurrency}"] = measure(url, queries, concurrency, args.requests, rounds=2, kinds=("report",))
+        served["upserts"] = upserts(url, new_reports, args.upsert_batches, args.upsert_singles)
+        served["memory_mb_after_upserts"] = replica_memory_mb()
+        served["live_seq"] = httpx.get(f"{url}/v1/model", timeout=60).json()["live_seq"]
+    recall = approximate_recall(work / "folder" / "shards", args.recall_kinds.split(","), work, system["model_dir"],
+                                queries, cache / "encode_paths.json") if args.recall_kinds else None
+    checks = {}
+    if "c8" in served:
+        checks["metadata_p99_c8_ms"] = check("metadata p99 at c=8 (ms)", served["c8"]["report"]["metadata"]["p99_ms"],
+                                             250.0, higher_is_better=False)
+    retriever = served["memory_mb_after_upserts"].get("RetrieverDeployment", 0.0)
+    checks["retriever_memory_mb"] = check("retriever replica memory (MB)", retriever, 4096.0, higher_is_better=False)
+    checks["upserts_per_s_batch_32"] = check("upserts/s in batches of 32", served["upserts"]["batch_32"]["documents_per_s"],
+                                             200.0)
+    for kind in (args.recall_kinds.split(",") if args.recall_kinds else []):
+        checks[f"{kind}_recall_at_10"] = check(f"{kind} recall@10 against exact", recall[kind]["recall_at_10"], 0.98)
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    write_result(args.name or f"serve_scale_{args.docs}", {
+        "config": config, "system": {"model_uri": system["model_uri"], "pipeline_run": folder.name},
+        "bulk_import": built, "queries": len(queries), "serve": served, "recall": recall, "checks": checks,
+        "load_average": [round(load, 2) for load in os.getloadavg()]})
+
+
+if __name__ == "__main__":
+    main()
