@@ -32,7 +32,7 @@ import tempfile
 import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import ContextManager, Iterable, Iterator, Literal, Optional, Sequence
+from typing import Any, ContextManager, Iterable, Iterator, Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -211,9 +211,12 @@ class Encoder(nn.Module):
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens each text is encoded with (special tokens included, after truncation to max_seq_length)."""
-        encoded = self.tokenizer(encoder_heads(self.tokenizer, texts, self.max_seq_length), truncation=True,
-                                 max_length=self.max_seq_length, padding=False)
-        return [len(ids) for ids in encoded["input_ids"]]
+        return [len(ids) for ids in self._read_tokens(texts)["input_ids"]]
+
+    def _read_tokens(self, texts: Sequence[str]) -> Any:
+        """The tokens the encoder reads of each text, unpadded: its head (`long_texts`) truncated to max_seq_length."""
+        return self.tokenizer(encoder_heads(self.tokenizer, texts, self.max_seq_length), truncation=True,
+                              max_length=self.max_seq_length, padding=False)
 
     def token_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
         if self.backbone is None:
@@ -254,8 +257,7 @@ class Encoder(nn.Module):
             return out
         # One tokenizer call for all texts (the fast tokenizer batches it in Rust),
         # then batches of similar token counts: padding is only what a batch needs.
-        encoded = self.tokenizer(encoder_heads(self.tokenizer, texts, self.max_seq_length), truncation=True,
-                                 max_length=self.max_seq_length, padding=False)
+        encoded = self._read_tokens(texts)
         ids = encoded["input_ids"]
         extra_keys = [k for k in encoded.keys() if k not in ("input_ids", "attention_mask")]
         order = np.argsort([-len(x) for x in ids], kind="stable")
