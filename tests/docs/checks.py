@@ -620,12 +620,9 @@ def uncited_prose_figures(name: str, text: str) -> list[Problem]:
     as `≤ 50 ms` too) lies inside a `text "..."` quote of a figures key of its own section."""
     doc = Markdown.parse(name, text)
     lines = text.splitlines()
-    sections: list[tuple[int, int]] = []  # [start, end) of each section
     starts = [i for i, line in enumerate(lines) if HEADING.match(line) and not doc.in_code[i] and not doc.in_comment[i]]
-    for start, end in zip([0, *starts], [*starts, len(lines)]):
-        sections.append((start, end))
     problems = []
-    for start, end in sections:
+    for start, end in zip([0, *starts], [*starts, len(lines)]):  # [start, end) of each section
         quotes = []
         i = start
         while i < end:

@@ -1,8 +1,9 @@
 """Long texts cut to the head an encoder reads, before the tokenizer sees them.
 
 An encoder reads a text's first `max_seq_length` tokens, but a tokenizer asked to truncate still tokenizes the
-whole text first: a 96,000-character bug report with its logs costs 60 ms to tokenize for 128 tokens, more than
-encoding it. `encoder_heads` hands the tokenizer a prefix instead, one that yields the same tokens.
+whole text first: a 95,839-character bug report with its logs took 80 ms to tokenize for 128 tokens on 2 cores,
+more than encoding it (bench/serve_reports.py). `encoder_heads` hands the tokenizer a prefix instead, one that
+yields the same tokens.
 
 Why a prefix gives the same tokens: it ends where whitespace starts, and every tokenizer family here (WordPiece,
 byte-level BPE, SentencePiece's Metaspace) splits words at whitespace before anything else, with normalisers that
@@ -38,9 +39,8 @@ def encoder_head(tokenizer: Any, text: str, max_length: int, margin: int = MARGI
 
 
 def encoder_heads(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[str]:
-    """`encoder_head` of each text (short texts as they are, at the cost of a length check)."""
-    limit = max_length * CHARS_PER_TOKEN
-    return [text if len(text) <= limit else encoder_head(tokenizer, text, max_length) for text in texts]
+    """`encoder_head` of each text (a short text is returned as it is after a length check)."""
+    return [encoder_head(tokenizer, text, max_length) for text in texts]
 
 
 def _last_space_before(text: str, end: int) -> int | None:
