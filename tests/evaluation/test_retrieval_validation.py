@@ -201,8 +201,8 @@ def test_choose_bm25_weight_picks_the_smallest_best_weight_on_the_set() -> None:
 
 def test_hybrid_metrics_are_reported_to_tune_as_corpus_metrics_and_refused_for_a_cross_encoder() -> None:
     from lmplatform.config.loader import ConfigError
-    from lmplatform.objectives.run_config import load_run_config
-    from lmplatform.tune.metrics import is_corpus_metric, reported_metrics
+    from lmplatform.objectives.run_config import load_run_config, reported_metrics
+    from lmplatform.tune.metrics import is_corpus_metric
 
     base = {"data": {"train_paths": ["x.jsonl"]}, "retrieval_validation": {"hybrid": {"bm25_weight": 0.2}}}
     cfg = load_run_config(None, base=base | {"objective": {"name": "biencoder"}})

@@ -19,11 +19,11 @@ import torch
 import lmplatform
 from lmplatform.config import ConfigError
 from lmplatform.objectives import registry
-from lmplatform.objectives.run_config import RunConfig, load_run_config
+from lmplatform.objectives.run_config import RunConfig, load_run_config, reported_metrics
 from lmplatform.train.loop import FolderReporter, Trainer
 from lmplatform.train.recipe import Batch
 from lmplatform.train.state import FINAL_MODEL_DIR
-from lmplatform.tune.metrics import evaluation_config_keys, reported_metrics
+from lmplatform.tune.metrics import evaluation_config_keys
 from lmplatform.tune.space import SpaceError, load_space
 from tests.conftest import text_batches
 from tests.objectives.toy import SPEC as TOY

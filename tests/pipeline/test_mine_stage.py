@@ -102,7 +102,7 @@ def test_queries_that_are_corpus_documents_are_encoded_once_and_never_their_own_
     ray_session, tiny_bert, tmp_path, monkeypatch
 ) -> None:
     from lmplatform.pipeline import mine
-    from lmplatform.pipeline.config import MineConfig
+    from lmplatform.pipeline.mine_config import MineConfig
 
     (tmp_path / "reports.jsonl").write_text("".join(json.dumps({"text": text}) + "\n" for text in REPORTS))
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps({"query": q, "document": d}) + "\n" for q, d in MINED))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmplatform.pipeline.config import HoldoutConfig, PairsConfig
 from lmplatform.pipeline.pairs import holdout_part, write_pairs
+from lmplatform.pipeline.pairs_config import HoldoutConfig, PairsConfig
 from tests.conftest import write_duplicate_reports
 
 

@@ -6,7 +6,8 @@ are read from their modules on first use (PEP 562). The offline/loopback runtime
 is started or joined (`ray_runtime.ensure_ray`) and in every Train worker.
 
 The public surface (docs/python-api.md): the functions of `lmplatform.api` (run_training, run_pipeline, run_study,
-run_evaluation, serve, stop_serving, export, register_objective, register_evaluation), the encoders and the config
+run_evaluation, serve, stop_serving, export, register_objective, register_evaluation, register_stage_kind), the encoders
+and the config
 models. Everything else may change between releases. (No public name is a subpackage's: `lmplatform.train`, once
 imported, is the train/ package.)
 """
@@ -20,7 +21,7 @@ __version__ = "0.1.0"
 # name -> the module it lives in
 PUBLIC: dict[str, str] = {
     **dict.fromkeys(("run_training", "run_pipeline", "run_study", "run_evaluation", "serve", "stop_serving", "export",
-                     "register_objective", "register_evaluation"), "lmplatform.api"),
+                     "register_objective", "register_evaluation", "register_stage_kind"), "lmplatform.api"),
     "Encoder": "lmplatform.models.encoder",
     "CrossEncoder": "lmplatform.models.cross_encoder",
     "RunConfig": "lmplatform.objectives.run_config",

@@ -16,8 +16,10 @@ from lmplatform.evaluation.config import EvaluationConfig, load_evaluation_confi
 from lmplatform.evaluation.runner import EvaluationResult
 from lmplatform.objectives import registry as objectives
 from lmplatform.objectives.run_config import RunConfig, load_run_config
+from lmplatform.pipeline import kinds as stage_kinds
 from lmplatform.pipeline.config import PipelineConfig, load_pipeline_config
 from lmplatform.ray_runtime import ensure_ray
+from lmplatform.tune.space import load_space
 
 if TYPE_CHECKING:
     from lmplatform.jobs.train_run import TrainingResult
@@ -49,7 +51,6 @@ def run_pipeline(config: str | Path | PipelineConfig, overrides: Iterable[str] =
 def run_study(space: str | Path, overrides: Iterable[str] = (), resume: Optional[str] = None,
               address: Optional[str] = None) -> StudyResult:
     """`lmp tune`: a Ray Tune study of a search space file, its champion gate and registration."""
-    from lmplatform.tune.space import load_space
     from lmplatform.tune.tuner import run_study as run
 
     load_space(space, list(overrides))  # every check before Ray starts
@@ -105,3 +106,10 @@ def register_evaluation(spec: object) -> None:
     """Add an evaluation task defined outside the package (an `EvaluationSpec`)."""
 
     evaluations.register(spec)  # type: ignore[arg-type]
+
+
+def register_stage_kind(spec: object) -> None:
+    """Add a pipeline stage kind defined outside the package (a `StageSpec`, pipeline/spec.py): a stage selects it by
+    setting its section, `<spec.name>: {...}`."""
+
+    stage_kinds.register(spec)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from typing import List, Optional
 import typer
 
 from lmplatform.ray_runtime import ensure_ray
+from lmplatform.tune.space import load_space
 
 
 def tune(
@@ -21,7 +22,6 @@ def tune(
     """Hyperparameter search with Ray Tune + Optuna: validate the space, run every trial on Ray, log each to MLflow
     and register the champion."""
     from lmplatform.cli.common import fail, user_errors
-    from lmplatform.tune.space import load_space
 
     try:
         loaded = load_space(space, overrides or [])

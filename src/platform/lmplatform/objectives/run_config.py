@@ -156,3 +156,24 @@ def load_run_config(path: str | Path | None, overrides: Iterable[str] = (), base
     data = read_yaml(path) if path is not None else copy.deepcopy(base or {})
     data = apply_overrides(data, overrides)
     return parse_config(data, RunConfig, source=str(path) if path else "overrides")
+
+
+# What the training loop reports besides validation metrics (a study may target these too).
+LOOP_METRICS = ("loss", "step", "epoch", "tokens")
+
+
+def validation_metrics(cfg: RunConfig) -> tuple[str, ...]:
+    """Validation metric names (without `val_`) a run of this config reports."""
+    names = registry.objective_spec(cfg.objective.name).validation_metrics
+    if cfg.retrieval_validation is not None:
+        names = (*names, *cfg.retrieval_validation.metric_names())
+    return names
+
+
+def reported_metrics(cfg: RunConfig) -> set[str]:
+    """Every metric a run of this config reports (what a study may target)."""
+    validation = validation_metrics(cfg)
+    names = {f"val_{m}" for m in validation}
+    if cfg.validates_at_start():
+        names |= {f"val_{m}_initial" for m in validation}
+    return names | set(LOOP_METRICS)

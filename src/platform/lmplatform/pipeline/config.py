@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from pydantic import ConfigDict, Field, model_validator
+from pydantic.fields import FieldInfo
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_config, read_yaml
@@ -19,10 +20,13 @@ from lmplatform.config.variables import extend, substitute
 from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
 from lmplatform.objectives.registry import objective_names, objective_spec
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.retrieval.settings import DistractorConfig, MetadataFusionConfig, RetrievalValidationConfig, SearchSettings
+from lmplatform.pipeline.kinds import TRAIN, on_change, section_kinds, stage_specs
+from lmplatform.pipeline.spec import NAME_PATTERN, STAGE_PREFIX, StageSpec
 
-STAGE_PREFIX = "stage:"
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+# How a stage that makes no model is named where a model is expected.
+_WHAT_IT_MAKES = {"pairs_file": "makes a pairs file, not a model (use it in data.train_paths)",
+                  "files": "makes pairs files, not a model (name one as stage:<name>/<file> in data paths)",
+                  "nothing": "makes no model"}
 
 
 class PipelineTrackingConfig(Section):
@@ -61,211 +65,13 @@ class StageEWCConfig(Section):
         return STAGE_PREFIX + self.anchor if self.anchor else str(self.anchor_model)
 
 
-class MineConfig(Section):
-    """A `mine` stage: hard negatives for every pair of `pairs`, mined with the stage's model (`init_from`)
-    and written as a JSONL pairs file with a `hard_negatives` list (retrieval/mining.py has the rules)."""
-
-    pairs: DataConfig = Field(..., description="The pairs to mine for; every pair of these files is mined (their "
-                              "split is the training stage's business). Fields and cleaning as in a run's `data`.")
-    distractors: Optional[DistractorConfig] = Field(
-        None, description="Documents that join the pairs' documents as candidates (e.g. the whole report corpus).")
-    num_negatives: int = Field(3, ge=1, description="Hard negatives per pair, at most.")
-    range_min: int = Field(0, ge=0, description="Skip the first range_min ranks (0-based; the query's group, the query "
-                           "and the positive are never ranked): the very top holds the unlabelled duplicates.")
-    range_max: int = Field(50, ge=1, description="Candidates ranked at range_max or below are not considered.")
-    relative_margin: Optional[float] = Field(
-        0.05, ge=0.0, lt=1.0, description="Drop a candidate scoring above positive - |positive| x margin (as "
-        "sentence-transformers' mine_hard_negatives); null keeps every candidate of the window.")
-    cross_encoder: Optional[str] = Field(
-        None, description="A cross-encoder (folder or models:/...) that scores the remaining candidates; those above "
-        "max_cross_encoder_score are dropped as likely false negatives.")
-    max_cross_encoder_score: float = Field(0.5, ge=0.0, le=1.0, description="Relevance probability above which the "
-                                           "cross-encoder calls a candidate a duplicate.")
-    batch_size: int = Field(64, ge=1, description="Texts per forward pass when encoding.")
-    max_seq_length: Optional[int] = Field(None, ge=8, description="Longer texts are truncated; default: the model's.")
-    precision: Literal["fp32", "bf16", "auto"] = Field(
-        "fp32", description="Autocast type of the encoding: bf16 is about 1.8x fp32 on CPUs with AVX512-BF16 or AMX; "
-        "'auto' takes it where the actor's device has it in hardware. Negatives are chosen by rank, which bf16's "
-        "rounding rarely changes (MiniLM on OpenOffice: 99.6% of the top 50 neighbours the same).")
-    actors: int = Field(1, ge=1, description="Ray actors encoding the texts, each holding the model.")
-    cpus_per_actor: float = Field(1.0, gt=0.0)
-
-    @model_validator(mode="after")
-    def _window_holds_the_negatives(self) -> "MineConfig":
-        if self.range_min >= self.range_max:
-            raise ValueError(f"mine.range_min ({self.range_min}) must be below mine.range_max ({self.range_max})")
-        if self.num_negatives > self.range_max - self.range_min:
-            raise ValueError(f"mine.num_negatives ({self.num_negatives}) must be at most range_max - range_min "
-                             f"({self.range_max - self.range_min})")
-        return self
-
-
-class HoldoutConfig(Section):
-    """Cut one split in two by duplicate group, e.g. dev into a part that selects and a part that confirms."""
-
-    split: str = Field("dev", min_length=1, description="The split to cut; its file is replaced by the two parts.")
-    into: tuple[str, str] = Field(("dev_select", "dev_confirm"), description="Names of the two parts (outputs of the stage).")
-    fraction: float = Field(0.5, gt=0.0, lt=1.0, description="Share of the split's groups that go to the second part.")
-    seed: int = Field(0, description="Salts the group hash that assigns each group to a part.")
-
-
-class PairsConfig(Section):
-    """A `pairs` stage: one pairs file per split from a report corpus and its duplicate relations, each pair with
-    its duplicate group (what `lmp data pairs` writes). Later stages name a file as `stage:<name>/<split>`."""
-
-    corpus: str = Field(..., min_length=1, description="JSONL of reports, one object per line.")
-    relations: str = Field(..., min_length=1, description="JSONL of duplicate pairs (or links, with format: links).")
-    format: Literal["pairs", "links"] = "pairs"
-    fields: list[str] = Field(["title", "description"], min_length=1, description="Report fields joined into a text.")
-    id_field: str = "id"
-    query_id_field: str = "duplicate_id"
-    target_id_field: str = "master_id"
-    split_field: str = Field("split", description="Field of the relation rows naming the split.")
-    splits: list[str] = Field(["train", "dev", "test"], min_length=1, description="Splits to write.")
-    holdout: Optional[HoldoutConfig] = None
-    limit: Optional[int] = Field(None, ge=1, description="At most this many pairs per split (smoke runs).")
-
-    @model_validator(mode="after")
-    def _outputs_are_distinct(self) -> "PairsConfig":
-        if len(set(self.splits)) != len(self.splits):
-            raise ValueError(f"pairs.splits names a split twice: {self.splits}")
-        if self.holdout is not None:
-            if self.holdout.split not in self.splits:
-                raise ValueError(f"pairs.holdout.split {self.holdout.split!r} "
-                                 f"is not one of pairs.splits ({', '.join(self.splits)})")
-            clash = set(self.holdout.into) & (set(self.splits) - {self.holdout.split})
-            if clash or self.holdout.into[0] == self.holdout.into[1]:
-                raise ValueError(f"pairs.holdout.into {list(self.holdout.into)} must be two new names, distinct from the splits")
-            for name in self.holdout.into:
-                if not re.match(_NAME, name):
-                    raise ValueError(f"pairs.holdout.into: {name!r} must match {_NAME}")
-        for name in self.splits:
-            if not re.match(_NAME, name):
-                raise ValueError(f"pairs.splits: {name!r} must match {_NAME} (it names a file)")
-        return self
-
-    def outputs(self) -> list[str]:
-        """The files the stage writes, by name (`stage:<stage>/<output>`)."""
-        if self.holdout is None:
-            return list(self.splits)
-        return [part for split in self.splits
-                for part in (self.holdout.into if split == self.holdout.split else (split,))]
-
-
-class SystemChoiceConfig(Section):
-    """Values to try on the `select` set; the best on `metric` is kept (an empty list keeps `search`'s value)."""
-
-    bm25_weights: list[float] = Field(default_factory=list, description="BM25 weights of the hybrid first stage, e.g. "
-                                      "[0, 0.1, ..., 0.5].")
-    rerank_depths: list[int] = Field(default_factory=list, description="First-stage hits the re-ranker re-scores.")
-    rerank_weights: list[float] = Field(default_factory=list, description="Weights of the re-ranker's score in the mix "
-                                        "with the first stage's (1: the re-ranker's order alone).")
-    metric: str = Field("ir_mrr_at_10", description="The per-query metric of `select` that decides.")
-
-    @model_validator(mode="after")
-    def _in_range(self) -> "SystemChoiceConfig":
-        for name in ("bm25_weights", "rerank_weights"):
-            if any(not 0.0 <= w <= 1.0 for w in getattr(self, name)):
-                raise ValueError(f"choose.{name} must be values in [0, 1], got {getattr(self, name)}")
-        if any(d < 1 for d in self.rerank_depths):
-            raise ValueError(f"choose.rerank_depths must be >= 1, got {self.rerank_depths}")
-        return self
-
-
-class SystemIndexConfig(Section):
-    """The index the registered system is served from: FAISS and BM25 over a corpus, with its document store."""
-
-    corpus: str = Field(..., min_length=1, description="JSONL of the documents to serve (e.g. every report).")
-    fields: list[str] = Field(["title", "text"], min_length=1, description="Fields joined with '. ' into the text "
-                              "that is encoded and BM25-indexed (as the select set's distractors join them).")
-    id_field: str = "id"
-    kind: Literal["flat", "hnsw", "ivf", "ivfpq", "auto"] = "auto"
-    cpus_per_actor: float = Field(1.0, gt=0.0, description="The encoding actor's CPUs.")
-    metadata_fields: list[str] = Field(default_factory=list, description="Fields kept as each document's metadata in "
-                                       "the store (what a metadata fusion reads: product, component, created...).")
-
-
-class SystemMetadataConfig(Section):
-    """A metadata fusion for the system (lmplatform/retrieval/metadata_fusion.py): fitted on `fit`'s queries once per
-    `regularizations` value, the best on `select` kept with the settings, and the mode when it beats the first stage
-    chosen before it. The texts' metadata is read from `corpus`, each document found by its text."""
-
-    corpus: list[str] = Field(..., min_length=1, description="JSONL of documents with the metadata fields (e.g. every "
-                              "report), the same documents the pairs and distractors were made from.")
-    fields: list[str] = Field(["title", "text"], min_length=1, description="Fields joined with '. ' into a document's "
-                              "text, as the pairs' texts and the distractors join them (how a text finds its metadata).")
-    fit: RetrievalValidationConfig = Field(..., description="The training queries the fusion is fitted on: pairs "
-                                           "(e.g. the train split) ranked against their documents and distractors.")
-    fusion: MetadataFusionConfig = Field(default_factory=MetadataFusionConfig)
-    regularizations: list[float] = Field([0.1, 1.0, 10.0], min_length=1, description="Values of the fusion's "
-                                         "regularization (C) fitted and tried on `select`.")
-
-    @model_validator(mode="after")
-    def _positive_regularizations(self) -> "SystemMetadataConfig":
-        if any(c <= 0 for c in self.regularizations):
-            raise ValueError(f"metadata.regularizations must be > 0, got {self.regularizations}")
-        return self
-
-
-class SystemRegisterConfig(Section):
-    """Where the chosen system is registered: the retriever's version carries the settings, the index and a link to
-    the re-ranker's own version."""
-
-    name: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-                      description="Registered model of the retriever.")
-    reranker_name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-                                         description="Registered model of the re-ranker (default: <name>-reranker).")
-
-
-class SystemConfig(Section):
-    """A `system` stage: the retrieval system a pipeline ends with, its settings chosen on a dev set, measured as it
-    is served (lmplatform/evaluation/system.py), then indexed and registered."""
-
-    retriever: str = Field(..., min_length=1, description="The bi-encoder: stage:<name>, a folder, 'default' or models:/...")
-    reranker: Optional[str] = Field(None, min_length=1, description="A cross-encoder re-ranking the first stage's top "
-                                    "hits: stage:<name>, a folder or models:/...; null: none.")
-    select: RetrievalValidationConfig = Field(..., description="Where settings are chosen and the stage's metrics "
-                                              "measured: dev pairs ranked against the corpus (pairs, split, distractors).")
-    search: SearchSettings = Field(default_factory=SearchSettings, description="The settings; `choose` replaces the "
-                                   "values it tries. Its `reranker` is set from `reranker` above.")
-    choose: SystemChoiceConfig = Field(default_factory=SystemChoiceConfig)
-    metadata: Optional[SystemMetadataConfig] = Field(None, description="Fit a metadata fusion and choose it on `select` "
-                                                     "like the other settings; null: dense and BM25 only.")
-    max_seq_length: Optional[int] = Field(None, ge=8, description="Encoder length; default: the model's.")
-    cpus: float = Field(1.0, gt=0.0, description="CPUs of the Ray task that measures the system (its encoder and "
-                        "re-ranker run there, one thread per CPU).")
-    index: Optional[SystemIndexConfig] = Field(None, description="Build the served index (when the system is registered).")
-    register_as: Optional[SystemRegisterConfig] = Field(None, description="Register the system (skipped in study trials: "
-                                                     "the study registers its winner).")
-
-    @model_validator(mode="after")
-    def _pairs_and_index(self) -> "SystemConfig":
-        if self.select.pairs is None:
-            raise ValueError("system.select.pairs is required: the dev pairs the settings are chosen on")
-        if self.search.mode == "metadata" or self.search.metadata_fusion is not None:
-            raise ValueError("system.search: mode 'metadata' and its metadata_fusion are chosen by the stage: set "
-                             "system.metadata (the fusion is fitted on its queries) and search.mode 'dense' or 'hybrid'")
-        if self.register_as is not None and self.index is None:
-            raise ValueError("system.register_as needs system.index: a registered system is served from its index")
-        if self.choose.rerank_depths or self.choose.rerank_weights:
-            if self.reranker is None:
-                raise ValueError("system.choose tries re-rank settings, but system.reranker is not set")
-        return self
-
-
 class StageConfig(Section):
-    name: str = Field(..., pattern=_NAME)
+    """One stage: a training run (`config` or `run`), or the section of one other kind (`mine`, `pairs`, `system`,
+    or a registered kind: pipeline/kinds.py), whose fields are added from the registry (`_add_kind_sections`)."""
+
+    name: str = Field(..., pattern=NAME_PATTERN)
     config: Optional[str] = Field(None, description="A run config YAML (relative to the pipeline file).")
     run: Optional[dict[str, Any]] = Field(None, description="An inline run config (instead of `config`).")
-    mine: Optional[MineConfig] = Field(
-        None, description="A mining stage instead of a training one: writes the pairs with hard negatives; a later "
-        "stage reads them with `stage:<name>` in data.train_paths.")
-    pairs: Optional[PairsConfig] = Field(
-        None, description="A data stage: pairs files per split from a corpus and its duplicate relations; a later "
-        "stage names one as `stage:<name>/<split>`.")
-    system: Optional[SystemConfig] = Field(
-        None, description="The retrieval system: a trained bi-encoder (and re-ranker) with BM25 fusion and re-rank "
-        "settings chosen on dev, indexed and registered.")
     set: list[str] = Field(default_factory=list, description="--set style overrides applied to the run config.")
     init_from: str = Field(
         "default", description="stage:<name> (that stage's model), models:/<name>@<alias>, a folder, or 'default'; "
@@ -275,20 +81,46 @@ class StageConfig(Section):
 
     @model_validator(mode="after")
     def _one_run_source(self) -> "StageConfig":
-        if sum(source is not None for source in (self.config, self.run, self.mine, self.pairs, self.system)) != 1:
-            raise ValueError(f"stage {self.name!r}: set exactly one of `config` (a file), `run` (inline), `mine`, "
-                             "`pairs` or `system`")
-        if self.kind != "train" and (self.set or self.ewc or self.evaluations):
+        kinds = [spec.name for spec in section_kinds()]
+        if sum(getattr(self, source, None) is not None for source in ("config", "run", *kinds)) != 1:
+            sources = ["`config` (a file)", "`run` (inline)", *(f"`{kind}`" for kind in kinds)]
+            raise ValueError(f"stage {self.name!r}: set exactly one of {', '.join(sources[:-1])} or {sources[-1]}")
+        if self.spec.section is not None and (self.set or self.ewc or self.evaluations):
             raise ValueError(f"stage {self.name!r}: a {self.kind} stage trains nothing: remove set, ewc and evaluations")
         return self
 
     @property
+    def spec(self) -> StageSpec:
+        """The stage's kind (pipeline/kinds.py): the one whose section it sets, else the training kind."""
+        return next((spec for spec in section_kinds() if getattr(self, spec.name, None) is not None), TRAIN)
+
+    @property
     def kind(self) -> str:
-        """'train', 'mine', 'pairs' or 'system'."""
-        for kind in ("mine", "pairs", "system"):
-            if getattr(self, kind) is not None:
-                return kind
-        return "train"
+        return self.spec.name
+
+    @property
+    def section(self) -> Any:
+        """The kind's section as written (None for a training stage, whose config is its run config)."""
+        return getattr(self, self.kind) if self.spec.section is not None else None
+
+
+def _add_kind_sections() -> None:
+    """One optional field of StageConfig per kind with a section, from the registry; rebuilt when one is registered."""
+    for name in [name for name, info in StageConfig.model_fields.items() if name in _KIND_FIELDS]:
+        del StageConfig.model_fields[name]
+    _KIND_FIELDS.clear()
+    for spec in section_kinds():
+        StageConfig.model_fields[spec.name] = FieldInfo(annotation=Optional[spec.section], default=None,  # type: ignore[arg-type]
+                                                        description=spec.description)
+        _KIND_FIELDS.add(spec.name)
+    StageConfig.model_rebuild(force=True)
+    if "PipelineConfig" in globals():
+        PipelineConfig.model_rebuild(force=True)
+
+
+_KIND_FIELDS: set[str] = set()
+_add_kind_sections()
+on_change(_add_kind_sections)
 
 
 class StageReuseConfig(Section):
@@ -304,7 +136,7 @@ class StageReuseConfig(Section):
 class PipelineConfig(Section):
     """A multi-stage training pipeline."""
 
-    name: str = Field(..., pattern=_NAME)
+    name: str = Field(..., pattern=NAME_PATTERN)
     description: str = ""
     tracking: PipelineTrackingConfig = Field(default_factory=PipelineTrackingConfig)
     storage_path: str = Field("runs/pipelines", description="Pipeline state and every stage's Ray Train runs go here.")
@@ -320,7 +152,7 @@ class PipelineConfig(Section):
     @model_validator(mode="after")
     def _references(self) -> "PipelineConfig":
         seen: list[str] = []
-        makes_files = {stage.name: stage.kind for stage in self.stages if stage.kind != "train"}
+        no_model = {stage.name: stage.spec for stage in self.stages if stage.spec.makes != "model"}
         for stage in self.stages:
             if stage.name in seen:
                 raise ValueError(f"stage name {stage.name!r} is used twice")
@@ -330,10 +162,10 @@ class PipelineConfig(Section):
                 if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] not in seen:
                     raise ValueError(f"stage {stage.name!r}: {what} names {ref[len(STAGE_PREFIX):]!r}, which is not an "
                                      f"earlier stage (earlier: {', '.join(seen) or 'none'})")
-                if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] in makes_files:
+                if ref and ref.startswith(STAGE_PREFIX) and ref[len(STAGE_PREFIX):] in no_model:
                     name = ref[len(STAGE_PREFIX):]
-                    raise ValueError(f"stage {stage.name!r}: {what} names {makes_files[name]} stage {name!r}, which "
-                                     "makes pairs files, not a model (use it in data.train_paths)")
+                    raise ValueError(f"stage {stage.name!r}: {what} names {no_model[name].name} stage {name!r}, which "
+                                     f"{_WHAT_IT_MAKES[no_model[name].makes]}")
             seen.append(stage.name)
         for task in self.tasks:
             if not task.task:
@@ -449,10 +281,6 @@ def load_pipeline_config(path: str | Path, overrides: Iterable[str] = ()) -> Pip
     return pipeline_config_from_dict(data, path.resolve().parent, overrides, source=str(path))
 
 
-# A stage's own fields (`stages.<stage>.<field>...=v` sets them); any other first key is a run-config section.
-STAGE_FIELDS = ("config", "run", "mine", "pairs", "system", "init_from", "ewc", "evaluations")
-
-
 def _stage_override(stage: dict[str, Any], item: str) -> dict[str, Any]:
     """`stage` with one `<field path>=value` override: a stage field (run.optim.lr, mine.range_max, ewc.lambda,
     init_from) is set in place, except `run.*` on a stage whose run config is a file, which joins its `set` list as
@@ -460,7 +288,7 @@ def _stage_override(stage: dict[str, Any], item: str) -> dict[str, Any]:
     head = re.split(r"[.=]", item, maxsplit=1)[0]
     if head == "run" and "run" not in stage and "config" in stage:
         return {**stage, "set": [*stage.get("set", []), item[len("run."):]]}
-    if head in STAGE_FIELDS:
+    if head in StageConfig.model_fields and head not in ("name", "set"):  # a stage's own field, a kind's section too
         return apply_overrides(stage, [item])
     return {**stage, "set": [*stage.get("set", []), item]}
 
@@ -487,43 +315,42 @@ def pipeline_config_from_dict(
     data = substitute(apply_overrides(data, plain), source)
     data.setdefault("base_dir", str(Path(base_dir).resolve()))
     pipeline = parse_config(data, PipelineConfig, source=source)
-    earlier_mines: list[str] = []
-    earlier_trained: list[str] = []
-    outputs: dict[str, list[str]] = {}  # earlier pairs stages -> the files they write
+    earlier: dict[str, list[str]] = {"model": [], "pairs_file": []}  # earlier stages by what they make
+    outputs: dict[str, list[str]] = {}  # earlier stages that write several files -> their names
     for stage in pipeline.stages:
-        section = getattr(stage, stage.kind) if stage.kind != "train" else None
+        spec, section = stage.spec, stage.section
         content = section.model_dump(mode="json") if section is not None else stage_run_data(pipeline, stage)
         _check_output_references(stage.name, content, outputs, source)
-        if stage.pairs is not None:
-            outputs[stage.name] = stage.pairs.outputs()
-            continue
-        if stage.system is not None:
-            for field in ("retriever", "reranker"):
-                value = getattr(stage.system, field) or ""
-                name = value.removeprefix(STAGE_PREFIX)
-                if value.startswith(STAGE_PREFIX) and name not in earlier_trained:
-                    raise ConfigError(f"{source}: stage {stage.name!r}: system.{field} names stage:{name}, which is not "
-                                      f"an earlier training stage "
-                                      f"(earlier training stages: {', '.join(earlier_trained) or 'none'})")
-            continue
-        if stage.mine is not None:
-            earlier_mines.append(stage.name)
-            continue
-        unknown = [n for n in stage_data_references(content) if n not in earlier_mines]
-        if unknown:
-            raise ConfigError(f"{source}: stage {stage.name!r}: data paths name stage:{unknown[0]}, which is not an "
-                              f"earlier mine stage (earlier mine stages: {', '.join(earlier_mines) or 'none'})")
-        for field, name in objective_model_references(content):
-            if name not in earlier_trained:
-                raise ConfigError(f"{source}: stage {stage.name!r}: {field} names stage:{name}, which is not an earlier "
-                                  f"training stage (earlier training stages: {', '.join(earlier_trained) or 'none'})")
-        earlier_trained.append(stage.name)
-        # Placeholders for what is only known at run time (earlier stages' models).
-        try:
-            build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: stage {stage.name!r}: {exc}") from None
+        for field in spec.model_fields:
+            value = getattr(section, field) or ""
+            if value.startswith(STAGE_PREFIX) and value.removeprefix(STAGE_PREFIX) not in earlier["model"]:
+                raise ConfigError(f"{source}: stage {stage.name!r}: {spec.name}.{field} names {value}, which is not "
+                                  f"an earlier training stage (earlier training stages: {', '.join(earlier['model']) or 'none'})")
+        if spec.section is None:  # a run config: its data paths, its objective's models, and the config itself
+            _check_run_config(pipeline, stage, content, earlier, source)
+        if spec.makes == "files":
+            outputs[stage.name] = spec.outputs(section)
+        elif spec.makes in earlier:
+            earlier[spec.makes].append(stage.name)
     return pipeline
+
+
+def _check_run_config(pipeline: PipelineConfig, stage: StageConfig, content: dict[str, Any],
+                      earlier: Mapping[str, list[str]], source: str) -> None:
+    """A training stage's references to earlier stages, and its run config with placeholders for their models."""
+    writers = " or ".join(spec.name for spec in stage_specs() if spec.makes == "pairs_file")
+    unknown = [n for n in stage_data_references(content) if n not in earlier["pairs_file"]]
+    if unknown:
+        raise ConfigError(f"{source}: stage {stage.name!r}: data paths name stage:{unknown[0]}, which is not an "
+                          f"earlier {writers} stage (earlier {writers} stages: {', '.join(earlier['pairs_file']) or 'none'})")
+    for field, name in objective_model_references(content):
+        if name not in earlier["model"]:
+            raise ConfigError(f"{source}: stage {stage.name!r}: {field} names stage:{name}, which is not an earlier "
+                              f"training stage (earlier training stages: {', '.join(earlier['model']) or 'none'})")
+    try:
+        build_stage_config(pipeline, stage, "default", "runs", "check", ewc_anchor_model="default" if stage.ewc else None)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: stage {stage.name!r}: {exc}") from None
 
 
 def _check_output_references(stage: str, content: Any, outputs: Mapping[str, list[str]], source: str) -> None:

@@ -27,7 +27,11 @@ from lmplatform.data.pairs import Pair, read_pairs
 from lmplatform.evaluation.retrieval_validation import read_distractors
 from lmplatform.models.resolve import resolve_model_path
 from lmplatform.pipeline.cache import fingerprint_path
-from lmplatform.pipeline.config import MineConfig
+from lmplatform.pipeline.config import PipelineConfig, StageConfig
+from lmplatform.pipeline.mine_config import MineConfig
+from lmplatform.pipeline.preflight import Problem, data_config_problems, model_problems
+from lmplatform.pipeline.spec import StageCheck, StageContext
+from lmplatform.pipeline.stage_run import cache_folder, run_untrained, section_content, stage_tracking
 from lmplatform.retrieval.build import encode_corpus_to_shards, iter_shards
 from lmplatform.retrieval.faiss_import import exact_search
 from lmplatform.retrieval.mining import MiningRules, ScorePairs, Selection, select_negatives
@@ -188,3 +192,33 @@ def run_mine_stage(cfg: MineConfig, model: str, folder: Path, tracking_uri: str,
         raise
     tracker.finish()
     return MineResult(path, metrics, tracker.run_id)
+
+
+# -- the stage kind (pipeline/spec.py) -------------------------------------------------------------------------
+def run(ctx: StageContext) -> None:
+    def work() -> MineResult:
+        print(f"[lmp] {ctx.label}: mining hard negatives with {ctx.init}", flush=True)
+        vectors = cache_folder(ctx.pipeline, ctx.folder) / "vectors" if ctx.pipeline.reuse.enabled else None
+        result = run_mine_stage(ctx.section, ctx.init, ctx.folder / ctx.stage.name, *stage_tracking(ctx),
+                                vector_cache=vectors)
+        ctx.record.output_path = str(result.path)
+        return result
+
+    run_untrained(ctx, work)
+
+
+def problems(ctx: StageCheck) -> list[Problem]:
+    found = [Problem(p.where, f"mine.{p.field}", p.message, p.path) for p in data_config_problems(ctx.section, ctx.where)]
+    found += model_problems(ctx.stage.init_from, "init_from", ctx.where, ctx.will_run, ctx.finished)
+    return found + model_problems(ctx.section.cross_encoder, "mine.cross_encoder", ctx.where)
+
+
+reuse_content = section_content
+
+
+def cpus(pipeline: PipelineConfig, stage: StageConfig) -> float:
+    return stage.section.actors * stage.section.cpus_per_actor
+
+
+def metric_names(pipeline: PipelineConfig, stage: StageConfig) -> set[str]:
+    return set()

@@ -15,7 +15,11 @@ from typing import Any, Mapping
 
 from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
 from lmplatform.evaluation.tasks.retrieval.data import write_split_pairs
-from lmplatform.pipeline.config import HoldoutConfig, PairsConfig
+from lmplatform.pipeline.config import PipelineConfig, StageConfig
+from lmplatform.pipeline.pairs_config import HoldoutConfig, PairsConfig
+from lmplatform.pipeline.preflight import Problem, file_problem
+from lmplatform.pipeline.spec import StageCheck, StageContext
+from lmplatform.pipeline.stage_run import run_untrained, section_content, stage_tracking
 from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
 
 ARTIFACT_DIR = "pairs"
@@ -95,3 +99,30 @@ def run_pairs_stage(cfg: PairsConfig, folder: Path, tracking_uri: str, experimen
         raise
     tracker.finish()
     return PairsResult(files, metrics, tracker.run_id, bad_rows)
+
+
+# -- the stage kind (pipeline/spec.py) -------------------------------------------------------------------------
+def run(ctx: StageContext) -> None:
+    def work() -> PairsResult:
+        print(f"[lmp] {ctx.label}: pairs files from {ctx.section.relations}", flush=True)
+        result = run_pairs_stage(ctx.section, ctx.folder / ctx.stage.name, *stage_tracking(ctx))
+        ctx.record.outputs = {name: str(path) for name, path in result.files.items()}
+        return result
+
+    run_untrained(ctx, work)
+
+
+def problems(ctx: StageCheck) -> list[Problem]:
+    return (file_problem(ctx.section.corpus, "pairs.corpus", ctx.where)
+            + file_problem(ctx.section.relations, "pairs.relations", ctx.where))
+
+
+reuse_content = section_content
+
+
+def cpus(pipeline: PipelineConfig, stage: StageConfig) -> float:
+    return 0.0  # it reads and writes files in the driver
+
+
+def metric_names(pipeline: PipelineConfig, stage: StageConfig) -> set[str]:
+    return set()

@@ -23,7 +23,8 @@ from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
 from lmplatform.models.resolve import ModelNotFoundError, model_version_source, resolve_model_path
 from lmplatform.objectives.registry import objective_spec
 from lmplatform.objectives.run_config import RunConfig
-from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, StageConfig, build_stage_config
+from lmplatform.pipeline.config import PipelineConfig, StageConfig
+from lmplatform.pipeline.spec import STAGE_PREFIX, StageCheck
 from lmplatform.retrieval.settings import DistractorConfig
 from lmplatform.runtime import resolve_tracking_uri
 
@@ -202,7 +203,7 @@ def run_config_problems(run: RunConfig, where: str, skip: Sequence[str] = ()) ->
     return problems
 
 
-def _evaluation_problems(evaluation: StageEvaluationConfig, prefix: str, where: str, will_run: Sequence[str],
+def evaluation_problems(evaluation: StageEvaluationConfig, prefix: str, where: str, will_run: Sequence[str],
                          finished: Mapping[str, str], not_yet: str = NOT_YET) -> list[Problem]:
     return (data_config_problems(evaluation, where, prefix=prefix)
             + model_problems(evaluation.mlm_head_from, f"{prefix}.mlm_head_from", where, will_run, finished, not_yet))
@@ -210,46 +211,12 @@ def _evaluation_problems(evaluation: StageEvaluationConfig, prefix: str, where: 
 
 def stage_problems(cfg: PipelineConfig, stage: StageConfig, will_run: Sequence[str],
                    finished: Optional[Mapping[str, str]] = None) -> list[Problem]:
-    """One stage: its run config after `set:` (the pipeline sets model and EWC itself), init_from, EWC, evaluations.
+    """One stage's problems, as its kind checks them (`pipeline/spec.py`).
 
     `will_run`: the stages before this one (their models exist by the time this stage starts).
     """
-    where, finished = f"stage {stage.name!r}", finished or {}
-    if stage.pairs is not None:
-        return (file_problem(stage.pairs.corpus, "pairs.corpus", where)
-                + file_problem(stage.pairs.relations, "pairs.relations", where))
-    if stage.system is not None:
-        system = stage.system
-        problems = [Problem(p.where, f"system.{p.field}", p.message, p.path) for p in data_config_problems(system, where)]
-        problems += model_problems(system.retriever, "system.retriever", where, will_run, finished)
-        problems += model_problems(system.reranker, "system.reranker", where, will_run, finished)
-        if system.index is not None and not system.index.corpus.startswith(STAGE_PREFIX):
-            problems += file_problem(system.index.corpus, "system.index.corpus", where)
-        return problems
-    if stage.mine is not None:
-        mine = stage.mine
-        problems = data_config_problems(mine, where)
-        problems = [Problem(p.where, f"mine.{p.field}", p.message, p.path) for p in problems]
-        problems += model_problems(stage.init_from, "init_from", where, will_run, finished)
-        return problems + model_problems(mine.cross_encoder, "mine.cross_encoder", where)
-    # Placeholders for the models: the stage's own references are checked below, under their own field names.
-    run = build_stage_config(cfg, stage, "default", "runs", "preflight", ewc_anchor_model="default" if stage.ewc else None)
-    objective_models = objective_model_fields(run)  # may name earlier stages: checked below with `will_run`
-    problems = run_config_problems(run, where, skip=("model", "ewc", *objective_models))
-    problems += model_problems(stage.init_from, "init_from", where, will_run, finished)
-    for field in objective_models:
-        problems += model_problems(getattr(run.objective, field.split(".", 1)[1]), field, where, will_run, finished)
-    if stage.ewc is not None:
-        ewc = stage.ewc
-        problems += model_problems(ewc.anchor_reference, "ewc.anchor" if ewc.anchor else "ewc.anchor_model", where,
-                                   will_run, finished)
-        if ewc.data is not None:
-            problems += data_problems(ewc.data.train_paths, "ewc.data.train_paths", where)
-            problems += data_problems(ewc.data.validation_paths, "ewc.data.validation_paths", where)
-        problems += file_problem(ewc.fisher_path, "ewc.fisher_path", where)
-    for evaluation in stage.evaluations:
-        problems += _evaluation_problems(evaluation, f"evaluations.{evaluation.key}", where, will_run, finished)
-    return problems
+    check = StageCheck(cfg, stage, stage.section, f"stage {stage.name!r}", will_run, finished or {})
+    return stage.spec.module().problems(check)
 
 
 def pipeline_problems(cfg: PipelineConfig, finished: Optional[Mapping[str, str]] = None) -> list[Problem]:
@@ -263,7 +230,7 @@ def pipeline_problems(cfg: PipelineConfig, finished: Optional[Mapping[str, str]]
         earlier.append(stage.name)
     # Task evaluations score the starting model before any stage runs: a stage's head is not there yet.
     for task in cfg.tasks:
-        problems += _evaluation_problems(task, "tasks", f"task {task.task!r}", (), finished,
+        problems += evaluation_problems(task, "tasks", f"task {task.task!r}", (), finished,
                                          "tasks are first scored on the starting model, before any stage has run")
     return problems
 

@@ -16,33 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig, run_stage_evaluation
 from lmplatform.markdown import markdown_table
 from lmplatform.metrics.continual import continual_metrics
-from lmplatform.models.resolve import resolve_model_path
 from lmplatform.pipeline.cache import CachedStage, StageCache, stage_key
-from lmplatform.pipeline.config import (
-    STAGE_PREFIX,
-    MineConfig,
-    PipelineConfig,
-    StageConfig,
-    SystemConfig,
-    build_stage_config,
-    resolve_references,
-)
-from lmplatform.pipeline.mine import run_mine_stage
-from lmplatform.pipeline.pairs import run_pairs_stage
+from lmplatform.pipeline.config import PipelineConfig, StageConfig, resolve_references
 from lmplatform.pipeline.preflight import preflight_pipeline
-from lmplatform.pipeline.state import FAILED, FINISHED, RUNNING, PipelineState, StageState
-from lmplatform.pipeline.system import publish_system, run_system_stage
+from lmplatform.pipeline.spec import StageContext
+from lmplatform.pipeline.stage_run import cache_folder
+from lmplatform.pipeline.state import FINISHED, PIPELINE_TAG, STAGE_TAG, PipelineState, resolve_stage_model
+from lmplatform.pipeline.train_stage import task_scores
 from lmplatform.ray_runtime import ensure_ray
 from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
 from lmplatform.tracking.mlflow_tracking import TrackedRun, flatten
-from lmplatform.tracking.registry import register_model_version
-from lmplatform.tracking.version_tags import objective_tag
 
-PIPELINE_TAG = "lmp.pipeline_run"
-STAGE_TAG = "lmp.pipeline_stage"
 REUSED_TAG = "lmp.stage_reused_from"
 REPORTS_FILE = "reports.jsonl"
 # What a reused stage takes over from the run that made it.
@@ -124,11 +110,11 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name:
               f"state in {PipelineState.path(folder)}", flush=True)
 
     ensure_ray()
-    cache = StageCache(_cache_folder(cfg, folder)) if cfg.reuse.enabled else None
+    cache = StageCache(cache_folder(cfg, folder)) if cfg.reuse.enabled else None
     try:
         if cfg.tasks and not state.baseline_task_scores:
-            start = _resolve_model(cfg.stages[0].init_from, state)
-            state.baseline_task_scores = _task_scores(cfg, start, start, state)
+            start = resolve_stage_model(cfg.stages[0].init_from, state)
+            state.baseline_task_scores = task_scores(cfg, start, start, state)
             state.save(folder)
         for index, stage in enumerate(cfg.stages):
             record = state.stage(stage.name)
@@ -153,11 +139,6 @@ def run_pipeline(cfg: PipelineConfig, resume: Optional[str] = None, *, run_name:
     return PipelineResult(state.run_name, state.parent_run_id, state.tracking_uri, folder, state, forgetting, continual)
 
 
-def _cache_folder(cfg: PipelineConfig, folder: Path) -> Path:
-    """Where reused stages (and reused encodings) are kept: `reuse.path`, or `stage-cache` beside the pipeline runs."""
-    return Path(resolve_storage_path(cfg.reuse.path)) if cfg.reuse.path else folder.parent / "stage-cache"
-
-
 def stage_outputs(state: PipelineState) -> dict[str, str]:
     """What finished stages made, by the reference that names it (`resolve_references`): a mine stage's pairs
     file, a pairs stage's files (`<name>/<split>`), a training stage's model folder."""
@@ -173,36 +154,33 @@ def stage_outputs(state: PipelineState) -> dict[str, str]:
     return outputs
 
 
+def stage_context(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path,
+                  parent: Any = None, callbacks: Optional[list[Any]] = None) -> StageContext:
+    """What the stage's kind runs with: its section with every `stage:` reference resolved, its start model."""
+    spec, outputs = stage.spec, stage_outputs(state)
+    section = (spec.section.model_validate(resolve_references(stage.section.model_dump(mode="json"), outputs))
+               if spec.section is not None else None)
+    init = resolve_stage_model(stage.init_from, state) if spec.uses_init else None
+    return StageContext(cfg, stage, section, init, state, folder, index, outputs, parent, callbacks or [])
+
+
 def _run_any_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent: Any,
                    reporter: Optional[StageReporter], report_log: Optional[Path] = None) -> None:
     record = state.stage(stage.name)
     record.started_at, record.finished_at, record.reused_from = time.time(), None, None
-    if stage.kind != "train":
-        _run_untrained_stage(cfg, stage, index, state, folder, parent)
-    else:
-        callbacks = reporter.training_callbacks(stage.name) if reporter is not None else []
-        if report_log is not None:
-            from lmplatform.pipeline.reports import ReportLog
+    callbacks = reporter.training_callbacks(stage.name) if reporter is not None and stage.spec.trains else []
+    if report_log is not None and stage.spec.trains:
+        from lmplatform.pipeline.reports import ReportLog
 
-            callbacks.append(ReportLog(report_log))
-        _run_stage(cfg, stage, index, state, folder, parent, callbacks)
+        callbacks.append(ReportLog(report_log))
+    stage.spec.module().run(stage_context(cfg, stage, index, state, folder, parent, callbacks))
     record.finished_at = time.time()
     state.save(folder)
 
 
 def stage_content(cfg: PipelineConfig, stage: StageConfig, state: PipelineState) -> dict[str, Any]:
     """The stage's config with every reference resolved: what decides what it produces (its reuse key)."""
-    outputs = stage_outputs(state)
-    if stage.kind in ("pairs", "system"):
-        return {stage.kind: resolve_references(getattr(stage, stage.kind).model_dump(mode="json"), outputs)}
-    init = _resolve_model(stage.init_from, state)
-    if stage.kind == "mine":
-        return {"init": init, "mine": resolve_references(stage.mine.model_dump(mode="json"), outputs)}  # type: ignore[union-attr]
-    anchor = _resolve_model(stage.ewc.anchor_reference, state) if stage.ewc else None
-    run_cfg = build_stage_config(cfg, stage, init, "runs", "reuse-key", anchor, outputs)
-    evaluations = [resolve_references(e.model_dump(mode="json"), outputs) for e in stage.evaluations]
-    return {"run": run_cfg.model_dump(mode="json", by_alias=True), "evaluations": evaluations,
-            "tasks": [t.model_dump(mode="json") for t in cfg.tasks]}
+    return stage.spec.module().reuse_content(stage_context(cfg, stage, -1, state, Path(".")))
 
 
 def _run_or_reuse(cache: StageCache, cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState,
@@ -222,7 +200,7 @@ def _run_or_reuse(cache: StageCache, cfg: PipelineConfig, stage: StageConfig, in
         report_log = folder / stage.name / REPORTS_FILE
         if record.attempts == 0 and report_log.exists():
             report_log.unlink()  # left by a run of this name that never recorded an attempt; a resumed attempt appends
-        _run_any_stage(cfg, stage, index, state, folder, parent, reporter, report_log if stage.kind == "train" else None)
+        _run_any_stage(cfg, stage, index, state, folder, parent, reporter, report_log)
         outputs = {"model_dir": record.model_dir, "output_path": record.output_path} | dict(record.outputs)
         cache.store(CachedStage(key, stage.name, stage.kind, state.run_name, outputs,
                                 {name: getattr(record, name) for name in (*REUSED_FIELDS, "mlflow_run_id", "seconds")},
@@ -252,187 +230,6 @@ def _reuse_stage(hit: CachedStage, cfg: PipelineConfig, stage: StageConfig, inde
         reporter.replay(stage.name, hit.reports)
     print(f"[lmp] stage {index + 1}/{len(cfg.stages)} {stage.name}: reused from {origin} (same config and inputs, "
           f"key {hit.key}); ran there in {hit.record.get('seconds') or 0:.0f} s", flush=True)
-
-
-def _resolve_model(reference: str, state: PipelineState) -> str:
-    if reference.startswith(STAGE_PREFIX):
-        name = reference[len(STAGE_PREFIX):]
-        record = state.stages.get(name)
-        if record is None or record.status != FINISHED or not record.model_dir:
-            raise RuntimeError(f"{reference}: that stage has not finished")
-        return record.model_dir
-    return reference
-
-
-def _run_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path, parent: Any,
-               callbacks: Optional[list[Any]] = None) -> None:
-    from lmplatform.jobs.train_run import new_run_name, run_training
-
-    record = state.stage(stage.name)
-    init = _resolve_model(stage.init_from, state)
-    anchor = _resolve_model(stage.ewc.anchor_reference, state) if stage.ewc else None
-    run_cfg = build_stage_config(cfg, stage, init, str(folder), f"{state.run_name}.{stage.name}", anchor, stage_outputs(state))
-    record.init_model, record.status, record.error = init, RUNNING, None
-    record.ewc_lambda = stage.ewc.lambda_ if stage.ewc else None
-    record.attempts += 1
-    state.save(folder)
-    label = f"stage {index + 1}/{len(cfg.stages)} {stage.name}"
-    print(f"[lmp] {label}: {run_cfg.objective.name} from {init}"
-          + (f", EWC λ={stage.ewc.lambda_:g} against {stage.ewc.anchor_reference}" if stage.ewc else ""), flush=True)
-    stage_start = time.perf_counter()
-    try:
-        for evaluation in stage.evaluations:
-            if evaluation.key not in record.before:
-                record.before[evaluation.key] = _evaluate(evaluation, init, init, state).metrics
-                state.save(folder)
-        resume = _resumable_train_run(record, state, folder, stage.name, run_cfg.tracking.experiment)
-        if resume:
-            print(f"[lmp] {label}: continuing its Ray Train run {resume}", flush=True)
-        # Recorded before training starts, so a stage killed at any point can be continued.
-        record.train_run = resume or new_run_name(run_cfg)
-        state.save(folder)
-        train_start = time.perf_counter()
-        result = run_training(run_cfg, resume=resume, run_name=record.train_run, parent_run_id=state.parent_run_id,
-                              extra_tags={PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name}, callbacks=callbacks or None)
-        record.train_seconds = round(time.perf_counter() - train_start, 2)
-        record.train_run, record.mlflow_run_id = result.run_name, result.mlflow_run_id
-        record.model_run_id = result.mlflow_run_id
-        record.model_dir, record.model_artifact_uri = str(result.model_dir), result.model_artifact_uri
-        record.registered_model, record.model_version = result.registered_model, result.model_version
-        record.metrics = dict(result.metrics)
-        state.save(folder)
-        for evaluation in stage.evaluations:
-            record.after[evaluation.key] = _evaluate(evaluation, record.model_dir, init, state).metrics
-        record.task_scores = _task_scores(cfg, record.model_dir, init, state)
-    except BaseException as exc:
-        record.status, record.error = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
-        state.save(folder)
-        raise
-    record.status = FINISHED
-    record.seconds = round(time.perf_counter() - stage_start, 2)
-    state.save(folder)
-    metrics = {f"{stage.name}/train_seconds": record.train_seconds, f"{stage.name}/seconds": record.seconds}
-    for key, after in record.after.items():
-        for name in ("mlm_loss", "mlm_accuracy"):
-            if name in after:
-                metrics[f"{stage.name}/{key}/{name}_after"] = after[name]
-                metrics[f"{stage.name}/{key}/{name}_before"] = record.before[key][name]
-    metrics.update({f"{stage.name}/task/{task}": score for task, score in record.task_scores.items()})
-    parent.log_metrics(metrics, step=index + 1)
-    print(f"[lmp] {label}: finished; model {record.model_dir}", flush=True)
-
-
-def _run_untrained_stage(cfg: PipelineConfig, stage: StageConfig, index: int, state: PipelineState, folder: Path,
-                         parent: Any) -> None:
-    """A stage that trains nothing (mine: hard negatives for its pairs; pairs: a file per split; system: the retrieval
-    system measured and registered), in its own MLflow run under the parent (files, counts, config)."""
-    record = state.stage(stage.name)
-    init = _resolve_model(stage.init_from, state) if stage.mine is not None else None
-    record.init_model, record.status, record.error = init, RUNNING, None
-    record.attempts += 1
-    state.save(folder)
-    label = f"stage {index + 1}/{len(cfg.stages)} {stage.name}"
-    tracking = (state.tracking_uri, cfg.tracking.experiment, f"{state.run_name}.{stage.name}", state.parent_run_id,
-                {PIPELINE_TAG: state.run_name, STAGE_TAG: stage.name})
-    start = time.perf_counter()
-    try:
-        if stage.mine is not None:
-            print(f"[lmp] {label}: mining hard negatives with {init}", flush=True)
-            mine = MineConfig.model_validate(resolve_references(stage.mine.model_dump(mode="json"), stage_outputs(state)))
-            vectors = _cache_folder(cfg, folder) / "vectors" if cfg.reuse.enabled else None
-            result: Any = run_mine_stage(mine, init, folder / stage.name, *tracking, vector_cache=vectors)  # type: ignore[arg-type]
-            record.output_path = str(result.path)
-        elif stage.pairs is not None:
-            print(f"[lmp] {label}: pairs files from {stage.pairs.relations}", flush=True)
-            result = run_pairs_stage(stage.pairs, folder / stage.name, *tracking)
-            record.outputs = {name: str(path) for name, path in result.files.items()}
-        else:
-            result = _run_system(cfg, stage, label, state, folder, tracking)
-    except BaseException as exc:
-        record.status, record.error = FAILED, f"{type(exc).__name__}: {exc}"[:2000]
-        state.save(folder)
-        raise
-    record.mlflow_run_id, record.metrics = result.mlflow_run_id, dict(result.metrics)
-    record.status, record.seconds = FINISHED, round(time.perf_counter() - start, 2)
-    state.save(folder)
-    parent.log_metrics({f"{stage.name}/seconds": record.seconds}, step=index + 1)
-    print(f"[lmp] {label}: finished; {result.summary}", flush=True)
-
-
-def _run_system(cfg: PipelineConfig, stage: StageConfig, label: str, state: PipelineState, folder: Path,
-                tracking: tuple[Any, ...]) -> Any:
-    """Measure the system on its select set, and register it when the stage says so."""
-    import ray
-    from mlflow.tracking import MlflowClient
-
-    record, system = state.stage(stage.name), stage.system
-    assert system is not None
-    resolved = SystemConfig.model_validate(resolve_references(system.model_dump(mode="json"), stage_outputs(state)))
-    retriever, reranker = resolved.retriever, resolved.reranker
-    print(f"[lmp] {label}: measuring {retriever}" + (f" re-ranked by {reranker}" if reranker else ""), flush=True)
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-    # Its own reservation, as a training stage's workers have theirs: outside the placement group of the study trial
-    # that may be running this pipeline (which holds no CPU).
-    measure = ray.remote(num_cpus=resolved.cpus)(run_system_stage).options(
-        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
-    result = ray.get(measure.remote(resolved, retriever, reranker, folder / stage.name, *tracking))
-    record.model_dir, record.search = retriever, result.settings.model_dump(mode="json")
-    record.model_run_id = _source_run(system.retriever, state)
-    record.reranker_run_id = _source_run(system.reranker, state) if system.reranker else None
-    if resolved.register_as is not None:
-        if record.model_run_id is None:
-            raise ValueError(f"stage {stage.name!r}: system.register_as needs system.retriever to be a training stage of this "
-                             "pipeline (its MLflow run holds the model the version is registered from)")
-        run = MlflowClient(state.tracking_uri).get_run(record.model_run_id)
-        version = register_model_version(state.tracking_uri, resolved.register_as.name, f"{run.info.artifact_uri}/model",
-                                         record.model_run_id,
-                                         tags={**objective_tag(run.data.tags), "lmp.pipeline_run": state.run_name})
-        settings = publish_system(resolved, state.tracking_uri, resolved.register_as.name, version, retriever,
-                                  result.settings, record.reranker_run_id, folder / stage.name)
-        record.registered_model, record.model_version, record.search = (
-            resolved.register_as.name, version, settings.model_dump(mode="json"))
-        print(f"[lmp] {label}: registered {resolved.register_as.name} version {version} with its index and settings", flush=True)
-    return result
-
-
-def _source_run(reference: Optional[str], state: PipelineState) -> Optional[str]:
-    """The MLflow run holding the model of `stage:<name>` (None for a model from outside the pipeline)."""
-    if not reference or not reference.startswith(STAGE_PREFIX):
-        return None
-    return state.stages[reference[len(STAGE_PREFIX):]].model_run_id
-
-
-def _evaluate(evaluation: StageEvaluationConfig, model: str, init: str, state: PipelineState):
-    head = _resolve_model(evaluation.mlm_head_from, state) if evaluation.mlm_head_from else init
-    return run_stage_evaluation(str(resolve_model_path(model)), evaluation, str(resolve_model_path(head)))
-
-
-def _task_scores(cfg: PipelineConfig, model: str, init: str, state: PipelineState) -> dict[str, float]:
-    return {task.task: _evaluate(task, model, init, state).score for task in cfg.tasks}  # type: ignore[misc]
-
-
-def _find_stage_train_run(state: PipelineState, stage: str, experiment: str) -> Optional[str]:
-    """The Ray Train run name of the stage's latest attempt, from its MLflow child run's tags."""
-    from mlflow.tracking import MlflowClient
-
-    from lmplatform.jobs.train_run import RUN_TAG
-
-    client = MlflowClient(state.tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return None
-    runs = client.search_runs(
-        [exp.experiment_id],
-        filter_string=f"tags.`{PIPELINE_TAG}` = '{state.run_name}' and tags.`{STAGE_TAG}` = '{stage}'",
-        order_by=["attributes.start_time DESC"], max_results=1,
-    )
-    return runs[0].data.tags.get(RUN_TAG) if runs else None
-
-
-def _resumable_train_run(record: StageState, state: PipelineState, folder: Path, stage: str, experiment: str) -> Optional[str]:
-    name = record.train_run or _find_stage_train_run(state, stage, experiment)
-    return name if name and (folder / name).is_dir() else None
 
 
 def forgetting_table(cfg: PipelineConfig, state: PipelineState) -> list[dict[str, object]]:
@@ -470,8 +267,8 @@ def task_matrix(cfg: PipelineConfig, state: PipelineState) -> Optional[list[list
     tasks = [t.task for t in cfg.tasks]
     if not tasks:
         return None
-    # a mine or pairs stage trains no model: it has no row of R
-    return [[state.stages[s.name].task_scores.get(t, float("nan")) for t in tasks] for s in cfg.stages if s.kind == "train"]
+    # a stage that trains no model has no row of R
+    return [[state.stages[s.name].task_scores.get(t, float("nan")) for t in tasks] for s in cfg.stages if s.spec.trains]
 
 
 def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: list[dict[str, object]]) -> dict[str, float]:
@@ -482,7 +279,7 @@ def _log_summary(cfg: PipelineConfig, state: PipelineState, parent, forgetting: 
     continual: dict[str, float] = {}
     matrix = task_matrix(cfg, state)
     if matrix is not None:
-        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.kind == "train"],
+        parent.log_dict({"tasks": [t.task for t in cfg.tasks], "stages": [s.name for s in cfg.stages if s.spec.trains],
                          "R": matrix, "baseline": state.baseline_task_scores}, "task_matrix.json")
         if len(matrix) == len(matrix[0]):
             baseline = [state.baseline_task_scores.get(t.task) for t in cfg.tasks]  # type: ignore[arg-type]

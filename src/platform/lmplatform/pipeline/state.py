@@ -11,8 +11,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from lmplatform.pipeline.spec import STAGE_PREFIX
+
 STATE_FILE = "pipeline_state.json"
 PENDING, RUNNING, FAILED, FINISHED = "pending", "running", "failed", "finished"
+# Tags of the MLflow runs of a pipeline and its stages.
+PIPELINE_TAG = "lmp.pipeline_run"
+STAGE_TAG = "lmp.pipeline_stage"
 
 
 @dataclass
@@ -74,3 +79,14 @@ class PipelineState:
 
     def stage(self, name: str) -> StageState:
         return self.stages.setdefault(name, StageState())
+
+
+def resolve_stage_model(reference: str, state: PipelineState) -> str:
+    """A model reference with `stage:<name>` replaced by that finished stage's model folder."""
+    if reference.startswith(STAGE_PREFIX):
+        name = reference[len(STAGE_PREFIX):]
+        record = state.stages.get(name)
+        if record is None or record.status != FINISHED or not record.model_dir:
+            raise RuntimeError(f"{reference}: that stage has not finished")
+        return record.model_dir
+    return reference

@@ -20,7 +20,12 @@ from typing import Any, Mapping, Optional
 
 from lmplatform.evaluation.retrieval_validation import build_retrieval_set
 from lmplatform.evaluation.system import SetMetadata, SystemScorer, load_scorer, text_metadata
-from lmplatform.pipeline.config import SystemConfig, SystemMetadataConfig
+from lmplatform.pipeline.config import PipelineConfig, StageConfig
+from lmplatform.pipeline.preflight import Problem, data_config_problems, file_problem, model_problems
+from lmplatform.pipeline.spec import STAGE_PREFIX, StageCheck, StageContext
+from lmplatform.pipeline.stage_run import run_untrained, section_content, stage_tracking
+from lmplatform.pipeline.state import PIPELINE_TAG, PipelineState
+from lmplatform.pipeline.system_config import SystemConfig, SystemMetadataConfig, system_metric_names
 from lmplatform.retrieval.build import build_index_folder
 from lmplatform.retrieval.index import IndexParams
 from lmplatform.retrieval.settings import MetadataFusionWeights, SearchSettings
@@ -89,14 +94,6 @@ def measure_system(cfg: SystemConfig, retriever: str, reranker: Optional[str]) -
     return chosen, metrics, choice.tried
 
 
-def system_metric_names(cfg: SystemConfig) -> list[str]:
-    """Every metric a system stage reports (see `measure_system`)."""
-    names = list(cfg.select.per_query_metric_names())
-    out = [*names, "ir_queries", "ir_candidates", *(f"dense_{n}" for n in names),
-           "bm25_weight", "rerank_depth", "rerank_weight"]
-    return out + ([f"first_stage_{n}" for n in names] if cfg.reranker else [])
-
-
 def run_system_stage(cfg: SystemConfig, retriever: str, reranker: Optional[str], folder: Path, tracking_uri: str,
                      experiment: str, run_name: str, parent_run_id: str, tags: Mapping[str, str]) -> SystemResult:
     """Choose and measure the system, write `folder/search_settings.json` and log it, the metrics and every try in a
@@ -142,3 +139,72 @@ def publish_system(cfg: SystemConfig, tracking_uri: str, name: str, version: str
                                                   tags={**objective_tag(run.data.tags), "lmp.reranks": f"{name}/{version}"})
         settings = settings.model_copy(update={"reranker": f"models:/{reranker_name}/{reranker_version}"})
     return register_search_settings(tracking_uri, name, version, settings)
+
+
+# -- the stage kind (pipeline/spec.py) -------------------------------------------------------------------------
+def run(ctx: StageContext) -> None:
+    run_untrained(ctx, lambda: _measure_and_register(ctx))
+
+
+def _measure_and_register(ctx: StageContext) -> SystemResult:
+    """Measure the system on its select set (a Ray task with its own CPUs), and register it when the stage says so."""
+    import ray
+    from mlflow.tracking import MlflowClient
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    resolved: SystemConfig = ctx.section
+    record, state, system = ctx.record, ctx.state, ctx.stage.section
+    retriever, reranker = resolved.retriever, resolved.reranker
+    print(f"[lmp] {ctx.label}: measuring {retriever}" + (f" re-ranked by {reranker}" if reranker else ""), flush=True)
+    # Its own reservation, as a training stage's workers have theirs: outside the placement group of the study trial
+    # that may be running this pipeline (which holds no CPU).
+    measure = ray.remote(num_cpus=resolved.cpus)(run_system_stage).options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None))
+    result = ray.get(measure.remote(resolved, retriever, reranker, ctx.folder / ctx.stage.name, *stage_tracking(ctx)))
+    record.model_dir, record.search = retriever, result.settings.model_dump(mode="json")
+    record.model_run_id = _source_run(system.retriever, state)
+    record.reranker_run_id = _source_run(system.reranker, state) if system.reranker else None
+    if resolved.register_as is not None:
+        if record.model_run_id is None:
+            raise ValueError(f"stage {ctx.stage.name!r}: system.register_as needs system.retriever to be a training stage "
+                             "of this pipeline (its MLflow run holds the model the version is registered from)")
+        run = MlflowClient(state.tracking_uri).get_run(record.model_run_id)
+        version = register_model_version(state.tracking_uri, resolved.register_as.name, f"{run.info.artifact_uri}/model",
+                                         record.model_run_id,
+                                         tags={**objective_tag(run.data.tags), PIPELINE_TAG: state.run_name})
+        settings = publish_system(resolved, state.tracking_uri, resolved.register_as.name, version, retriever,
+                                  result.settings, record.reranker_run_id, ctx.folder / ctx.stage.name)
+        record.registered_model, record.model_version, record.search = (
+            resolved.register_as.name, version, settings.model_dump(mode="json"))
+        print(f"[lmp] {ctx.label}: registered {resolved.register_as.name} version {version} with its index and settings",
+              flush=True)
+    return result
+
+
+def _source_run(reference: Optional[str], state: PipelineState) -> Optional[str]:
+    """The MLflow run holding the model of `stage:<name>` (None for a model from outside the pipeline)."""
+    if not reference or not reference.startswith(STAGE_PREFIX):
+        return None
+    return state.stages[reference[len(STAGE_PREFIX):]].model_run_id
+
+
+def problems(ctx: StageCheck) -> list[Problem]:
+    system, where = ctx.section, ctx.where
+    found = [Problem(p.where, f"system.{p.field}", p.message, p.path) for p in data_config_problems(system, where)]
+    found += model_problems(system.retriever, "system.retriever", where, ctx.will_run, ctx.finished)
+    found += model_problems(system.reranker, "system.reranker", where, ctx.will_run, ctx.finished)
+    if system.index is not None and not system.index.corpus.startswith(STAGE_PREFIX):
+        found += file_problem(system.index.corpus, "system.index.corpus", where)
+    return found
+
+
+reuse_content = section_content
+
+
+def cpus(pipeline: PipelineConfig, stage: StageConfig) -> float:
+    system = stage.section
+    return max(system.cpus, system.index.cpus_per_actor if system.index else 0.0)
+
+
+def metric_names(pipeline: PipelineConfig, stage: StageConfig) -> set[str]:
+    return set(system_metric_names(stage.section))

@@ -31,9 +31,10 @@ from lmplatform.config.variables import VARS_KEY, extend
 from lmplatform.data.readers import DataError, expand_paths
 from lmplatform.data.trackers import ImportSummary, TrackerImportConfig, import_tracker
 from lmplatform.data.trackers.importer import PAIRS, REPORTS
-from lmplatform.pipeline.config import STAGE_PREFIX, PipelineConfig, pipeline_config_from_dict
+from lmplatform.pipeline.config import PipelineConfig, pipeline_config_from_dict
 from lmplatform.pipeline.pairs import holdout_part
 from lmplatform.pipeline.preflight import PreflightError, pipeline_problems
+from lmplatform.pipeline.spec import STAGE_PREFIX
 from lmplatform.ray_runtime import ensure_ray
 from lmplatform.runtime import project_root, resolve_storage_path, resolve_tracking_uri
 from lmplatform.serving.settings import DEFAULT_TOKEN_ENV, ServeConfigError, parse_settings

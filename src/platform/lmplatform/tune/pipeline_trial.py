@@ -18,7 +18,7 @@ from typing import Any
 
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from lmplatform.pipeline.config import build_stage_config, load_pipeline_config
+from lmplatform.pipeline.config import load_pipeline_config
 from lmplatform.pipeline.runner import run_pipeline
 from lmplatform.runtime import resolve_storage_path
 from lmplatform.tune.results import RUN_ID_KEY, STUDY_TAG, TRIAL_TAG
@@ -71,9 +71,7 @@ def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: lis
     base = load_pipeline_config(base_pipeline, overrides)
     # Only the study's winner is registered (after the gate), not every trial's models; no trial validates its
     # start model, which the study never reads.
-    quiet = [f"stages.{stage.name}.tracking.{field}=false" for stage in base.stages if stage.kind == "train"
-             for field in ("register_model", "validate_at_start")]
-    quiet += [f"stages.{stage.name}.system.register_as=null" for stage in base.stages if stage.kind == "system"]
+    quiet = [f"stages.{stage.name}.{item}" for stage in base.stages for item in stage.spec.study_overrides]
     cfg = load_pipeline_config(base_pipeline, [
         *overrides, *param_overrides(config), *quiet, "reuse.enabled=true",
         f"tracking.tracking_uri={tracking_uri}", f"tracking.experiment={experiment}",
@@ -91,17 +89,7 @@ def stage_cpus(pipeline: Any) -> float:
     """CPUs the largest stage of a pipeline reserves at once (training workers, mining actors, a system stage's
     task or index encoder): what one trial needs to make progress."""
 
-    needs = [0.0]
-    for stage in pipeline.stages:
-        if stage.mine is not None:
-            needs.append(stage.mine.actors * stage.mine.cpus_per_actor)
-        elif stage.system is not None:
-            needs.append(max(stage.system.cpus, stage.system.index.cpus_per_actor if stage.system.index else 0.0))
-        elif stage.kind == "train":
-            run = build_stage_config(pipeline, stage, "default", "runs", "check",
-                                     ewc_anchor_model="default" if stage.ewc else None)
-            needs.append(run.scaling.num_workers * run.scaling.cpus_per_worker)
-    return max(needs)
+    return max([0.0, *(stage.spec.module().cpus(pipeline, stage) for stage in pipeline.stages)])
 
 
 def concurrent_trials(pipeline: Any, cluster_cpus: float) -> int:

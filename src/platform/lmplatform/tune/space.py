@@ -21,12 +21,12 @@ from lmplatform.config.variables import VARS_KEY, extend, substitute
 from lmplatform.evaluation.config import EvaluationConfig, load_evaluation_config
 from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
 from lmplatform.objectives.registry import objective_names
-from lmplatform.objectives.run_config import RunConfig, load_run_config
+from lmplatform.objectives.run_config import RunConfig, load_run_config, reported_metrics
 from lmplatform.pipeline.config import load_pipeline_config
 from lmplatform.retrieval.settings import RetrievalValidationConfig
 from lmplatform.runtime import project_root
 from lmplatform.tracking.mlflow_tracking import flatten
-from lmplatform.tune.metrics import is_corpus_metric, pipeline_reported_metrics, reported_metrics
+from lmplatform.tune.metrics import is_corpus_metric, pipeline_reported_metrics
 
 T = TypeVar("T")
 
@@ -514,7 +514,7 @@ def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
                              f"{space.base_pipeline}; its stages report: {', '.join(sorted(allowed))}")
     champion = space.champion
     if champion.register_best:
-        trained = [stage.name for stage in loaded.base_pipeline.stages if stage.kind in ("train", "system")]
+        trained = [stage.name for stage in loaded.base_pipeline.stages if stage.spec.registers]
         if champion.stage is not None and champion.stage not in trained:
             raise SpaceError(f"{_where(source, lines, ('champion', 'stage'))}: champion.stage {champion.stage!r} is not a "
                              f"training or system stage of {space.base_pipeline}; those stages: {', '.join(trained) or 'none'}")

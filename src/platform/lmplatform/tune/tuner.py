@@ -22,10 +22,11 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from lmplatform.evaluation.system import text_metadata
 from lmplatform.objectives.run_config import load_run_config
-from lmplatform.pipeline.config import SystemConfig, build_stage_config, resolve_references
+from lmplatform.pipeline.config import build_stage_config, resolve_references
 from lmplatform.pipeline.runner import stage_outputs
 from lmplatform.pipeline.state import PipelineState
 from lmplatform.pipeline.system import publish_system
+from lmplatform.pipeline.system_config import SystemConfig
 from lmplatform.ray_runtime import ensure_ray
 from lmplatform.retrieval.settings import SearchSettings
 from lmplatform.runtime import resolve_storage_path, resolve_tracking_uri
@@ -506,11 +507,11 @@ def _pipeline_champion(loaded: LoadedSpace, best: dict[str, Any], tracking_uri: 
     space, pipeline = loaded.space, loaded.trial_pipeline(best["params"])
     folder = trial_state_folder(loaded, study_name, best["trial_id"])
     state = PipelineState.load(folder)
-    registrable = [stage for stage in pipeline.stages if stage.kind in ("train", "system")]
+    registrable = [stage for stage in pipeline.stages if stage.spec.registers]
     stage = next(s for s in registrable if s.name == (space.champion.stage or registrable[-1].name))
     record, outputs = state.stages[stage.name], stage_outputs(state)
     spec = ChampionSpec.model_validate(resolve_references(space.champion.model_dump(mode="json"), outputs))
-    trained = [s for s in pipeline.stages if s.kind == "train"]
+    trained = [s for s in pipeline.stages if s.spec.trains]
     system = SystemConfig.model_validate(resolve_references(stage.system.model_dump(mode="json"), outputs)) \
         if stage.system is not None else None
     source = next(s for s in trained if s.name == stage.system.retriever.removeprefix("stage:")) if stage.system else stage

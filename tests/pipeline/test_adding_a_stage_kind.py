@@ -1,0 +1,126 @@
+"""A new kind of pipeline stage is one module and one registration: this module is that module (a toy kind that
+counts a file's lines), and the pipeline config, pre-flight, the runner, stage reuse and a study's metrics and CPUs
+all take it from its spec, with no other change to the package."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from pydantic import Field
+
+from lmplatform.config.base import Section
+from lmplatform.config.loader import ConfigError
+from lmplatform.pipeline import kinds
+from lmplatform.pipeline.config import PipelineConfig, StageConfig, pipeline_config_from_dict
+from lmplatform.pipeline.preflight import Problem, file_problem, stage_problems
+from lmplatform.pipeline.spec import StageCheck, StageContext, StageSpec
+from lmplatform.pipeline.stage_run import run_untrained, section_content, stage_tracking
+
+
+class CountConfig(Section):
+    path: str = Field(..., min_length=1, description="The text file whose lines are counted.")
+    cpus: float = Field(0.5, gt=0.0)
+
+
+@dataclass
+class CountResult:
+    mlflow_run_id: str
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        return f"{int(self.metrics['lines'])} lines"
+
+
+def run(ctx: StageContext) -> None:
+    def work() -> CountResult:
+        from lmplatform.tracking.mlflow_tracking import TrackedRun
+
+        tracking_uri, experiment, run_name, parent_run_id, tags = stage_tracking(ctx)
+        tracker = TrackedRun.start(tracking_uri, experiment, run_name, tags, parent_run_id)
+        lines = float(len(Path(ctx.section.path).read_text().splitlines()))
+        out = ctx.folder / ctx.stage.name / "count.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"lines": lines}))
+        ctx.record.output_path = str(out)
+        tracker.log_metrics({"lines": lines}, step=0)
+        tracker.finish()
+        return CountResult(tracker.run_id, {"lines": lines})
+
+    run_untrained(ctx, work)
+
+
+def problems(ctx: StageCheck) -> list[Problem]:
+    return file_problem(ctx.section.path, "count.path", ctx.where)
+
+
+reuse_content = section_content
+
+
+def cpus(pipeline: PipelineConfig, stage: StageConfig) -> float:
+    return stage.section.cpus
+
+
+def metric_names(pipeline: PipelineConfig, stage: StageConfig) -> set[str]:
+    return {"lines"}
+
+
+SPEC = StageSpec(name="count", section=CountConfig, description="Count a text file's lines.",
+                 implementation=__name__, makes="nothing")
+
+
+@pytest.fixture
+def count_kind() -> Iterator[StageSpec]:
+    kinds.register(SPEC)
+    yield SPEC
+    kinds.unregister(SPEC.name)
+
+
+def _pipeline(tmp_path: Path, path: Path, **extra: object) -> PipelineConfig:
+    return pipeline_config_from_dict({"name": "counting", "storage_path": str(tmp_path / "pipelines"),
+                                      "stages": [{"name": "lines", "count": {"path": str(path), **extra}}]}, tmp_path)
+
+
+def test_a_registered_kind_is_a_stage_section_validated_by_its_own_model(count_kind, tmp_path: Path) -> None:
+    cfg = _pipeline(tmp_path, tmp_path / "a.txt")
+    stage = cfg.stage("lines")
+    assert stage.kind == "count" and isinstance(stage.section, CountConfig)
+    with pytest.raises(ConfigError, match=r"stages\.0\.count\.cpu"):
+        _pipeline(tmp_path, tmp_path / "a.txt", cpu=1)
+    with pytest.raises(ConfigError, match=r"init_from names count stage 'lines', which makes no model"):
+        pipeline_config_from_dict({"name": "p", "stages": [
+            {"name": "lines", "count": {"path": "a.txt"}},
+            {"name": "train", "init_from": "stage:lines", "run": {"data": {"train_paths": ["x.jsonl"]}}}]}, tmp_path)
+
+
+def test_without_its_registration_the_section_is_an_unknown_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"stages\.0\.count"):
+        _pipeline(tmp_path, tmp_path / "a.txt")
+
+
+def test_preflight_and_a_study_read_the_kind_from_its_spec(count_kind, tmp_path: Path) -> None:
+    from lmplatform.tune.metrics import pipeline_reported_metrics
+    from lmplatform.tune.pipeline_trial import stage_cpus
+
+    cfg = _pipeline(tmp_path, tmp_path / "missing.txt", cpus=1.5)
+    [problem] = stage_problems(cfg, cfg.stage("lines"), [])
+    assert problem.field == "count.path" and "missing.txt" in problem.message
+    assert pipeline_reported_metrics(cfg) == {"lines/lines"}
+    assert stage_cpus(cfg) == 1.5
+
+
+def test_the_runner_runs_it_and_reuses_it(count_kind, ray_session, mlflow_uri, tmp_path: Path) -> None:
+    from lmplatform.pipeline.runner import run_pipeline
+
+    text = tmp_path / "a.txt"
+    text.write_text("one\ntwo\nthree\n")
+    written = _pipeline(tmp_path, text).model_dump(mode="json")
+    cfg = pipeline_config_from_dict({**written, "tracking": {"tracking_uri": mlflow_uri}, "reuse": {"enabled": True}},
+                                    tmp_path)
+    first = run_pipeline(cfg).state.stages["lines"]
+    assert first.metrics == {"lines": 3.0} and json.loads(Path(first.output_path).read_text()) == {"lines": 3.0}
+    second = run_pipeline(cfg).state.stages["lines"]
+    assert second.reused_from is not None and second.metrics == {"lines": 3.0}
