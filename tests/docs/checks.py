@@ -646,6 +646,26 @@ def uncited_prose_figures(name: str, text: str) -> list[Problem]:
     return problems
 
 
+def private_imports(doc: Markdown, public: set[str]) -> list[Problem]:
+    """Imports of lmplatform in the page's code that reach past its public surface (`lmplatform.__all__`): a module
+    under the package, or a name the package does not export."""
+    problems = []
+    for i, line in enumerate(doc.lines):
+        if not doc.in_code[i]:
+            continue
+        module = re.match(r"\s*(?:from\s+(lmplatform[\w.]*)\s+import\s+(.+)|import\s+(lmplatform[\w.]*))", line)
+        if module is None:
+            continue
+        path = module.group(1) or module.group(3)
+        names = [n.strip().split(" as ")[0] for n in (module.group(2) or "").strip("() ").split(",") if n.strip()]
+        if path != "lmplatform":
+            problems.append(Problem(f"{doc.name}:{i + 1}", f"imports {path}, a module past the public surface: import "
+                                    "its names from lmplatform (docs/python-api.md)"))
+        problems += [Problem(f"{doc.name}:{i + 1}", f"lmplatform has no public name {n!r} (lmplatform.__all__)")
+                     for n in names if n not in public]
+    return problems
+
+
 def resolve_machine_date(path: Path) -> Optional[str]:
     """The YYYY-MM-DD of a result file's machine.date, where it has one."""
     try:

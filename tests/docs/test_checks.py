@@ -160,3 +160,18 @@ def test_a_figure_equals_its_field_as_rounded_for_display(shown: str, value: flo
 ])
 def test_machine_paths_and_internal_words_are_found(line: str, found: bool) -> None:
     assert bool(checks.tracked_text_problems("f.md", line)) is found
+
+
+def test_a_private_import_in_a_page_s_code_is_found() -> None:
+    page = Markdown.parse("page.md", "\n".join([
+        "from lmplatform.models.encoder import Encoder",  # prose: not code
+        "```python",
+        "from lmplatform import Encoder, Hidden",
+        "import lmplatform.retrieval.index",
+        "from lmplatform import (Encoder as E)",
+        "```",
+    ]))
+    found = [str(p) for p in checks.private_imports(page, {"Encoder"})]
+    assert found == ["page.md:3: lmplatform has no public name 'Hidden' (lmplatform.__all__)",
+                     "page.md:4: imports lmplatform.retrieval.index, a module past the public surface: import its names "
+                     "from lmplatform (docs/python-api.md)"]

@@ -102,6 +102,14 @@ def test_no_tracked_file_holds_a_machine_path_or_an_internal_word() -> None:
     assert not problems, report(problems)
 
 
+def test_code_in_the_docs_uses_only_the_public_surface() -> None:
+    import lmplatform
+
+    problems = [p for path in documented() if path.suffix == ".md"
+                for p in checks.private_imports(Markdown.parse(name(path), path.read_text()), set(lmplatform.__all__))]
+    assert not problems, report(problems)
+
+
 @pytest.mark.parametrize("path", ["README.md", "docs/benchmarks.md"])
 def test_readme_and_benchmarks_exist(path: str) -> None:
     assert (REPO / path).is_file()
