@@ -4,6 +4,8 @@ all take it from its spec, with no other change to the package."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -18,6 +20,8 @@ from lmplatform.pipeline.config import PipelineConfig, StageConfig, pipeline_con
 from lmplatform.pipeline.preflight import Problem, file_problem, stage_problems
 from lmplatform.pipeline.spec import StageCheck, StageContext, StageSpec
 from lmplatform.pipeline.stage_run import run_untrained, section_content, stage_tracking
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class CountConfig(Section):
@@ -124,3 +128,23 @@ def test_the_runner_runs_it_and_reuses_it(count_kind, ray_session, mlflow_uri, t
     assert first.metrics == {"lines": 3.0} and json.loads(Path(first.output_path).read_text()) == {"lines": 3.0}
     second = run_pipeline(cfg).state.stages["lines"]
     assert second.reused_from is not None and second.metrics == {"lines": 3.0}
+
+
+def _load_in_a_fresh_process(tmp_path: Path, plugins: list[str]) -> subprocess.CompletedProcess:
+    """Load a pipeline with a `count_from_plugin` stage in a new interpreter, as a study's trial actor would."""
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(json.dumps({"name": "counting", "plugins": plugins,
+                                  "stages": [{"name": "lines", "count_from_plugin": {"path": "a.txt"}}]}))
+    code = ("from lmplatform.pipeline.config import load_pipeline_config; "
+            f"print(load_pipeline_config({str(config)!r}).stage('lines').kind)")
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_a_plugin_named_by_the_pipeline_registers_its_kind_in_any_process(tmp_path: Path) -> None:
+    loaded = _load_in_a_fresh_process(tmp_path, ["tests.pipeline.stage_kind_plugin"])
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "count_from_plugin"
+    unknown = _load_in_a_fresh_process(tmp_path, [])
+    assert unknown.returncode != 0 and "stages.0.count_from_plugin" in unknown.stderr
+    with pytest.raises(ConfigError, match=r"plugins\.0: cannot import 'no_such_module'"):
+        pipeline_config_from_dict({"name": "p", "plugins": ["no_such_module"], "stages": [{"name": "a", "run": {}}]}, tmp_path)

@@ -6,6 +6,7 @@ config is invalid) fails at load time, before any stage runs.
 from __future__ import annotations
 
 import copy
+import importlib
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
@@ -138,6 +139,9 @@ class PipelineConfig(Section):
 
     name: str = Field(..., pattern=NAME_PATTERN)
     description: str = ""
+    plugins: list[str] = Field(default_factory=list, description="Modules imported before the stages are validated, "
+                               "in every process that loads the pipeline (a study's trials too): one that registers a "
+                               "stage kind (`kinds.register`) makes its section a stage's.")
     tracking: PipelineTrackingConfig = Field(default_factory=PipelineTrackingConfig)
     storage_path: str = Field("runs/pipelines", description="Pipeline state and every stage's Ray Train runs go here.")
     reuse: StageReuseConfig = Field(default_factory=StageReuseConfig)
@@ -314,6 +318,7 @@ def pipeline_config_from_dict(
         stages[0].update(_stage_override(stages[0], match.group(2)))
     data = substitute(apply_overrides(data, plain), source)
     data.setdefault("base_dir", str(Path(base_dir).resolve()))
+    _import_plugins(data.get("plugins"), source)
     pipeline = parse_config(data, PipelineConfig, source=source)
     earlier: dict[str, list[str]] = {"model": [], "pairs_file": []}  # earlier stages by what they make
     outputs: dict[str, list[str]] = {}  # earlier stages that write several files -> their names
@@ -333,6 +338,20 @@ def pipeline_config_from_dict(
         elif spec.makes in earlier:
             earlier[spec.makes].append(stage.name)
     return pipeline
+
+
+def _import_plugins(plugins: Any, source: str) -> None:
+    """Import the pipeline's `plugins` (module names), so that the stage kinds they register are known here."""
+    if not isinstance(plugins, list):
+        return  # not a list: validation names the field
+    for index, module in enumerate(plugins):
+        if not isinstance(module, str):
+            continue
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"{source}: plugins.{index}: cannot import {module!r} ({type(exc).__name__}: {exc}); it must "
+                              "be importable in every process that loads the pipeline (installed, or on PYTHONPATH)") from None
 
 
 def _check_run_config(pipeline: PipelineConfig, stage: StageConfig, content: dict[str, Any],

@@ -1,5 +1,6 @@
 """Every pipeline stage kind by name: adding one is its module (a section and a `StageSpec`) and one line in
-`BUILTIN` below, or `register(SPEC)` from a user's module (pipeline/spec.py says what a spec holds).
+`BUILTIN` below, or `register(SPEC)` in a user's module that a pipeline names in its `plugins`, so that every process
+loading the pipeline imports it (pipeline/spec.py says what a spec holds).
 
 The pipeline config's stage sections are derived from these specs (`pipeline/config.py`) and rebuilt when a kind
 is registered; the runner, pre-flight, the stage cache and tune/ read the specs, never a kind's fields.
