@@ -146,5 +146,7 @@ def test_a_plugin_named_by_the_pipeline_registers_its_kind_in_any_process(tmp_pa
     assert loaded.stdout.strip() == "count_from_plugin"
     unknown = _load_in_a_fresh_process(tmp_path, [])
     assert unknown.returncode != 0 and "stages.0.count_from_plugin" in unknown.stderr
-    with pytest.raises(ConfigError, match=r"plugins\.0: cannot import 'no_such_module'"):
-        pipeline_config_from_dict({"name": "p", "plugins": ["no_such_module"], "stages": [{"name": "a", "run": {}}]}, tmp_path)
+    for bad in ["no_such_module", "", ".relative", "nul\x00here", "surrogate\ud800"]:
+        with pytest.raises(ConfigError, match=r"plugins\.1: cannot import"):
+            pipeline_config_from_dict({"name": "p", "plugins": ["json", bad], "stages": [{"name": "a", "run": {}}]},
+                                      tmp_path)

@@ -349,7 +349,7 @@ def _import_plugins(plugins: Any, source: str) -> None:
             continue
         try:
             importlib.import_module(module)
-        except ImportError as exc:
+        except (ImportError, ValueError, TypeError) as exc:  # ValueError: an empty name; TypeError: a relative one
             raise ConfigError(f"{source}: plugins.{index}: cannot import {module!r} ({type(exc).__name__}: {exc}); it must "
                               "be importable in every process that loads the pipeline (installed, or on PYTHONPATH)") from None
 
