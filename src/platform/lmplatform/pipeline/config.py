@@ -105,25 +105,6 @@ class StageConfig(Section):
         return getattr(self, self.kind) if self.spec.section is not None else None
 
 
-def _add_kind_sections() -> None:
-    """One optional field of StageConfig per kind with a section, from the registry; rebuilt when one is registered."""
-    for name in [name for name, info in StageConfig.model_fields.items() if name in _KIND_FIELDS]:
-        del StageConfig.model_fields[name]
-    _KIND_FIELDS.clear()
-    for spec in section_kinds():
-        StageConfig.model_fields[spec.name] = FieldInfo(annotation=Optional[spec.section], default=None,  # type: ignore[arg-type]
-                                                        description=spec.description)
-        _KIND_FIELDS.add(spec.name)
-    StageConfig.model_rebuild(force=True)
-    if "PipelineConfig" in globals():
-        PipelineConfig.model_rebuild(force=True)
-
-
-_KIND_FIELDS: set[str] = set()
-_add_kind_sections()
-on_change(_add_kind_sections)
-
-
 class StageReuseConfig(Section):
     """Reuse of stages across pipeline runs: a stage whose resolved config and inputs (by content) match a stage
     already run takes that stage's outputs instead of running again (lmplatform/pipeline/cache.py)."""
@@ -178,6 +159,24 @@ class PipelineConfig(Section):
 
     def stage(self, name: str) -> StageConfig:
         return next(s for s in self.stages if s.name == name)
+
+
+def _add_kind_sections() -> None:
+    """One optional field of StageConfig per kind with a section, from the registry; rebuilt when one is registered."""
+    for name in _KIND_FIELDS:
+        del StageConfig.model_fields[name]
+    _KIND_FIELDS.clear()
+    for spec in section_kinds():
+        StageConfig.model_fields[spec.name] = FieldInfo(annotation=Optional[spec.section], default=None,  # type: ignore[arg-type]
+                                                        description=spec.description)
+        _KIND_FIELDS.add(spec.name)
+    StageConfig.model_rebuild(force=True)
+    PipelineConfig.model_rebuild(force=True)
+
+
+_KIND_FIELDS: set[str] = set()
+_add_kind_sections()
+on_change(_add_kind_sections)
 
 
 def stage_run_data(pipeline: PipelineConfig, stage: StageConfig) -> dict[str, Any]:

@@ -31,7 +31,6 @@ _REGISTRY: Registry[StageSpec] = Registry("stage kind", BUILTIN)
 
 stage_specs = _REGISTRY.specs
 stage_kind_names = _REGISTRY.names
-stage_spec = _REGISTRY.get
 register = _REGISTRY.register
 unregister = _REGISTRY.unregister
 on_change = _REGISTRY.on_change
