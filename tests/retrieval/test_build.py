@@ -88,3 +88,16 @@ def test_bm25_index_beside_the_vectors_holds_the_same_texts_and_ids(tmp_path: Pa
     assert loaded.search(["printer jams", "vpn", "queue"], k=3) == same.search(["printer jams", "vpn", "queue"], k=3)
     with pytest.raises(ValueError, match=r"1 missing \(e.g. \['4'\]\), 0 extra"):
         build_bm25_index(corpus, tmp_path / "other", ["text"], expected_ids=["1", "2", "3", "4"])
+
+
+@pytest.mark.parametrize(("first_line", "message"), [
+    ('{"doc": "d0", "title": "t", "text": "x"}', r"corpus .*corpus.jsonl has no 'id' field; fields: \['doc', 'title', 'text'\]"),
+    ('{"id": "d0", "title": ', r"corpus.jsonl:2: not a JSON line"),
+])
+def test_a_corpus_without_ids_or_unreadable_is_refused_naming_the_file_before_ray_reads_it(
+    tmp_path: Path, first_line: str, message: str
+) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n" + first_line + "\n")
+    with pytest.raises(ValueError, match=message):
+        encode_corpus_to_shards(str(corpus), tmp_path / "shards")

@@ -115,12 +115,14 @@ def encode_corpus_to_shards(
     start = time.perf_counter()
     # Reads take no CPU slot: they are short and I/O-bound, and the encoder actors may hold
     # every CPU of the cluster (a reader waiting on a slot would then wait forever).
+    fields = _first_row_fields(paths[0])
     reader_args = {"ray_remote_args": {"num_cpus": 0}}
     dataset = (ray.data.read_parquet(paths, **reader_args) if paths[0].endswith(".parquet")
                else ray.data.read_json(paths, lines=True, **reader_args))
-    missing = [f for f in [id_field] if f not in dataset.schema().names]
-    if missing:
-        raise ValueError(f"corpus has no {missing[0]!r} field; fields: {dataset.schema().names}")
+    if fields is None:  # a folder: Ray Data reads its first rows (a job of its own, seconds on a busy cluster)
+        fields = dataset.schema().names
+    if id_field not in fields:
+        raise ValueError(f"corpus {paths[0]} has no {id_field!r} field; fields: {fields}")
     encoded = dataset.map_batches(
         EncodeBatch,
         fn_constructor_kwargs={
@@ -142,6 +144,25 @@ def encode_corpus_to_shards(
     stats = EncodeStats(rows, seconds, len(shards), str(output_dir))
     logger.info("encoded %d rows into %d shards in %.1fs (%.1f rows/s)", rows, len(shards), seconds, stats.rows_per_second)
     return stats
+
+
+def _first_row_fields(path: str) -> Optional[list[str]]:
+    """The fields of a corpus file's first row (a parquet file's schema); None for a folder."""
+    if not Path(path).is_file():
+        return None
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}:{number}: not a JSON line ({error.msg})") from None
+                return list(row) if isinstance(row, dict) else []
+    return []
 
 
 def _parquet_rows(path: str) -> int:
