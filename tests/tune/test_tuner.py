@@ -128,7 +128,7 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
     log_dir = tmp_path / "log"
     log_dir.mkdir()
     space = Path(__file__).resolve().parents[2] / "tune_spaces/quadratic_smoke.yaml"
-    sets = [f"function_args.log_dir={log_dir}", "function_args.sleep_s=0.3", "num_samples=6", "max_concurrent=1",
+    sets = [f"function_args.log_dir={log_dir}", "function_args.sleep_s=0.3", "num_samples=4", "max_concurrent=1",
             "resources.cpu=0.25", f"storage_path={tmp_path / 'tune'}"]
     env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address,
            "MLFLOW_TRACKING_URI": mlflow_uri, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
@@ -157,7 +157,7 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
         driver.wait()
     assert study_dir is not None
     done_before = [json.loads(line) for line in (log_dir / "starts.log").read_text().splitlines()]
-    assert 2 <= len(done_before) < 6
+    assert 2 <= len(done_before) < 4
     # The kill's worst moment, made certain: Tune saves the search state after the trial list, and a trial just
     # suggested can be in the first only. Without forgetting it, the one slot stays taken and the study hangs.
     from ray import cloudpickle
@@ -178,7 +178,7 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
         del os.environ["MLFLOW_TRACKING_URI"]
     starts = [json.loads(line) for line in (log_dir / "starts.log").read_text().splitlines()]
     finished_params = [(t["params"]["x"], t["params"]["y"]) for t in resumed.trials]
-    assert len(resumed.trials) == 6 and all(t["status"] == "TERMINATED" for t in resumed.trials)
+    assert len(resumed.trials) == 4 and all(t["status"] == "TERMINATED" for t in resumed.trials)
     # every finished trial kept its result; the two finished before the kill were not started again
     for start in done_before[:2]:
         assert sum(s == start for s in starts) == 1 and (start["x"], start["y"]) in finished_params
@@ -189,7 +189,7 @@ def test_an_interrupted_study_resumes_without_rerunning_finished_trials(ray_sess
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.mlflow.parentRunId = '{resumed.parent_run_id}' "
                                                 "and attributes.status = 'FINISHED'")
-    assert len(children) == 6
+    assert len(children) == 4
 
 
 def test_the_live_output_is_a_line_per_trial_event_with_its_parameters_and_metric(monkeypatch) -> None:
