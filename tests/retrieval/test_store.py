@@ -24,6 +24,24 @@ def test_metadata_fields_are_stored_and_read_back(tmp_path: Path) -> None:
     assert all("metadata" not in json.loads(line) for line in (tmp_path / "plain.jsonl").open())
 
 
+def test_a_loaded_store_shares_repeated_metadata_strings_and_keeps_long_ones_whole(tmp_path: Path) -> None:
+    """A tracker's 10^6 documents repeat a few products and components: one copy of each string, not one per line."""
+    long_value = "x" * 200
+    rows = [{"id": str(n), "text": f"report {n}", "label": "bug",
+             "metadata": {"product": "Writer", "component": f"c{n % 2}", "note": long_value, "created": 979_084_800 + n}}
+            for n in range(4)]
+    path = tmp_path / "documents.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    docs = list(DocumentStore.load(path).documents.values())
+    first, third = docs[0], docs[2]
+    assert first.metadata == rows[0]["metadata"] and third.metadata == rows[2]["metadata"]
+    assert first.metadata["product"] is third.metadata["product"] and first.metadata["component"] is third.metadata["component"]
+    assert all(a is b for a, b in zip(first.metadata, third.metadata))  # the keys
+    assert first.label is third.label == "bug"
+    assert first.metadata["note"] == long_value and first.time("created") == 979_084_800
+    assert not hasattr(first, "__dict__")  # slots: no dict per document
+
+
 def test_metadata_a_fusion_cannot_read_is_counted_with_examples(tmp_path: Path, caplog) -> None:
     """No silent loss: a time that does not parse is stored but counted (it reads as unknown), a list is left out and
     counted; a missing value is counted apart. The build's summary and log line carry both, per field."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,23 +29,37 @@ SCALARS = (str, int, float, bool)
 EXAMPLES = 5  # per field, of the values a store lost
 
 
-@dataclass
+@dataclass(slots=True)
 class StoredDocument:
+    """One document of a store. Slots, and the times dict made on first use: a tracker's store holds 10^6 of them."""
+
     title: str
     text: str
     label: Optional[str] = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    _times: dict[str, Optional[float]] = field(default_factory=dict, repr=False, compare=False)
+    _times: Optional[dict[str, Optional[float]]] = field(default=None, repr=False, compare=False)
 
     def time(self, name: str) -> Optional[float]:
         """metadata[name] as epoch seconds (`parse_time`; None when missing or unreadable), parsed once per document:
         a windowed search reads the time of every candidate it meets. A changed document is a new StoredDocument."""
+        if self._times is None:
+            self._times = {}
         if name not in self._times:
             try:
                 self._times[name] = parse_time(self.metadata.get(name), name)
             except DataError:
                 self._times[name] = None
         return self._times[name]
+
+
+SHARED_VALUE_CHARS = 64  # metadata strings up to this long are interned: products and components repeat
+
+
+def shared_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """`metadata` with its keys and short string values interned (one copy per distinct string in the process):
+    every JSON line decodes its own copies of "product", "component" and their values."""
+    return {sys.intern(str(key)): sys.intern(value) if isinstance(value, str) and len(value) <= SHARED_VALUE_CHARS
+            else value for key, value in metadata.items()}
 
 
 def scalar_fields(row: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
@@ -150,8 +165,8 @@ class DocumentStore:
             label, metadata = row.fields.get(label_field), row.fields.get("metadata")
             documents[str(doc_id)] = StoredDocument(
                 title=str(row.fields.get(title_field) or ""), text=text,
-                label=None if label is None or isinstance(label, (list, dict)) else str(label),
-                metadata=scalar_fields(metadata, list(metadata)) if isinstance(metadata, dict) else {},
+                label=None if label is None or isinstance(label, (list, dict)) else sys.intern(str(label)),
+                metadata=shared_metadata(scalar_fields(metadata, list(metadata))) if isinstance(metadata, dict) else {},
             )
         return cls(documents, bad)
 

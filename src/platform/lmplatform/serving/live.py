@@ -27,7 +27,7 @@ import numpy as np
 from lmplatform.data.fields import join_fields
 from lmplatform.retrieval.incremental_bm25 import IncrementalBM25
 from lmplatform.retrieval.index import VectorIndex
-from lmplatform.retrieval.store import DocumentStore, StoredDocument
+from lmplatform.retrieval.store import DocumentStore, StoredDocument, shared_metadata
 from lmplatform.serving.changelog import Change
 
 RECENT = 8
@@ -119,7 +119,7 @@ class LiveIndex:
                                                        for c in upserts])
         for change in upserts:
             self.store.documents[change.id] = StoredDocument(change.title, change.text, change.label,
-                                                             dict(change.metadata or {}))
+                                                             shared_metadata(change.metadata or {}))
             if change.label is not None:
                 self.label_counts[change.label] += 1
         for change in changes:
