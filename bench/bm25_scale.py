@@ -93,7 +93,7 @@ def measure_one(implementation: str, docs: int, root: Path, upsert_batches: int)
         out["upserts"] = {"batches": upsert_batches, "documents_per_s": round(UPSERT_BATCH * len(times) / sum(times), 1),
                           "slowest_add_ms": round(max(times) * 1000, 1), "folds": index.folds - folds}
         start = time.perf_counter()
-        index.compact()
+        index.fold()
         out["upserts"]["fold_seconds"] = round(time.perf_counter() - start, 2)
         gc.collect()
         out["memory_mb_after_upserts"] = round(resident_mb() - before, 1)

@@ -75,7 +75,7 @@ def test_one_document_upserts_are_stacked_and_still_score_as_bm25s(monkeypatch) 
     rng = random.Random(5)
     documents = _texts(rng, 30, 0)
     live = IncrementalBM25()
-    live.compact()  # nothing to fold yet
+    live.fold()  # nothing to fold yet
     live.index(list(documents), list(documents.values()))
     for doc_id, text in _texts(rng, 40, 30).items():
         live.add([doc_id], [text])
@@ -86,7 +86,7 @@ def test_one_document_upserts_are_stacked_and_still_score_as_bm25s(monkeypatch) 
     for doc_id in gone:
         del documents[doc_id]
     _assert_same_scores(live, documents)
-    live.compact()
+    live.fold()
     _assert_same_scores(live, documents)
 
 

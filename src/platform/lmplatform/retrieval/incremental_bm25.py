@@ -20,7 +20,7 @@ frequency, 16 bytes in all, where Python lists and a Counter per document took s
 - **Rows** (document -> its terms, what `remove` takes back from df): scipy CSR blocks, one per `add` (stacked
   into one past MAX_ROW_BLOCKS).
 - **Columns** (term -> its documents, what a query reads): the *base*, one CSC matrix of every document up to the
-  last compaction, plus the *tail*, per-term lists of the postings added since. When the tail outgrows a
+  last fold, plus the *tail*, per-term lists of the postings added since. When the tail outgrows a
   sixteenth of the base, `add` folds it in (one sparse transpose, dropping removed documents' postings), so an
   upsert costs its own postings and a query a slice per term.
 """
@@ -82,7 +82,7 @@ class IncrementalBM25(BM25Retriever):
 
     @property
     def postings(self) -> int:
-        """Postings held (base and tail), removed documents' included until the next compaction."""
+        """Postings held (base and tail), removed documents' included until the next fold."""
         return int(self._base.nnz) + self._tail_postings
 
     def add(self, ids: Sequence[str], texts: Sequence[str]) -> None:
@@ -111,7 +111,7 @@ class IncrementalBM25(BM25Retriever):
         self._positions.update((doc_id, start + n) for n, doc_id in enumerate(ids))
         self._tail_postings += int(block.nnz)
         if self._tail_postings > max(MIN_TAIL_POSTINGS, self._base.nnz * TAIL_SHARE_OF_BASE):
-            self.compact()
+            self.fold()
         else:
             self._extend_tail(block, start)
         self._model = self  # BM25Retriever's "indexed" marker
@@ -145,7 +145,7 @@ class IncrementalBM25(BM25Retriever):
             frequencies.append(frequency)
             self._tail_arrays.pop(term, None)
 
-    def compact(self) -> None:
+    def fold(self) -> None:
         """Fold the tail into the base now: every row block into one, removed documents' postings dropped, and the
         base made again from it (`add` does this when the tail outgrows its share)."""
         if not self._row_blocks:
