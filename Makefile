@@ -57,6 +57,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/serve_load.py
 	$(BIN)/python bench/serve_reports.py
 	$(BIN)/python bench/serve_scale.py
+	$(BIN)/python bench/bm25_scale.py
+	$(BIN)/python bench/store_scale.py
 	$(BIN)/python bench/trouble_reports.py
 	$(BIN)/python bench/openoffice_retrieval.py
 	$(BIN)/python bench/tracker_online.py
