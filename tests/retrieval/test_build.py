@@ -92,7 +92,8 @@ def test_bm25_index_beside_the_vectors_holds_the_same_texts_and_ids(tmp_path: Pa
 
 @pytest.mark.parametrize(("first_line", "message"), [
     ('{"doc": "d0", "title": "t", "text": "x"}', r"corpus .*corpus.jsonl has no 'id' field; fields: \['doc', 'title', 'text'\]"),
-    ('{"id": "d0", "title": ', r"corpus.jsonl:2: not a JSON line"),
+    ('{"id": "d0", "title": ', r"corpus.jsonl:2: not valid JSON"),
+    ('["d0", "t"]', r"corpus.jsonl:2: expected a JSON object, got list"),
 ])
 def test_a_corpus_without_ids_or_unreadable_is_refused_naming_the_file_before_ray_reads_it(
     tmp_path: Path, first_line: str, message: str

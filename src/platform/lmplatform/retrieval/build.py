@@ -154,15 +154,10 @@ def _first_row_fields(path: str) -> Optional[list[str]]:
         import pyarrow.parquet as pq
 
         return list(pq.read_schema(path).names)
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{number}: not a JSON line ({error.msg})") from None
-                return list(row) if isinstance(row, dict) else []
-    return []
+    first = next(read_rows(path, "jsonl"), None)  # Ray Data reads any other file as JSON lines
+    if isinstance(first, BadRow):
+        raise ValueError(str(first))
+    return [] if first is None else list(first.fields)
 
 
 def _parquet_rows(path: str) -> int:
