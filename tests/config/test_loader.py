@@ -150,3 +150,17 @@ def test_an_override_names_an_entry_of_a_list_of_sections() -> None:
                               ("tasks.retrieval.retrievers.k=1", "retrievers is a list: name one of its entries, then a field")]:
         with pytest.raises(ConfigError, match=message):
             apply_overrides(data, [override])
+
+
+@pytest.mark.parametrize(("raw", "value"), [("3e-5", 3e-5), ("1E+3", 1000.0), ("-2.5e-4", -2.5e-4), ("1e5", 100000.0),
+                                            ("3", 3), ("0.5", 0.5), ("e5", "e5"), ("1e", "1e"), ("1e-5x", "1e-5x")])
+def test_exponent_floats_are_floats_in_files_and_overrides(tmp_path, raw: str, value: object) -> None:
+    """YAML 1.1 (PyYAML) reads 3e-5 as a string; we read it as YAML 1.2 and JSON do, in a file and in --set alike."""
+    from lmplatform.config.loader import apply_overrides, parse_yaml, read_yaml
+
+    path = tmp_path / "config.yaml"
+    path.write_text(f"optim:\n  lr: {raw}\n")
+    from_file = read_yaml(path)["optim"]["lr"]
+    from_override = apply_overrides({}, [f"optim.lr={raw}"])["optim"]["lr"]
+    assert from_file == from_override == value and type(from_file) is type(value) is type(from_override)
+    assert parse_yaml(f"[{raw}]") == [value]

@@ -6,6 +6,7 @@ and what is allowed, so a bad config stops before Ray starts any worker.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
@@ -19,12 +20,26 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message is meant for the user as is."""
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `3e-5` and `1E+3` as floats, as YAML 1.2 and JSON do (YAML 1.1 wants a dot, so
+    `lr: 3e-5` was the string "3e-5")."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def parse_yaml(text: str) -> Any:
+    """One YAML document (a config, a `--set` value) as this project reads YAML everywhere."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = parse_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     except UnicodeDecodeError as exc:
@@ -51,7 +66,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         if not sep or not key:
             raise ConfigError(f"--set {override!r}: expected section.field=value, e.g. --set optim.max_steps=5")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = parse_yaml(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {override!r}: value is not valid YAML: {exc}") from exc
         node = data

@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-import yaml
-
-from lmplatform.config.loader import ConfigError, read_yaml
+from lmplatform.config.loader import ConfigError, parse_yaml, read_yaml
 from lmplatform.config.variables import VARS_KEY, extend
 from lmplatform.data.readers import DataError, expand_paths
 from lmplatform.data.trackers import ImportSummary, TrackerImportConfig, import_tracker
@@ -218,7 +216,7 @@ def check_serve(serve: ServeRequest, name: str, address: Optional[str] = None) -
     path = Path(serve.config) if serve.config else DEFAULT_CONFIG
     if not path.is_file():
         raise ServeConfigError(f"serve config not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = parse_yaml(path.read_text()) or {}
     apps = raw.get("applications") or []
     if not apps or not isinstance(apps[0], dict):
         raise ServeConfigError(f"{path}: applications: no application to serve")
@@ -235,7 +233,7 @@ def check_serve(serve: ServeRequest, name: str, address: Optional[str] = None) -
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ServeConfigError(f"--serve-set {key}: {part} is not a section")
-        node[key.split(".")[-1]] = yaml.safe_load(value)
+        node[key.split(".")[-1]] = parse_yaml(value)
     parse_settings({**args, "model": f"models:/{name}/1"})
     return path
 

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import yaml
-
+from lmplatform.config.loader import parse_yaml
 from lmplatform.serving.app import reranker_for
 from lmplatform.serving.control import DEFAULT_APP, IMPORT_PATH, application_config, deploy, start
 from lmplatform.serving.release import Release, check_release, collection_for, release_for
@@ -56,7 +55,7 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
     path = Path(config) if config else DEFAULT_CONFIG
     if not path.is_file():
         raise ServeConfigError(f"serve config not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = parse_yaml(path.read_text()) or {}
     apps = raw.get("applications") or []
     chosen = next((a for a in apps if name is None or a.get("name") == name), None)
     if chosen is None:
@@ -69,7 +68,7 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ServeConfigError(f"--set {item!r}: expected field=value, e.g. limits.max_k=50")
-        _set_path(merged, key.strip(), yaml.safe_load(value))
+        _set_path(merged, key.strip(), parse_yaml(value))
     merged.update({k: v for k, v in (args or {}).items() if v is not None})
     token = os.environ.get(token_env)
     if token:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lmplatform.config.base import Section
-from lmplatform.config.loader import ConfigError, apply_overrides, read_yaml
+from lmplatform.config.loader import ConfigError, apply_overrides, parse_yaml, read_yaml
 from lmplatform.config.variables import VARS_KEY, extend, substitute
 from lmplatform.evaluation.config import EvaluationConfig, load_evaluation_config
 from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
@@ -399,7 +399,7 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
         raise SpaceError(f"search space not found: {source}")
     text = source.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        data = parse_yaml(text)
     except yaml.YAMLError as exc:
         raise SpaceError(f"{source}: not valid YAML: {exc}") from None
     lines = _Lines(text)
