@@ -30,8 +30,13 @@ demo: $(STAMP)
 
 # The multi-node tests (a three-node cluster on this machine, nodes killed and restored) are a heavy run of their
 # own, like the benches: `make test-cluster`.
+# Two pytest processes (pytest-xdist), each taking whole test files: one process keeps about 1.5 of 2 cores busy, as
+# Ray tests wait on process start-up and polls; two keep both busy. Each process that runs a Ray test starts its own
+# session Ray (tests/conftest.py), and a file's module fixtures are made once.
+PYTEST_LANES := -n 2 --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -m "not cluster"
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_LANES) --durations=25 -m "not cluster"
 
 test-cluster: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -m cluster tests/cluster
@@ -41,10 +46,10 @@ lint: $(STAMP)
 
 # The suite as `make test` runs it, its counts and seconds saved for docs/benchmarks.md (time it on an idle machine).
 test-results: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 -m "not cluster" -p tests.suite_results --suite-results bench/results/test_suite.json
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_LANES) --durations=25 -m "not cluster" -p tests.suite_results --suite-results bench/results/test_suite.json
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not ray"
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_LANES) -m "not ray"
 
 bench: $(STAMP)
 	$(BIN)/python bench/train_throughput.py

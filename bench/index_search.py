@@ -6,7 +6,8 @@ Random vectors are the worst case for approximate search: with no cluster struct
 query's true top 10 are barely closer than the rest, so HNSW and IVF recall here is far
 below what the same settings give on real embeddings (see docs/evaluation_retrieval.md).
 
-    python bench/index_search.py [--sizes 100000,1000000] [--queries 200] [--kinds flat,hnsw,ivf,ivfpq]
+    python bench/index_search.py [--sizes 100000,1000000] [--queries 200] [--kinds flat,hnsw,ivf,ivfpq] [--name NAME]
+    python bench/index_search.py --kinds flat,flat_fp16 --name index_search_fp16   # half the memory, the same ranking?
     python bench/index_search.py --real-index runs/bench/serve_load/index-100000-<key>   # real MiniLM vectors
 
 With --real-index (a saved flat VectorIndex, e.g. the one bench/serve_load.py builds), the
@@ -53,6 +54,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--kinds", default="flat,hnsw,ivf,ivfpq")
+    parser.add_argument("--name", default=None, help="The result file's name (default index_search, or "
+                        "index_search_real with --real-index).")
     parser.add_argument("--real-index", default=None, help="A saved flat VectorIndex whose distinct vectors are the data.")
     args = parser.parse_args()
 
@@ -89,13 +92,15 @@ def main() -> None:
             }
             print(row)
             results.append(row)
-            if recall is not None:
-                flat_p50 = next(r["p50_ms"] for r in results if r["size"] == size and r["kind"] == "flat")
+            if recall is not None and kind != "flat":
+                flat = next(r for r in results if r["size"] == size and r["kind"] == "flat")
+                flat_p50 = flat["p50_ms"]
                 checks[f"{kind}_{size}"] = {"recall_at_10": round(recall, 4),
-                                            "speedup_p50_vs_flat": round(flat_p50 / row["p50_ms"], 1)}
+                                            "speedup_p50_vs_flat": round(flat_p50 / row["p50_ms"], 1),
+                                            "memory_vs_flat": round(row["memory_mb"] / flat["memory_mb"], 3)}
                 print(f"info {kind} at {size}: recall@10 {recall:.3f}, p50 {flat_p50 / row['p50_ms']:.1f}x faster than flat")
             del index
-    write_result("index_search_real" if args.real_index else "index_search",
+    write_result(args.name or ("index_search_real" if args.real_index else "index_search"),
                  {"dim": DIM, "queries": args.queries, "data": args.real_index or "random unit vectors",
                   "results": results, "checks": checks})
 

@@ -44,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import check, lmp_serve, write_result
 from serve_reports import measure, served_system, system_arguments
 
+from lmplatform.retrieval.settings import INDEX_KINDS
+
 ROOT = Path(__file__).resolve().parents[1]
 METADATA = ["product", "component", "created"]
 UPSERT_BATCH = 32
@@ -174,7 +176,7 @@ def approximate_recall(shards: Path, kinds: list[str], work: Path, model: str, q
 def main(argv: Optional[list[str]] = None) -> None:
     parser = system_arguments(__doc__)
     parser.add_argument("--docs", type=int, default=100_000)
-    parser.add_argument("--index-kind", default="auto", choices=["auto", "flat", "hnsw", "ivf", "ivfpq"])
+    parser.add_argument("--index-kind", default="auto", choices=INDEX_KINDS)
     parser.add_argument("--actors", type=int, default=2, help="Ray Data encoder actors of the bulk import (1 CPU each).")
     parser.add_argument("--recall-kinds", default="hnsw,ivf",
                         help="Approximate index kinds built from the import's vectors and measured against exact search.")

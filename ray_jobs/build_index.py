@@ -1,7 +1,7 @@
 """Encode a corpus on Ray actors into parquet shards of (id, vector), then build and save a FAISS index.
 
     python ray_jobs/build_index.py --corpus data/demo/reports.jsonl --out runs/index/demo \
-        [--model default|FOLDER|models:/name@alias] [--fields title,text] [--actors 2] [--kind flat|hnsw|ivf|ivfpq|auto]
+        [--model default|FOLDER|models:/name@alias] [--fields title,text] [--actors 2] [--kind flat|flat_fp16|hnsw|ivf|ivfpq|auto]
         [--label-field component] [--metadata-fields product,component,created] [--no-bm25] [--log-to-run auto|RUN_ID]
 
 The index folder also gets documents.jsonl (id, title, text, label, metadata), the
@@ -25,6 +25,8 @@ require_lmplatform()  # before lmplatform: says what to do when it or its depend
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lmplatform.retrieval.settings import INDEX_KINDS
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", required=True, nargs="+", help="JSONL or parquet file(s) with an id and text fields.")
     parser.add_argument("--out", required=True, help="Output folder: shards/ (parquet) and index/ (FAISS).")
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=["torch", "onnx", "openvino", "auto"], default="torch",
                         help="'auto': the fastest path on each encoder actor's host, timed once and cached "
                              "(as the serve setting encoder.backend auto; no --quantize beside it).")
-    parser.add_argument("--kind", default="auto", choices=["flat", "hnsw", "ivf", "ivfpq", "auto"])
+    parser.add_argument("--kind", default="auto", choices=INDEX_KINDS)
     parser.add_argument("--label-field", default=None, help="Field copied as the document label (KNN classification).")
     parser.add_argument("--metadata-fields", default="",
                         help="Fields kept as each document's metadata (what a metadata fusion matches on), comma-separated.")

@@ -196,7 +196,8 @@ def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_template
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator["LocalCluster"]:
     """One local Ray for the whole session (start-up costs seconds), in its own processes and
-    session folder, so no other Ray on this machine is ever mistaken for it."""
+    session folder, so no other Ray on this machine is ever mistaken for it. `make test` runs two pytest
+    processes (see the Makefile): each that reaches a Ray test starts its own."""
     from lmplatform.testing.local_cluster import LocalCluster
 
     cluster = LocalCluster(head_cpus=2).start()

@@ -85,7 +85,7 @@ def test_bad_inputs_are_clear_errors() -> None:
         index.add(["x"], unit_vectors(1, 8))
     with pytest.raises(VectorIndexError, match="2 ids for 1 vectors"):
         index.add(["p", "q"], unit_vectors(1, 8))
-    with pytest.raises(VectorIndexError, match="allowed: flat, hnsw"):
+    with pytest.raises(VectorIndexError, match="allowed: flat, flat_fp16, hnsw"):
         VectorIndex(8, kind="annoy")
     with pytest.raises(VectorIndexError, match="NaN"):
         index.add(["z"], np.full((1, 8), np.nan))
@@ -100,7 +100,24 @@ def test_auto_kind_by_size() -> None:
     assert index.kind == "flat"
 
 
-@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_flat_fp16_holds_half_of_flat_and_ranks_as_it_does(tmp_path: Path) -> None:
+    vectors = unit_vectors(3000, dim=64, seed=4)
+    ids = [f"doc-{i}" for i in range(3000)]
+    flat = VectorIndex.build(ids, vectors)
+    half = VectorIndex.build(ids, vectors, kind="flat_fp16")
+    assert half.memory_bytes() == flat.memory_bytes() // 2 == 3000 * 64 * 2
+    assert half.stats.recall_at_10 >= 0.99  # measured at build, against exact float32 search
+    queries = unit_vectors(50, dim=64, seed=5)
+    exact, found = flat.search(queries, 10), half.search(queries, 10)
+    overlap = np.mean([len({d for d, _ in a} & {d for d, _ in e}) / 10 for a, e in zip(found, exact)])
+    assert overlap >= 0.99
+    assert np.allclose([[s for _, s in row] for row in found], [[s for _, s in row] for row in exact], atol=2e-3)
+    again = VectorIndex.load(half.save(tmp_path / "half"))
+    assert again.kind == "flat_fp16" and again.search(queries[:3], 10) == found[:3]
+    assert (tmp_path / "half" / "index.faiss").stat().st_size < 0.6 * 3000 * 64 * 4
+
+
+@pytest.mark.parametrize("kind", ["flat", "flat_fp16", "hnsw"])
 def test_a_removed_vector_is_never_found_and_its_id_can_come_back(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     vectors = unit_vectors(60)
     ids = [f"d{i}" for i in range(60)]
@@ -113,17 +130,18 @@ def test_a_removed_vector_is_never_found_and_its_id_can_come_back(kind: str, mon
     with pytest.raises(VectorIndexError, match="not in the index"):
         index.reconstruct(["d3"])
     index.add(["d3"], vectors[[3]] * -1)  # the id comes back, with another vector
-    assert index.search(vectors[[3]] * -1, k=1)[0][0] == ("d3", pytest.approx(1.0, abs=1e-5))
-    assert np.allclose(index.reconstruct(["d3"]), vectors[[3]] * -1) and len(index) == 59
+    assert index.search(vectors[[3]] * -1, k=1)[0][0] == ("d3", pytest.approx(1.0, abs=1e-3))
+    assert np.allclose(index.reconstruct(["d3"]), vectors[[3]] * -1, atol=1e-3) and len(index) == 59
     with pytest.raises(VectorIndexError, match="removed vectors"):
         index.save("unused")
 
 
-def test_a_flat_index_compacts_its_tombstones() -> None:
+@pytest.mark.parametrize("kind", ["flat", "flat_fp16"])
+def test_a_flat_index_compacts_its_tombstones(kind: str) -> None:
     import lmplatform.retrieval.index as index_module
 
     vectors = unit_vectors(40)
-    index = VectorIndex.build([f"d{i}" for i in range(40)], vectors)
+    index = VectorIndex.build([f"d{i}" for i in range(40)], vectors, kind=kind)
     index_module_limit = index_module.COMPACT_AT
     try:
         index_module.COMPACT_AT = 3
@@ -133,6 +151,6 @@ def test_a_flat_index_compacts_its_tombstones() -> None:
     finally:
         index_module.COMPACT_AT = index_module_limit
     assert len(index.ids) == 37 and index._index.ntotal == 37 and not index._removed
-    assert index.search(vectors[[39, 11]], k=1) == [[("d39", pytest.approx(1.0, abs=1e-5))],
-                                                    [("d11", pytest.approx(1.0, abs=1e-5))]]
-    assert np.allclose(index.reconstruct(["d39", "d1"]), vectors[[39, 1]])
+    assert index.search(vectors[[39, 11]], k=1) == [[("d39", pytest.approx(1.0, abs=1e-3))],
+                                                    [("d11", pytest.approx(1.0, abs=1e-3))]]
+    assert np.allclose(index.reconstruct(["d39", "d1"]), vectors[[39, 1]], atol=1e-3)

@@ -2,13 +2,13 @@
 indexed and registered; runs in `pipeline/system.py`."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import Field, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.pipeline.spec import StageSpec
-from lmplatform.retrieval.settings import MetadataFusionConfig, RetrievalValidationConfig, SearchSettings
+from lmplatform.retrieval.settings import IndexKind, MetadataFusionConfig, RetrievalValidationConfig, SearchSettings
 
 
 class SystemChoiceConfig(Section):
@@ -38,7 +38,8 @@ class SystemIndexConfig(Section):
     fields: list[str] = Field(["title", "text"], min_length=1, description="Fields joined with '. ' into the text "
                               "that is encoded and BM25-indexed (as the select set's distractors join them).")
     id_field: str = "id"
-    kind: Literal["flat", "hnsw", "ivf", "ivfpq", "auto"] = "auto"
+    kind: IndexKind = Field("auto", description="The FAISS index (retrieval/index.py): 'auto' picks by corpus size; "
+                            "'flat_fp16' is exhaustive in half of flat's memory.")
     cpus_per_actor: float = Field(1.0, gt=0.0, description="The encoding actor's CPUs.")
     metadata_fields: list[str] = Field(default_factory=list, description="Fields kept as each document's metadata in "
                                        "the store (what a metadata fusion reads: product, component, created...).")

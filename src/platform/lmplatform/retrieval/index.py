@@ -5,6 +5,8 @@ product is cosine similarity.
 
 Kinds:
 - `flat`  exact search (IndexFlatIP). The default, and the reference for recall.
+- `flat_fp16` exhaustive search over vectors stored as float16 (IndexScalarQuantizer QT_fp16): half `flat`'s
+          memory, the same ranking but for near ties (scores differ by about 1e-3); no training.
 - `hnsw`  graph search (IndexHNSWFlat); no training, fast queries, ~ +M*8 bytes per vector.
 - `ivf`   inverted lists (IndexIVFFlat); trained by k-means on the first `add`.
 - `ivfpq` inverted lists with product-quantized codes (IndexIVFPQ); ~ `pq_m` bytes per vector.
@@ -12,13 +14,13 @@ Kinds:
           (exact search of 2e5 x 384 floats takes a few ms per query), hnsw up to
           `AUTO_HNSW_MAX`, ivfpq beyond (HNSW's memory grows too large there).
 
-For approximate kinds, `add` measures recall@10 against exact search on a sample
+For the other kinds, `add` measures recall@10 against exact search on a sample
 of the added vectors used as queries, logs it and stores it in `stats`.
 
 `remove` takes documents out of a live index (the served index under document changes). A removed vector
 stays in FAISS as a tombstone at its position until `compact`: a search asks FAISS for as many more hits as
 there are tombstones and drops theirs. A flat index compacts itself once `COMPACT_AT` tombstones pile up
-(FAISS removes its rows in one pass); the other kinds keep them until the index is built again.
+(FAISS removes its rows in one pass), and so does flat_fp16; the other kinds keep them until the index is built again.
 """
 from __future__ import annotations
 
@@ -28,17 +30,18 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from lmplatform.metrics.retrieval import rank_by_score
 from lmplatform.retrieval.faiss_import import exact_search, import_faiss
+from lmplatform.retrieval.settings import INDEX_KINDS, IndexKind
 
 logger = logging.getLogger(__name__)
 
-IndexKind = Literal["flat", "hnsw", "ivf", "ivfpq", "auto"]
-KINDS = ("flat", "hnsw", "ivf", "ivfpq", "auto")
+EXHAUSTIVE_KINDS = ("flat", "flat_fp16")  # a row per vector: FAISS drops a removed one's row in place
+BYTES_PER_COMPONENT = {"flat": 4, "flat_fp16": 2}
 AUTO_FLAT_MAX = 200_000
 AUTO_HNSW_MAX = 2_000_000
 INDEX_FILE = "index.faiss"
@@ -63,8 +66,8 @@ class IndexParams:
     recall_sample: int = 200  # queries used to measure recall@10 against exact search
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise VectorIndexError(f"index kind {self.kind!r} is not supported; allowed: {', '.join(KINDS)}")
+        if self.kind not in INDEX_KINDS:
+            raise VectorIndexError(f"index kind {self.kind!r} is not supported; allowed: {', '.join(INDEX_KINDS)}")
         for name in ("hnsw_m", "ef_construction", "ef_search", "nprobe", "pq_m"):
             if getattr(self, name) <= 0:
                 raise VectorIndexError(f"index parameter {name} must be positive, got {getattr(self, name)}")
@@ -116,6 +119,8 @@ class VectorIndex:
         p = self.params
         if self.kind == "flat":
             self._index = faiss.IndexFlatIP(self.dim)
+        elif self.kind == "flat_fp16":
+            self._index = faiss.IndexScalarQuantizer(self.dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
         elif self.kind == "hnsw":
             self._index = faiss.IndexHNSWFlat(self.dim, p.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             self._index.hnsw.efConstruction = p.ef_construction
@@ -182,8 +187,8 @@ class VectorIndex:
         faiss = import_faiss()
         if self._index is None:
             return 0
-        if self.kind == "flat":  # skip copying gigabytes just to count them
-            return int(self._index.ntotal) * self.dim * 4
+        if self.kind in EXHAUSTIVE_KINDS:  # skip copying gigabytes just to count them
+            return int(self._index.ntotal) * self.dim * BYTES_PER_COMPONENT[self.kind]
         return int(faiss.serialize_index(self._index).size)
 
     def measure_recall(self, vectors: np.ndarray, k: int = 10) -> float:
@@ -217,13 +222,13 @@ class VectorIndex:
                 self._removed.add(position)
                 removed += 1
         self.stats.count = len(self)
-        if self.kind == "flat" and len(self._removed) >= COMPACT_AT:
+        if self.kind in EXHAUSTIVE_KINDS and len(self._removed) >= COMPACT_AT:
             self.compact()
         return removed
 
     def compact(self) -> None:
-        """Drop the tombstones of a flat index (its rows after them move up); other kinds keep theirs."""
-        if not self._removed or self.kind != "flat":
+        """Drop the tombstones of a flat or flat_fp16 index (its rows after them move up); other kinds keep theirs."""
+        if not self._removed or self.kind not in EXHAUSTIVE_KINDS:
             return
         faiss = import_faiss()
         self._index.remove_ids(faiss.IDSelectorBatch(np.fromiter(sorted(self._removed), dtype=np.int64)))
@@ -258,8 +263,8 @@ class VectorIndex:
         return results
 
     def reconstruct(self, ids: Sequence[str]) -> np.ndarray:
-        """The stored vectors of `ids` [len(ids), dim] float32: exact for flat, hnsw and ivf; for ivfpq its codes
-        decoded, the vectors its own search scores with."""
+        """The stored vectors of `ids` [len(ids), dim] float32: exact for flat, hnsw and ivf; for flat_fp16 and ivfpq
+        its codes decoded, the vectors its own search scores with."""
         try:
             positions = np.fromiter((self._positions[i] for i in ids), dtype=np.int64, count=len(ids))
         except KeyError as exc:

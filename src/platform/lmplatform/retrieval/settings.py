@@ -12,7 +12,7 @@ validation (the `retrieval_validation` section; `evaluation.retrieval_validation
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -20,6 +20,9 @@ from lmplatform.config.base import Section
 from lmplatform.config.schema import DataConfig
 
 Mode = Literal["dense", "hybrid", "metadata"]
+# The FAISS index kinds a `VectorIndex` builds (what each is: retrieval/index.py).
+IndexKind = Literal["flat", "flat_fp16", "hnsw", "ivf", "ivfpq", "auto"]
+INDEX_KINDS: tuple[str, ...] = get_args(IndexKind)
 Fusion = Literal["convex", "rrf"]
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from lmplatform.config.base import Section
 from lmplatform.data.fields import parse_time
 from lmplatform.evaluation.tasks.common import unique_names
-from lmplatform.retrieval.settings import FusionSettings
+from lmplatform.retrieval.settings import FusionSettings, IndexKind
 
 
 class RetrievalDataset(Section):
@@ -86,7 +86,7 @@ class RetrieverSpec(Section):
     model: Optional[str] = Field(
         None, description="dense / hybrid / two_stage first stage: 'default', a folder, or models:/name@alias.")
     quantize: Optional[Literal["int8"]] = None
-    index: Literal["flat", "hnsw", "ivf", "ivfpq", "auto"] = "flat"
+    index: IndexKind = "flat"
     first_stage: Literal["dense", "bm25", "hybrid"] = "dense"
     hybrid: FusionSettings = Field(default_factory=FusionSettings, description="hybrid (and two_stage over it): how BM25 "
                                    "and the model are fused (retrieval.fusion).")
