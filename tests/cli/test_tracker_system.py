@@ -67,6 +67,9 @@ def test_data_out_and_no_serve(tmp_path: Path) -> None:
     (["--set", "stages.biencoder.run.optim.epochs=many"], "optim.epochs"),
     (["--set", "vars.data_root=/x"], "vars.data_root is set by the job"),
     (["--serve-set", "batching.max_batch_size=1"], "batching.max_batch_size"),
+    (["--serve-set", "limits"], "--serve-set 'limits': expected section.field=value, e.g. --serve-set limits.max_k=50"),
+    (["--serve-set", "limits.max_k.x=1"], "--serve-set 'limits.max_k.x=1': limits.max_k is a value, not a section"),
+    (["--serve-set", "model=elsewhere"], "model is set by the job"),
     (["--detach"], "detach: needs a Ray cluster"),
 ])
 def test_a_bad_option_fails_naming_its_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

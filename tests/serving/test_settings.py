@@ -68,7 +68,7 @@ def test_plan_launch_applies_overrides_token_and_pins_a_path_model(tiny_bert: Pa
     assert plan.app["args"]["auth_token_sha256"] == token_sha256("abc") and "abc" not in json.dumps(plan.app)
     assert plan.release.model_uri == str(tiny_bert.resolve()) and plan.release.index_uri == str(served_index)
     assert all(d["name"] != "RerankerDeployment" for d in plan.app["deployments"])
-    with pytest.raises(ServeConfigError, match="expected field=value"):
+    with pytest.raises(ServeConfigError, match="--set 'limits.max_k': expected section.field=value, e.g. --set limits"):
         plan_launch(DEFAULT_CONFIG, overrides=["limits.max_k"], args={"model": str(tiny_bert), "index": str(served_index)})
     with pytest.raises(ReleaseError, match="index"):
         plan_launch(DEFAULT_CONFIG, args={"model": str(tiny_bert), "index": str(tmp_path)})

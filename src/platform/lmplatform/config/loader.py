@@ -55,31 +55,32 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 ENTRY_KEYS = ("name", "task")
 
 
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str], flag: str = "--set",
+                    example: str = "optim.max_steps=5") -> dict[str, Any]:
     """Return a copy of `data` with each `a.b.c=value` set; values are parsed as YAML scalars.
 
-    In a list of sections, a part of the path names the entry whose `name` (or `task`) it equals."""
+    In a list of sections, a part of the path names the entry whose `name` (or `task`) it equals. Errors name the
+    command-line `flag` the overrides came from, and a bad one shows `example`."""
     data = copy.deepcopy(data)
     for override in overrides:
         key, sep, raw = override.partition("=")
         key = key.strip()
+        said = f"{flag} {override!r}"
         if not sep or not key:
-            raise ConfigError(f"--set {override!r}: expected section.field=value, e.g. --set optim.max_steps=5")
+            raise ConfigError(f"{said}: expected section.field=value, e.g. {flag} {example}")
         try:
             value = parse_yaml(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {override!r}: value is not valid YAML: {exc}") from exc
+            raise ConfigError(f"{said}: value is not valid YAML: {exc}") from exc
         node = data
         parts = key.split(".")
         for depth, part in enumerate(parts[:-1]):
-            child = _entry(node, part, override, ".".join(parts[:depth])) if isinstance(node, list) else node.setdefault(part, {})
+            child = _entry(node, part, said, ".".join(parts[:depth])) if isinstance(node, list) else node.setdefault(part, {})
             if not isinstance(child, dict) and not _is_section_list(child):
-                raise ConfigError(
-                    f"--set {override!r}: {'.'.join(parts[: depth + 1])} is a value, not a section"
-                )
+                raise ConfigError(f"{said}: {'.'.join(parts[: depth + 1])} is a value, not a section")
             node = child
         if isinstance(node, list):
-            raise ConfigError(f"--set {override!r}: {'.'.join(parts[:-1])} is a list: name one of its entries, then a field")
+            raise ConfigError(f"{said}: {'.'.join(parts[:-1])} is a list: name one of its entries, then a field")
         node[parts[-1]] = value
     return data
 
@@ -88,13 +89,13 @@ def _is_section_list(node: Any) -> bool:
     return isinstance(node, list) and bool(node) and all(isinstance(item, dict) for item in node)
 
 
-def _entry(entries: list[dict[str, Any]], name: str, override: str, where: str) -> dict[str, Any]:
-    """The entry of a list of sections that `name` names."""
+def _entry(entries: list[dict[str, Any]], name: str, said: str, where: str) -> dict[str, Any]:
+    """The entry of a list of sections that `name` names (`said`: the override, for the error)."""
     for entry in entries:
         if any(entry.get(key) == name for key in ENTRY_KEYS):
             return entry
     names = [str(next((entry[key] for key in ENTRY_KEYS if key in entry), "?")) for entry in entries]
-    raise ConfigError(f"--set {override!r}: {where} has no entry {name!r}; its entries: {', '.join(names)}")
+    raise ConfigError(f"{said}: {where} has no entry {name!r}; its entries: {', '.join(names)}")
 
 
 def format_validation_error(exc: ValidationError, source: str, data: object = None) -> str:

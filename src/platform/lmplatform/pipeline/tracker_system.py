@@ -206,7 +206,7 @@ def check_serve(serve: ServeRequest, name: str, address: Optional[str] = None) -
     """Validate the Serve config as `lmp serve run` will read it (the application, its `--set` overrides, the
     settings with the model to come as models:/<name>/1), without the registry; returns the config's path.
     `lmp serve run`'s own validation runs again when the version exists (serving/launch.py `plan_launch`)."""
-    from lmplatform.serving.launch import DEFAULT_CONFIG
+    from lmplatform.serving.launch import DEFAULT_CONFIG, serve_overrides
 
     if serve.detach and not (address or os.environ.get("RAY_ADDRESS")):
         raise ConfigError("detach: needs a Ray cluster (--address, or $RAY_ADDRESS as `ray job submit` sets it): "
@@ -220,20 +220,11 @@ def check_serve(serve: ServeRequest, name: str, address: Optional[str] = None) -
     apps = raw.get("applications") or []
     if not apps or not isinstance(apps[0], dict):
         raise ServeConfigError(f"{path}: applications: no application to serve")
-    args = dict(apps[0].get("args") or {})
     for item in serve.overrides:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ServeConfigError(f"--serve-set {item!r}: expected field=value, e.g. limits.max_k=50")
+        key = item.partition("=")[0].strip()
         if key in JOB_SERVE_ARGS:
             raise ServeConfigError(f"--serve-set {item!r}: {key} is set by the job (the version it registers)")
-        node = args
-        for part in key.split(".")[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ServeConfigError(f"--serve-set {key}: {part} is not a section")
-        node[key.split(".")[-1]] = parse_yaml(value)
+    args = serve_overrides(apps[0].get("args") or {}, serve.overrides, "--serve-set")
     parse_settings({**args, "model": f"models:/{name}/1"})
     return path
 

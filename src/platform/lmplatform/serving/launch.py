@@ -5,13 +5,12 @@ config fails before any replica starts and the message names the field.
 """
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from lmplatform.config.loader import parse_yaml
+from lmplatform.config.loader import ConfigError, apply_overrides, parse_yaml
 from lmplatform.serving.app import reranker_for
 from lmplatform.serving.control import DEFAULT_APP, IMPORT_PATH, application_config, deploy, start
 from lmplatform.serving.release import Release, check_release, collection_for, release_for
@@ -39,13 +38,12 @@ class LaunchPlan:
         return f"http://{self.host}:{self.port}{self.app['route_prefix'].rstrip('/')}"
 
 
-def _set_path(target: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    for key in keys[:-1]:
-        target = target.setdefault(key, {})
-        if not isinstance(target, dict):
-            raise ServeConfigError(f"--set {dotted}: {key} is not a section")
-    target[keys[-1]] = value
+def serve_overrides(args: dict[str, Any], overrides: list[str], flag: str) -> dict[str, Any]:
+    """A copy of a Serve application's `args` with each `limits.max_k=50` of `flag` set."""
+    try:
+        return apply_overrides(args, overrides, flag, example="limits.max_k=50")
+    except ConfigError as exc:
+        raise ServeConfigError(str(exc)) from None
 
 
 def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None, overrides: Optional[list[str]] = None,
@@ -63,12 +61,7 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
     if chosen.get("import_path", IMPORT_PATH) != IMPORT_PATH:
         raise ServeConfigError(f"{path}: application {chosen.get('name')!r} has import_path {chosen.get('import_path')!r}; "
                                f"lmp serve runs {IMPORT_PATH}")
-    merged = copy.deepcopy(chosen.get("args") or {})
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ServeConfigError(f"--set {item!r}: expected field=value, e.g. limits.max_k=50")
-        _set_path(merged, key.strip(), parse_yaml(value))
+    merged = serve_overrides(chosen.get("args") or {}, overrides or [], "--set")
     merged.update({k: v for k, v in (args or {}).items() if v is not None})
     token = os.environ.get(token_env)
     if token:
