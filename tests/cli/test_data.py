@@ -145,3 +145,24 @@ def test_import_reads_ambiguous_epoch_times_once_the_unit_is_given(tmp_path: Pat
     result = run(app, ["data", "import", "-f", "jsonl", "-i", str(corpus), "-o", str(tmp_path / "s"), "--epoch-unit", "ms"])
     assert result.exit_code == 0 and "dates: created" not in result.output, result.output
     assert json.loads((tmp_path / "s" / "reports.jsonl").read_text().splitlines()[0])["created"] == "1971-08-02T16:53:20Z"
+
+
+def test_import_reads_the_date_and_link_fields_it_is_told(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "title": f"report {i}", "created": f"2020-01-0{i}T00:00:00Z",
+                                          "closed": f"0{i}/Feb/20 02:52"}) + "\n" for i in (1, 2, 3)))
+    links = tmp_path / "links.jsonl"
+    links.write_text(json.dumps({"dup": "2", "of": "1"}) + "\n" + json.dumps({"dup": "3", "of": "1"}) + "\n")
+    run = CliRunner().invoke
+    plain = run(app, ["data", "import", "-f", "jsonl", "-i", str(corpus), "--links", str(links), "-o", str(tmp_path / "a")])
+    assert plain.exit_code == 0, plain.output
+    assert json.loads((tmp_path / "a" / "reports.jsonl").read_text().splitlines()[0])["closed"] == "01/Feb/20 02:52"
+    assert "no link fields" in plain.output and not (tmp_path / "a" / "pairs.jsonl").read_text().strip()
+    told = run(app, ["data", "import", "-f", "jsonl", "-i", str(corpus), "--links", str(links), "-o", str(tmp_path / "b"),
+                     "--date-field", "closed", "--link-fields", "dup, of", "--split", "group", "--fractions", "1,0,0"])
+    assert told.exit_code == 0, told.output
+    assert json.loads((tmp_path / "b" / "reports.jsonl").read_text().splitlines()[0])["closed"] == "2020-02-01T02:52:00Z"
+    pairs = [json.loads(line) for line in (tmp_path / "b" / "pairs.jsonl").read_text().splitlines()]
+    assert [(p["duplicate_id"], p["master_id"]) for p in pairs] == [("2", "1"), ("3", "1")]
+    bad = run(app, ["data", "import", "-f", "jsonl", "-i", str(corpus), "-o", str(tmp_path / "c"), "--link-fields", "dup"])
+    assert bad.exit_code == 2 and "--link-fields 'dup': expected two field names" in bad.output

@@ -71,6 +71,7 @@ def test_data_out_and_no_serve(tmp_path: Path) -> None:
     (["--serve-set", "limits.max_k.x=1"], "--serve-set 'limits.max_k.x=1': limits.max_k is a value, not a section"),
     (["--serve-set", "model=elsewhere"], "model is set by the job"),
     (["--detach"], "detach: needs a Ray cluster"),
+    (["--link-fields", "dup"], "--link-fields 'dup': expected two field names"),
 ])
 def test_a_bad_option_fails_naming_its_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              options: list[str], named: str) -> None:

@@ -137,6 +137,12 @@ def import_command(
     fractions: str = typer.Option("0.6,0.2,0.2", "--fractions", help="train,dev,test shares."),
     seed: int = typer.Option(0, "--seed", help="Seed of the group split's hash."),
     epoch_unit: str = typer.Option("auto", "--epoch-unit", help="Unit of epoch-number times: auto, s or ms."),
+    date_fields: Optional[List[str]] = typer.Option(
+        None, "--date-field", help="A metadata field read as a time and written as ISO 8601 UTC (repeatable; replaces "
+                                   "the format's own, e.g. resolved and updated for Jira)."),
+    link_fields: Optional[str] = typer.Option(
+        None, "--link-fields", help="DUPLICATE,MASTER: the two id fields of the --links rows (default "
+                                    "duplicate_id,master_id or id_a,id_b)."),
 ) -> None:
     """Import a bug tracker's export into reports.jsonl and duplicate pairs.jsonl (train/dev/test), the files
     `lmp data pairs` and the pipeline read, with import_summary.json of what was read, kept and skipped."""
@@ -144,7 +150,8 @@ def import_command(
         cfg = TrackerImportConfig(
             format=fmt, inputs=[str(p) for p in inputs], links=[str(p) for p in links or []], out=str(out),
             split=split, mapping=_mapping_option(mapping or []), metadata=metadata or None,
-            fractions=_fractions_option(fractions), seed=seed, epoch_unit=epoch_unit)
+            fractions=_fractions_option(fractions), seed=seed, epoch_unit=epoch_unit, date_fields=date_fields or None,
+            link_fields=_link_fields_option(link_fields))
         summary = import_tracker(cfg)
     except ValidationError as exc:
         fail("; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'import'}: {e['msg']}" for e in exc.errors()))
@@ -165,6 +172,17 @@ def _mapping_option(items: list[str]) -> dict[str, str]:
             raise typer.BadParameter(f"--map {item!r}: expected FIELD=SOURCE_PATH, e.g. title=fields.summary")
         mapping[name.strip()] = path.strip()
     return mapping
+
+
+def _link_fields_option(text: Optional[str]) -> Optional[tuple[str, str]]:
+    """`--link-fields dup_of,id` -> ("dup_of", "id")."""
+    if text is None:
+        return None
+    names = tuple(part.strip() for part in text.split(","))
+    if len(names) != 2 or not all(names):
+        raise typer.BadParameter(f"--link-fields {text!r}: expected two field names, DUPLICATE,MASTER "
+                                 "(e.g. duplicate_id,master_id)")
+    return names  # type: ignore[return-value]
 
 
 def _fractions_option(text: str) -> dict[str, float]:

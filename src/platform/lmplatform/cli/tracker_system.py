@@ -33,6 +33,10 @@ def tracker(
     fractions: str = typer.Option("0.6,0.2,0.2", "--fractions", help="train,dev,test shares."),
     seed: int = typer.Option(0, "--seed", help="Seed of the group split's hash."),
     epoch_unit: str = typer.Option("auto", "--epoch-unit", help="Unit of epoch-number times: auto, s or ms."),
+    date_fields: Optional[List[str]] = typer.Option(None, "--date-field", help="A metadata field read as a time, as "
+                                                    "`lmp data import --date-field` (repeatable)."),
+    link_fields: Optional[str] = typer.Option(None, "--link-fields", help="DUPLICATE,MASTER: the id fields of the "
+                                              "--links rows, as `lmp data import --link-fields`."),
     data_out: Optional[Path] = typer.Option(None, "--data-out", help="Folder the import writes and the pipeline reads "
                                             "(default: runs/data/<name>)."),
     config: Path = typer.Option(RECIPE, "--config", "-c", help="The tracker recipe."),
@@ -54,13 +58,14 @@ def tracker(
     """Import a tracker's export, run the tracker recipe on it (which registers <name> with its index and search
     settings), and serve exactly the version it registered. Everything is validated before the import starts."""
     from lmplatform.cli.common import fail, user_errors
-    from lmplatform.cli.data import _fractions_option, _mapping_option
+    from lmplatform.cli.data import _fractions_option, _link_fields_option, _mapping_option
 
     try:
         imports = TrackerImportConfig(
             format=fmt, inputs=[str(p) for p in inputs], links=[str(p) for p in links or []],
             out=str(data_out or default_data_root(name)), split=split, mapping=_mapping_option(mapping or []),
-            metadata=metadata or None, fractions=_fractions_option(fractions), seed=seed, epoch_unit=epoch_unit)
+            metadata=metadata or None, fractions=_fractions_option(fractions), seed=seed, epoch_unit=epoch_unit,
+            date_fields=date_fields or None, link_fields=_link_fields_option(link_fields))
         request = ServeRequest(serve_config, tuple(serve_overrides or []), port, detach) if serve else None
         plan = plan_tracker_system(imports, name, config, overrides or [], request, address)
     except ValidationError as exc:
