@@ -40,8 +40,8 @@ from lmplatform.retrieval.settings import INDEX_KINDS, IndexKind
 
 logger = logging.getLogger(__name__)
 
-EXHAUSTIVE_KINDS = ("flat", "flat_fp16")  # a row per vector: FAISS drops a removed one's row in place
 BYTES_PER_COMPONENT = {"flat": 4, "flat_fp16": 2}
+EXHAUSTIVE_KINDS = tuple(BYTES_PER_COMPONENT)  # a row per vector: FAISS drops a removed one's row in place
 AUTO_FLAT_MAX = 200_000
 AUTO_HNSW_MAX = 2_000_000
 INDEX_FILE = "index.faiss"
