@@ -109,9 +109,9 @@ DEFAULT_ROWS = ["recipe", "fp32", "no_mined", "no_group", "gradcache_128", "dist
 def pipeline_spec(files: dict[str, Path], out: Path, tracking_uri: str, row: str, max_steps: Optional[int],
                   max_distractors: Optional[int]) -> Spec:
     """The shipped recipe with this bench's files, storage and tracking, edited for `row`."""
-    import yaml
+    from lmplatform.config.loader import read_yaml
 
-    spec = yaml.safe_load(RECIPE.read_text())
+    spec = read_yaml(RECIPE)
     spec["_files"] = {"train": [str(files["train"])]}
     spec["name"] = f"openoffice_{row}"
     spec["storage_path"] = str(out / "pipelines")

@@ -125,7 +125,6 @@ def mean_std(values: list[float]) -> dict[str, float]:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    import yaml
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=SHARED_DATA, help="The shared data folder.")
@@ -134,10 +133,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--toy", action="store_true", help="A few pairs and steps: checks the script, measures nothing.")
     args = parser.parse_args(argv)
 
+    from lmplatform.config.loader import read_yaml
     from lmplatform.runtime import apply_runtime_defaults
 
     apply_runtime_defaults()
-    config = yaml.safe_load(CONFIG.read_text())
+    config = read_yaml(CONFIG)
     config["optim"].setdefault("warmup_ratio", 0.06)  # our default, written out so the peer gets the same
     limit, max_steps = (64, 3) if args.toy else (None, None)
     sts = args.data / "stsbenchmark"
