@@ -67,5 +67,5 @@ def test_a_cross_encoder_run_cannot_ask_for_an_onnx_export() -> None:
 
     base = {"data": {"train_paths": ["x.jsonl"]}, "objective": {"name": "cross_encoder"}}
     assert RunConfig.model_validate({**base, "tracking": {"exports": ["sentence-transformers"]}})
-    with pytest.raises(ValidationError, match="cross-encoder exports as sentence-transformers only"):
+    with pytest.raises(ValidationError, match="onnx exports encoders; this is a cross-encoder: export it as sentence-"):
         RunConfig.model_validate({**base, "tracking": {"exports": ["onnx"]}})

@@ -14,6 +14,7 @@ from lmplatform.evaluation import registry as evaluations
 from lmplatform.evaluation import runner as evaluation_runner
 from lmplatform.evaluation.config import EvaluationConfig, load_evaluation_config
 from lmplatform.evaluation.runner import EvaluationResult
+from lmplatform.models import export as export_formats
 from lmplatform.objectives import registry as objectives
 from lmplatform.objectives.run_config import RunConfig, load_run_config
 from lmplatform.pipeline import kinds as stage_kinds
@@ -23,7 +24,7 @@ from lmplatform.tune.space import load_space
 
 if TYPE_CHECKING:
     from lmplatform.jobs.train_run import TrainingResult
-    from lmplatform.models.export import ExportResult
+    from lmplatform.models.export_spec import ExportResult
     from lmplatform.pipeline.runner import PipelineResult
     from lmplatform.tune.results import StudyResult
 
@@ -90,10 +91,10 @@ def stop_serving(name: Optional[str] = None) -> None:
 def export(model: str | Path, out: str | Path, fmt: str = "sentence-transformers",
            calibration: Optional[Sequence[str]] = None) -> ExportResult:
     """`lmp export`: a model folder, 'default' or a models:/ URI written as `fmt` (sentence-transformers, onnx,
-    onnx-int8, openvino, openvino-int8: the last needs calibration texts of the served domain)."""
-    from lmplatform.models.export import export_model
+    onnx-int8, openvino, openvino-int8, or a registered format: openvino-int8 needs calibration texts of the served
+    domain)."""
 
-    return export_model(model, fmt, out, calibration=calibration)  # type: ignore[arg-type]
+    return export_formats.export_model(model, fmt, out, calibration=calibration)
 
 
 def register_objective(spec: object) -> None:
@@ -113,3 +114,10 @@ def register_stage_kind(spec: object) -> None:
     setting its section, `<spec.name>: {...}`."""
 
     stage_kinds.register(spec)  # type: ignore[arg-type]
+
+
+def register_export_format(spec: object) -> None:
+    """Add an export format defined outside the package (an `ExportFormatSpec`, models/export_spec.py): `lmp export
+    --format`, `export` and a run's `tracking.exports` then take its name."""
+
+    export_formats.register(spec)  # type: ignore[arg-type]

@@ -7,15 +7,17 @@ from typing import Optional
 import typer
 
 from lmplatform.cli.common import TRACKING_URI_HELP, fail, user_errors
-from lmplatform.models.kind import CROSS_ENCODER
+from lmplatform.models.export import ExportError, export_model, format_names, format_spec
 from lmplatform.models.resolve import download_model
 from lmplatform.runtime import resolve_tracking_uri
+from lmplatform.tracking.exports import log_export, source_run
 
 
 def export(
     model: str = typer.Option(..., "--model", "-m", help="models:/<name>@<alias>, models:/<name>/<version>, runs:/..., "
                               "a model folder, or 'default'."),
-    fmt: str = typer.Option(..., "--format", "-f", help="sentence-transformers, onnx, onnx-int8, openvino or openvino-int8."),
+    fmt: str = typer.Option(..., "--format", "-f", help="sentence-transformers, onnx, onnx-int8, openvino, "
+                            "openvino-int8, or a format registered from outside the package (package.module:SPEC)."),
     out: Path = typer.Option(..., "--out", "-o", help="A new (or empty) folder."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="openvino-int8: texts of the served domain "
                                                "to calibrate on (dev texts, not test): JSONL with title/description/"
@@ -28,14 +30,17 @@ def export(
     to load it."""
     from mlflow.exceptions import MlflowException
 
-    from lmplatform.models.export import FORMATS, ExportError, export_model
     from lmplatform.models.openvino_backend import MissingExtra, read_calibration_texts
 
-    if fmt not in FORMATS:
-        fail(f"--format {fmt!r}: allowed: {', '.join(FORMATS)}")
-    if (calibration is not None) != (fmt == "openvino-int8"):
-        fail("--calibration FILE goes with --format openvino-int8 (static int8 is calibrated on texts of the served "
-             "domain), and with no other format")
+    try:
+        spec = format_spec(fmt)
+    except ExportError:
+        fail(f"--format {fmt!r}: allowed: {', '.join(format_names())}")
+        return
+    if (calibration is not None) != spec.needs_calibration:
+        calibrated = [name for name in format_names() if format_spec(name).needs_calibration]
+        fail(f"--calibration FILE goes with --format {' or '.join(calibrated)} (static int8 is calibrated on texts of "
+             "the served domain), and with no other format")
     run_id = None
     try:
         texts = None
@@ -44,38 +49,19 @@ def export(
             typer.echo(f"[lmp] calibration: {len(texts)} texts from {calibration}" + (f", {skipped} empty rows skipped"
                                                                                    if skipped else ""))
         if log:
-            from lmplatform.tracking.exports import source_run
-
             run_id = source_run(model, tracking_uri)
             if run_id is None:
                 fail(f"--log needs a models:/ or runs:/ model (its run receives the export); {model} is neither")
         if model.startswith(("models:/", "runs:/")) and tracking_uri:
             model = str(download_model(model, tracking_uri))
-        result = export_model(model, fmt, out, calibration=texts)  # type: ignore[arg-type]
+        result = export_model(model, fmt, out, calibration=texts)
     except (*user_errors(), ExportError, MissingExtra, MlflowException) as exc:
         fail(str(getattr(exc, "message", exc)))
         return
     typer.echo(f"[lmp] {result.describe()}")
-    if result.format == "sentence-transformers":
-        loader = "CrossEncoder" if result.kind == CROSS_ENCODER else "SentenceTransformer"
-        typer.echo(f"[lmp] load it: from sentence_transformers import {loader}; {loader}({str(out)!r})")
-    elif result.format.startswith("onnx"):
-        from lmplatform.models.onnx_backend import OnnxGraphConfig
-
-        graph = OnnxGraphConfig.read(out)
-        typer.echo(f"[lmp] load it: Encoder.from_pretrained({str(out)!r}, backend='onnx'), or ONNX Runtime on "
-                   f"{out / graph.file} (inputs {', '.join(graph.inputs)}; output {graph.output})")
-    else:
-        from lmplatform.models.openvino_backend import OpenVinoModelConfig
-
-        model_config = OpenVinoModelConfig.read(out)
-        typer.echo(f"[lmp] load it: Encoder.from_pretrained({str(out)!r}, backend='openvino'), "
-                   f"SentenceTransformer({str(out)!r}, backend='openvino'), or OpenVINO on {out / model_config.file} "
-                   f"(inputs {', '.join(model_config.inputs)}; outputs {model_config.output}, {model_config.token_output})")
+    typer.echo(f"[lmp] load it: {spec.how_to_load(result)}")
     if run_id is not None:
         from mlflow.tracking import MlflowClient
-
-        from lmplatform.tracking.exports import log_export
 
         uri = log_export(MlflowClient(resolve_tracking_uri(tracking_uri)), run_id, result)
         typer.echo(f"[lmp] logged to MLflow run {run_id}: {uri}")

@@ -184,9 +184,11 @@ class TrackingConfig(Section):
         True, description="Validate before the first step (the `_initial` metrics). Early stopping validates there "
         "regardless: it is its first best. A study's pipeline trials turn it off (tune/pipeline_trial.py): the "
         "study reads only validations after training starts, and each would repeat its start model's.")
-    exports: list[Literal["sentence-transformers", "onnx", "onnx-int8"]] = Field(
+    exports: list[str] = Field(
         default_factory=list, description="Also log the final model in these formats beside model/ (model-onnx/, ...; "
-        "see `lmp export`). A cross-encoder exports as sentence-transformers only.")
+        "see `lmp export`): sentence-transformers, onnx, onnx-int8, openvino, or one registered from outside the "
+        "package; not one that needs calibration texts (openvino-int8). A cross-encoder exports as "
+        "sentence-transformers only.")
 
 
 class EWCConfig(Section):

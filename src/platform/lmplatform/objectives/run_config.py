@@ -24,6 +24,8 @@ from lmplatform.config.schema import (
     ScalingConfig,
     TrackingConfig,
 )
+from lmplatform.models import export as export_formats
+from lmplatform.models.export_spec import ExportError
 from lmplatform.models.kind import CROSS_ENCODER
 from lmplatform.objectives import registry
 from lmplatform.objectives.mlm.config import MLMObjectiveConfig
@@ -127,10 +129,18 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _exports_fit(self) -> "RunConfig":
-        graphs = [f for f in self.tracking.exports if f != "sentence-transformers"]
-        if registry.objective_spec(self.objective.name).model_kind == CROSS_ENCODER and graphs:
-            raise ValueError(f"tracking.exports {graphs}: a cross-encoder exports as sentence-transformers only "
-                             "(the ONNX graph ends in a sentence embedding)")
+        kind = registry.objective_spec(self.objective.name).model_kind
+        for name in self.tracking.exports:
+            try:
+                spec = export_formats.format_spec(name)
+            except ExportError as exc:
+                raise ValueError(f"tracking.exports: {exc}") from None
+            if spec.needs_calibration:
+                raise ValueError(f"tracking.exports: {name} needs calibration texts of the served domain; export it "
+                                 f"with `lmp export --format {name} --calibration FILE`")
+            refusal = spec.refusal(kind, export_formats.format_specs())
+            if refusal:
+                raise ValueError(f"tracking.exports: {refusal}")
         return self
 
     def registered_model_name(self) -> str:

@@ -1,6 +1,6 @@
 """Exports logged to MLflow beside a run's Hugging Face folder `model/`.
 
-Each format lands under its own artifact path (`EXPORT_ARTIFACTS`), so a registered version's run
+Each format lands under its own artifact path (`ExportFormatSpec.artifact`), so a registered version's run
 holds `model/` and, for example, `model-onnx/`; `lmp export --log` and a training run with
 `tracking.exports` both write them. The run's `lmp.exports` tag lists what it holds.
 """
@@ -10,17 +10,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from lmplatform.models.export import ExportFormat, ExportResult, export_model
+from lmplatform.models.export import ExportResult, export_model, format_spec
 from lmplatform.runtime import resolve_tracking_uri
 
-EXPORT_ARTIFACTS = {"sentence-transformers": "model-sentence-transformers", "onnx": "model-onnx",
-                    "onnx-int8": "model-onnx-int8"}
 EXPORTS_TAG = "lmp.exports"
 
 
 def log_export(client: Any, run_id: str, result: ExportResult) -> str:
     """Log an export's folder to `run_id` and record it in the run's tag; the artifact URI."""
-    path = EXPORT_ARTIFACTS[result.format]
+    path = format_spec(result.format).artifact
     client.log_artifacts(run_id, str(result.folder), path)
     held = set(filter(None, client.get_run(run_id).data.tags.get(EXPORTS_TAG, "").split(",")))
     client.set_tag(run_id, EXPORTS_TAG, ",".join(sorted(held | {result.format})))
@@ -28,7 +26,7 @@ def log_export(client: Any, run_id: str, result: ExportResult) -> str:
 
 
 def export_and_log(tracking_uri: str, run_id: str, model_dir: str | Path,
-                   formats: Iterable[ExportFormat]) -> dict[str, str]:
+                   formats: Iterable[str]) -> dict[str, str]:
     """Export `model_dir` in each format and log it beside `model/` in `run_id`: {format: artifact URI}."""
     from mlflow.tracking import MlflowClient
 
