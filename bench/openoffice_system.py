@@ -81,7 +81,8 @@ def run_or_find_study(args: argparse.Namespace, tracking_uri: str) -> dict[str, 
     reused, its wall time (its MLflow run's start to end) and its registered winner."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tune.tuner import STUDY_TAG, run_study
+    from lmplatform.tune.results import STUDY_TAG
+    from lmplatform.tune.tuner import run_study
 
     name = args.study
     if name is None:

@@ -72,14 +72,15 @@ UNTUNED = {  # the defaults a user gets without tuning
 
 
 def real(space: str, samples: int, limit: int | None) -> dict:
-    from lmplatform.tune.space import load_space
+    from lmplatform.tune.space import import_callable, load_space
     from lmplatform.tune.tuner import run_study
 
     sets = [f"num_samples={samples}"] + ([f"function_args.limit={limit}"] if limit else [])
     loaded = load_space(REPO / space, sets)
     if loaded.space.function not in UNTUNED:
         raise SystemExit(f"--real supports the function-trial spaces {sorted(UNTUNED)}; {space} runs {loaded.space.function}")
-    fn, args, untuned = loaded.load_function(), dict(loaded.space.function_args), UNTUNED[loaded.space.function]
+    fn, args = import_callable(loaded.space.function or ""), dict(loaded.space.function_args)
+    untuned = UNTUNED[loaded.space.function]
     start = time.perf_counter()
     default = fn(**args, **untuned)  # also fills the embedding cache, as the study's first trial would
     default_s = time.perf_counter() - start

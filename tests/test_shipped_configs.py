@@ -152,7 +152,7 @@ def test_tune_space(path: Path) -> None:
     loaded = load_space(path, _recipe_inputs(path))  # validates the base run config with every sampled parameter value
     where = str(path.relative_to(REPO))
     problems = _section_problems(loaded.space, where)  # champion.confirm, champion.general
-    if loaded.base is not None:
+    if loaded.space.trial == "train":
         problems += run_config_problems(loaded.base, f"{where}: base_config {loaded.space.base_config}")
     for key, value in loaded.space.function_args.items():
         if key in ("model", "reranker"):

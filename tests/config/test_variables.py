@@ -8,6 +8,7 @@ import pytest
 from lmplatform.config.loader import ConfigError, read_yaml
 from lmplatform.config.variables import extend, substitute
 from lmplatform.pipeline.config import load_pipeline_config
+from lmplatform.tune.kinds.pipeline import trial_pipeline
 from lmplatform.tune.space import load_space
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,8 +50,8 @@ def test_the_openoffice_pipeline_and_study_are_the_tracker_recipe_on_openoffice(
         load_pipeline_config("configs/pipelines/tracker_system.yaml")
     # The study's variables reach its pipeline: one data root for both.
     space = load_space("tune_spaces/tracker_system.yaml", ["vars.data_root=runs/data/mine"])
-    assert space.trial_pipeline({}).stages[0].pairs.relations == "runs/data/mine/pairs.jsonl"
+    assert trial_pipeline(space, {}).stages[0].pairs.relations == "runs/data/mine/pairs.jsonl"
     assert space.space.champion.confirm.distractors.paths == ["runs/data/mine/reports.jsonl"]
     study = load_space("tune_spaces/openoffice_system.yaml")
-    assert study.trial_pipeline({}).stages == load_pipeline_config(
+    assert trial_pipeline(study, {}).stages == load_pipeline_config(
         "configs/pipelines/openoffice_system.yaml", study.space.overrides).stages

@@ -106,8 +106,8 @@ def test_without_its_registration_the_section_is_an_unknown_field(tmp_path: Path
 
 
 def test_preflight_and_a_study_read_the_kind_from_its_spec(count_kind, tmp_path: Path) -> None:
+    from lmplatform.tune.kinds.pipeline import stage_cpus
     from lmplatform.tune.metrics import pipeline_reported_metrics
-    from lmplatform.tune.pipeline_trial import stage_cpus
 
     cfg = _pipeline(tmp_path, tmp_path / "missing.txt", cpus=1.5)
     [problem] = stage_problems(cfg, cfg.stage("lines"), [])

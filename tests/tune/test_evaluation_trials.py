@@ -47,7 +47,7 @@ CHOICE = "tasks.sts.encoders.tiny.max_seq_length: {distribution: choice, values:
 
 def test_an_evaluation_space_is_checked_against_its_config(tiny_bert: Path, tmp_path: Path, mlflow_uri: str) -> None:
     loaded = load_space(_space(tmp_path, tiny_bert, mlflow_uri, CHOICE))
-    assert loaded.base_evaluation is not None and loaded.base_evaluation.tasks[0].encoders[0].max_seq_length == 32
+    assert loaded.base is not None and loaded.base.tasks[0].encoders[0].max_seq_length == 32
     refusals = [
         ("tasks.sts.encoders.huge.max_seq_length: {distribution: choice, values: [8]}",
          METRIC, r"tasks.sts.encoders has no entry 'huge'; its entries: tiny"),

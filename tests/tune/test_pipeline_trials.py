@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lmplatform.tune.kinds.pipeline import trial_pipeline
 from lmplatform.tune.space import SpaceError, load_space
 from tests.conftest import write_duplicate_reports
 from tests.pipeline.test_stage_reuse import pipeline_spec
@@ -66,8 +67,8 @@ def _write(tmp_path: Path, tiny_bert: Path, mlflow_uri: str, **space: object) ->
 
 def test_a_pipeline_space_is_checked_against_its_stages(tmp_path, tiny_bert, mlflow_uri) -> None:
     loaded = load_space(_write(tmp_path, tiny_bert, mlflow_uri))
-    assert [stage.name for stage in loaded.base_pipeline.stages] == ["data", "mined", "train", "rerank", "system"]
-    assert loaded.trial_pipeline({"stages.train.run.optim.lr": 0.005}).stage("train").run["optim"]["lr"] == 0.005
+    assert [stage.name for stage in loaded.base.stages] == ["data", "mined", "train", "rerank", "system"]
+    assert trial_pipeline(loaded, {"stages.train.run.optim.lr": 0.005}).stage("train").run["optim"]["lr"] == 0.005
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -102,7 +103,8 @@ def test_a_study_of_pipelines_shares_stages_nests_runs_and_registers_its_winner(
 
     from lmplatform.pipeline.runner import REUSED_TAG, STAGE_TAG
     from lmplatform.pipeline.state import PipelineState
-    from lmplatform.tune.tuner import TRIAL_TAG, run_study
+    from lmplatform.tune.results import TRIAL_TAG
+    from lmplatform.tune.tuner import run_study
 
     result = run_study(_write(tmp_path, tiny_bert, mlflow_uri), verbose=0)
     assert len(result.trials) == 2 and {t["status"] for t in result.trials} == {"TERMINATED"}

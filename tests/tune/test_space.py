@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from lmplatform.tune.kinds.train import trial_config
 from lmplatform.tune.space import SpaceError, define_by_run, load_space
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ mode: min
 def test_a_good_mlm_space_loads_and_trial_configs_apply_the_values(tmp_path: Path, corpus_file: Path) -> None:
     loaded = load_space(_space(tmp_path, corpus_file, GOOD), ["optim.max_steps=3", "num_samples=5"])
     assert loaded.space.num_samples == 5 and loaded.base.optim.max_steps == 3
-    cfg = loaded.trial_config({"optim.lr": 2e-4, "objective.mask_probability": 0.2})
+    cfg = trial_config(loaded, {"optim.lr": 2e-4, "objective.mask_probability": 0.2})
     assert cfg.optim.lr == 2e-4 and cfg.objective.mask_probability == 0.2 and cfg.optim.max_steps == 3
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmplatform.tune.tuner import trial_run
+from lmplatform.tune.kinds.train import trial_run
 
 
 def test_a_trial_continues_its_own_run_only_when_that_run_exists(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ def test_a_study_logs_child_runs_and_plots_and_moves_the_champion_it_beats(
     from lmplatform.data.corpus import scan_corpus
     from lmplatform.tracking.mlflow_tracking import TrackedRun
     from lmplatform.tune.champion import evaluation_fingerprint, register_and_maybe_promote
+    from lmplatform.tune.kinds.train import trial_config
     from lmplatform.tune.space import load_space
     from tests.conftest import write_corpus
 
@@ -60,7 +61,7 @@ def test_a_study_logs_child_runs_and_plots_and_moves_the_champion_it_beats(
     space = _write_space(tmp_path, tiny_bert, corpus, mlflow_uri, "good", (3e-3, 1e-2), 2)
     # The current champion: measured the same way on the same data (the learning rate is no evaluation setting),
     # with a loss every run beats (a random BERT's MLM loss starts near ln(30522) = 10.3).
-    cfg = load_space(space).trial_config({"optim.lr": 1e-3})
+    cfg = trial_config(load_space(space), {"optim.lr": 1e-3})
     fingerprint = evaluation_fingerprint(cfg, scan_corpus(cfg.data, use_ray=False).report.fingerprint, "val_mlm_loss")
     holder = TrackedRun.start(mlflow_uri, "tune-tests", "earlier-champion")
     holder.log_artifacts(tiny_bert, "model")

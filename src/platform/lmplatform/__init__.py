@@ -7,10 +7,8 @@ is started or joined (`ray_runtime.ensure_ray`) and in every Train worker.
 
 The public surface (docs/python-api.md): the functions of `lmplatform.api` (run_training, run_pipeline, run_study,
 run_evaluation, serve, stop_serving, export, register_objective, register_evaluation, register_stage_kind,
-register_export_format), the encoders
-and the config
-models. Everything else may change between releases. (No public name is a subpackage's: `lmplatform.train`, once
-imported, is the train/ package.)
+register_trial_kind, register_export_format), the encoders and the config models. Everything else may change between
+releases. (No public name is a subpackage's: `lmplatform.train`, once imported, is the train/ package.)
 """
 from __future__ import annotations
 
@@ -22,7 +20,8 @@ __version__ = "0.1.0"
 # name -> the module it lives in
 PUBLIC: dict[str, str] = {
     **dict.fromkeys(("run_training", "run_pipeline", "run_study", "run_evaluation", "serve", "stop_serving", "export",
-                     "register_objective", "register_evaluation", "register_stage_kind", "register_export_format"),
+                     "register_objective", "register_evaluation", "register_stage_kind", "register_trial_kind",
+                     "register_export_format"),
                     "lmplatform.api"),
     "Encoder": "lmplatform.models.encoder",
     "CrossEncoder": "lmplatform.models.cross_encoder",

@@ -20,6 +20,7 @@ from lmplatform.objectives.run_config import RunConfig, load_run_config
 from lmplatform.pipeline import kinds as stage_kinds
 from lmplatform.pipeline.config import PipelineConfig, load_pipeline_config
 from lmplatform.ray_runtime import ensure_ray
+from lmplatform.tune import trial_kinds
 from lmplatform.tune.space import load_space
 
 if TYPE_CHECKING:
@@ -114,6 +115,13 @@ def register_stage_kind(spec: object) -> None:
     setting its section, `<spec.name>: {...}`."""
 
     stage_kinds.register(spec)  # type: ignore[arg-type]
+
+
+def register_trial_kind(spec: object) -> None:
+    """Add a kind of study trial defined outside the package (a `TrialSpec`, tune/trial_spec.py): a search space
+    selects it with `trial: <spec.name>` and gives its settings in `trial_args`."""
+
+    trial_kinds.register(spec)  # type: ignore[arg-type]
 
 
 def register_export_format(spec: object) -> None:

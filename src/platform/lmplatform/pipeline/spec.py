@@ -15,6 +15,9 @@ first use, with these functions (`StageImplementation`):
     reuse_content(ctx: StageContext) -> dict       what decides what the stage makes (its cache key)
     cpus(pipeline, stage) -> float                 CPUs it reserves at once (a study's trial needs as many)
     metric_names(pipeline, stage) -> set[str]      the metrics it reports (without the `<stage>/` prefix)
+    registration(ctx: StageRegistrationContext) -> StageRegistration
+                                                   kinds that `register`: what a study registers from the stage of its
+                                                   best trial, and how the champion gate scores it
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"  # a stage's name, a pairs stage's
 if TYPE_CHECKING:
     from lmplatform.pipeline.config import PipelineConfig, StageConfig
     from lmplatform.pipeline.state import PipelineState, StageState
+    from lmplatform.retrieval.settings import RetrievalValidationConfig, SearchSettings
 
 # What a later stage may name with `stage:<name>`: the trained model (in init_from, an objective's model fields or a
 # system's retriever), the one pairs file it writes (in data paths), or one of its files (`stage:<name>/<output>`).
@@ -73,6 +77,38 @@ class StageCheck:
     where: str
     will_run: Sequence[str]
     finished: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class StageRegistrationContext:
+    """What a study gives the stage of its best trial to say what it registers: the trial's pipeline, the stage, the
+    run's state, what its finished stages made (`runner.stage_outputs`) and the stage's folder."""
+
+    pipeline: "PipelineConfig"
+    stage: "StageConfig"
+    state: "PipelineState"
+    outputs: Mapping[str, str]
+    folder: Path
+
+
+@dataclass(frozen=True)
+class StageRegistration:
+    """What a study registers from a stage (kinds that `register`), for the champion gate (tune/kinds/pipeline.py).
+
+    - `source`: the training stage whose model is registered: the stage itself, or the one a system serves.
+    - `default_name`: the registered model's name unless the study's champion section names one.
+    - `selected_on`: a retrieval set the stage chose its settings on; a confirmation set must share no query with it.
+    - `search`: the settings a retrieval system was measured with; the gate then compares systems, not models.
+    - `text_metadata`: reads the metadata those settings' fusion needs, by text (only when the gate scores).
+    - `publish(tracking_uri, name, version)`: makes the registered version servable as measured, before the gate.
+    """
+
+    source: str
+    default_name: str
+    selected_on: Optional["RetrievalValidationConfig"] = None
+    search: Optional["SearchSettings"] = None
+    text_metadata: Optional[Callable[[], Mapping[str, Mapping[str, Any]]]] = None
+    publish: Optional[Callable[[str, str, str], Any]] = None
 
 
 class StageImplementation(Protocol):

@@ -20,9 +20,15 @@ from typing import Any, Mapping, Optional
 
 from lmplatform.evaluation.retrieval_validation import build_retrieval_set
 from lmplatform.evaluation.system import SetMetadata, SystemScorer, load_scorer, text_metadata
-from lmplatform.pipeline.config import PipelineConfig, StageConfig
+from lmplatform.pipeline.config import PipelineConfig, StageConfig, resolve_references
 from lmplatform.pipeline.preflight import Problem, data_config_problems, file_problem, model_problems
-from lmplatform.pipeline.spec import STAGE_PREFIX, StageCheck, StageContext
+from lmplatform.pipeline.spec import (
+    STAGE_PREFIX,
+    StageCheck,
+    StageContext,
+    StageRegistration,
+    StageRegistrationContext,
+)
 from lmplatform.pipeline.stage_run import run_untrained, section_content, stage_tracking
 from lmplatform.pipeline.state import PIPELINE_TAG, PipelineState
 from lmplatform.pipeline.system_config import SystemConfig, SystemMetadataConfig, system_metric_names
@@ -179,6 +185,28 @@ def _measure_and_register(ctx: StageContext) -> SystemResult:
         print(f"[lmp] {ctx.label}: registered {resolved.register_as.name} version {version} with its index and settings",
               flush=True)
     return result
+
+
+def registration(ctx: StageRegistrationContext) -> StageRegistration:
+    """A system registers its retriever (a training stage of the pipeline) with its index, settings and re-ranker;
+    the gate compares it as served, and its confirmation set must be held out from the system's select set too."""
+    system = SystemConfig.model_validate(resolve_references(ctx.stage.section.model_dump(mode="json"), ctx.outputs))
+    record = ctx.state.stages[ctx.stage.name]
+    settings = SearchSettings.model_validate(record.search)
+    metadata = system.metadata
+
+    def publish(tracking_uri: str, name: str, version: str) -> None:
+        if system.index is not None:
+            publish_system(system, tracking_uri, name, version, record.model_dir or "", settings,
+                           record.reranker_run_id, ctx.folder)
+
+    return StageRegistration(
+        source=ctx.stage.section.retriever.removeprefix(STAGE_PREFIX),
+        default_name=system.register_as.name if system.register_as else f"{ctx.pipeline.name}-{ctx.stage.name}",
+        selected_on=system.select, search=settings,
+        text_metadata=(lambda: text_metadata(metadata.corpus, metadata.fields, metadata.fusion.read_fields()))
+        if metadata else None,
+        publish=publish)
 
 
 def _source_run(reference: Optional[str], state: PipelineState) -> Optional[str]:

@@ -19,7 +19,7 @@ from lmplatform.pipeline.preflight import (
     objective_model_fields,
     run_config_problems,
 )
-from lmplatform.pipeline.spec import StageCheck, StageContext
+from lmplatform.pipeline.spec import StageCheck, StageContext, StageRegistration, StageRegistrationContext
 from lmplatform.pipeline.state import (
     FAILED,
     FINISHED,
@@ -172,3 +172,7 @@ def metric_names(pipeline: PipelineConfig, stage: StageConfig) -> set[str]:
     cfg = _placeholder_run(pipeline, stage)
     # as a study's trial runs it: without the validation of its start model (tune/pipeline_trial.py)
     return reported_metrics(cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"validate_at_start": False})}))
+
+
+def registration(ctx: StageRegistrationContext) -> StageRegistration:
+    return StageRegistration(source=ctx.stage.name, default_name=f"{ctx.pipeline.name}-{ctx.stage.name}")

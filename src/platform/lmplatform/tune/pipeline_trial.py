@@ -1,4 +1,5 @@
-"""Pipeline trials: each trial runs a whole pipeline (`trial: pipeline`, `base_pipeline:`) with its values.
+"""Pipeline trials inside Tune: each trial runs a whole pipeline (`trial: pipeline`, `base_pipeline:`) with its values
+(tune/kinds/pipeline.py checks the space and registers the winner).
 
 - Parameters address stage fields by stage name (`stages.biencoder.run.optim.lr`), applied as pipeline overrides.
 - Stage reuse is on: a stage whose resolved config and inputs match one that any trial already ran is taken
@@ -13,16 +14,15 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from lmplatform.pipeline.config import load_pipeline_config
 from lmplatform.pipeline.runner import run_pipeline
-from lmplatform.runtime import resolve_storage_path
-from lmplatform.tune.results import RUN_ID_KEY, STUDY_TAG, TRIAL_TAG
+from lmplatform.tune.results import RUN_ID_KEY, STUDY_TAG, TRIAL_TAG, trial_pipeline_name
 from lmplatform.tune.space import param_overrides
+from lmplatform.tune.trial_spec import StudyRun
 
 
 def stage_metrics(stage: str, metrics: dict[str, Any]) -> dict[str, float]:
@@ -55,12 +55,7 @@ class TuneStageReporter:
             tune.report(stage_metrics(stage, report))
 
 
-def trial_pipeline_name(study: str, trial_id: str) -> str:
-    return f"{study}.{trial_id}"
-
-
-def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: list[str], parent_run_id: str,
-                   tracking_uri: str, experiment: str, study: str) -> None:
+def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: list[str], study: StudyRun) -> None:
     """One pipeline trial; its last report carries every stage's metrics and its MLflow run id."""
     from ray import tune
 
@@ -74,31 +69,12 @@ def pipeline_trial(config: dict[str, Any], *, base_pipeline: str, overrides: lis
     quiet = [f"stages.{stage.name}.{item}" for stage in base.stages for item in stage.spec.study_overrides]
     cfg = load_pipeline_config(base_pipeline, [
         *overrides, *param_overrides(config), *quiet, "reuse.enabled=true",
-        f"tracking.tracking_uri={tracking_uri}", f"tracking.experiment={experiment}",
+        f"tracking.tracking_uri={study.tracking_uri}", f"tracking.experiment={study.experiment}",
     ])
-    result = run_pipeline(cfg, run_name=trial_pipeline_name(study, trial_id), parent_run_id=parent_run_id,
-                          tags={STUDY_TAG: study, TRIAL_TAG: trial_id}, params=config, reporter=TuneStageReporter())
+    result = run_pipeline(cfg, run_name=trial_pipeline_name(study.study, trial_id), parent_run_id=study.parent_run_id,
+                          tags={STUDY_TAG: study.study, TRIAL_TAG: trial_id}, params=config, reporter=TuneStageReporter())
     final: dict[str, Any] = {}
     for name, record in result.state.stages.items():
         final |= stage_metrics(name, record.metrics)
     final["stages_reused"] = float(sum(1 for record in result.state.stages.values() if record.reused_from))
     tune.report({**final, RUN_ID_KEY: result.parent_run_id})
-
-
-def stage_cpus(pipeline: Any) -> float:
-    """CPUs the largest stage of a pipeline reserves at once (training workers, mining actors, a system stage's
-    task or index encoder): what one trial needs to make progress."""
-
-    return max([0.0, *(stage.spec.module().cpus(pipeline, stage) for stage in pipeline.stages)])
-
-
-def concurrent_trials(pipeline: Any, cluster_cpus: float) -> int:
-    """How many trials the cluster holds at once, each at its largest stage (at least one)."""
-    need = stage_cpus(pipeline)
-    return max(1, int(cluster_cpus // need)) if need > 0 else max(1, int(cluster_cpus))
-
-
-def trial_state_folder(loaded: Any, study: str, trial_id: str) -> Path:
-    """Where the pipeline of a study's trial keeps its state."""
-
-    return Path(resolve_storage_path(loaded.base_pipeline.storage_path)) / trial_pipeline_name(study, trial_id)

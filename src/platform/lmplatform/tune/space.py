@@ -13,20 +13,18 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, TypeVar, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lmplatform.config.base import Section
 from lmplatform.config.loader import ConfigError, apply_overrides, parse_yaml, read_yaml
 from lmplatform.config.variables import VARS_KEY, extend, substitute
-from lmplatform.evaluation.config import EvaluationConfig, load_evaluation_config
 from lmplatform.evaluation.stage_evaluation import StageEvaluationConfig
-from lmplatform.objectives.registry import objective_names
-from lmplatform.objectives.run_config import RunConfig, load_run_config, reported_metrics
-from lmplatform.pipeline.config import load_pipeline_config
 from lmplatform.retrieval.settings import RetrievalValidationConfig
 from lmplatform.runtime import project_root
 from lmplatform.tracking.mlflow_tracking import flatten
-from lmplatform.tune.metrics import is_corpus_metric, pipeline_reported_metrics
+from lmplatform.tune import trial_kinds
+from lmplatform.tune.metrics import is_corpus_metric
+from lmplatform.tune.trial_spec import TrialSpec
 
 T = TypeVar("T")
 
@@ -183,7 +181,10 @@ class ChampionSpec(Section):
 class SearchSpace(Section):
     study: str = Field(..., min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
-    trial: Literal["train", "function", "pipeline", "evaluation"] = "train"
+    trial: str = Field("train", description="What one trial runs: train (a run config), function (a Python "
+                       "function), pipeline, evaluation, or a kind registered outside the package (tune/trial_spec.py).")
+    trial_args: dict[str, Any] = Field(default_factory=dict, description="Settings of a trial kind registered outside "
+                                       "the package; its `check` validates them.")
     requires: list[str] = Field(default_factory=list, description="Objectives this study needs (train trials).")
     base_config: Optional[str] = Field(None, description="Run config a train trial starts from (relative to the project).")
     base_pipeline: Optional[str] = Field(
@@ -214,32 +215,39 @@ class SearchSpace(Section):
     champion: ChampionSpec = Field(default_factory=ChampionSpec)
     storage_path: str = Field("runs/tune", description="Where Tune keeps study state (resume reads it).")
 
+    @field_validator("trial")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        try:
+            trial_kinds.trial_spec(value)
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0])) from None
+        return value
+
+    @property
+    def kind(self) -> TrialSpec:
+        return trial_kinds.trial_spec(self.trial)
+
     @model_validator(mode="after")
     def _kind_fields(self) -> "SearchSpace":
-        if self.trial == "train" and not self.base_config:
-            raise ValueError("train trials need 'base_config'")
-        if self.trial == "function" and not self.function:
-            raise ValueError("function trials need 'function: module:callable'")
-        if self.trial == "pipeline" and not self.base_pipeline:
-            raise ValueError("pipeline trials need 'base_pipeline' (a pipeline YAML)")
-        if self.trial == "evaluation" and not self.base_evaluation:
-            raise ValueError("evaluation trials need 'base_evaluation' (an evaluation config YAML)")
+        kind = self.kind
+        if kind.runs and not getattr(self, kind.runs):
+            raise ValueError(f"{self.trial} trials need '{kind.runs}' ({kind.runs_what})")
         if self.objectives and self.scheduler.name == "asha":
             raise ValueError("multi-objective studies cannot use the asha scheduler (it needs one metric); use fifo")
         if isinstance(self.max_concurrent, int) and self.max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1 or 'auto', got {self.max_concurrent}")
-        if self.max_concurrent == "auto" and self.trial != "pipeline":
-            raise ValueError("max_concurrent 'auto' sizes pipeline trials by their stages; give train, function and evaluation "
-                             "trials a number")
+        if self.max_concurrent == "auto" and not kind.sizes_concurrency:
+            sized = [name for name in trial_kinds.trial_kind_names() if trial_kinds.trial_spec(name).sizes_concurrency]
+            raise ValueError(f"max_concurrent 'auto' sizes {' and '.join(sized)} trials by what they reserve; give "
+                             f"{self.trial} trials a number")
         if self.scheduler.metric and self.scheduler.name != "asha":
             raise ValueError("scheduler.metric is what ASHA compares; the fifo scheduler stops nothing: remove it")
         return self
 
     def trial_cpus(self) -> float:
         """What one trial reserves: `resources.cpu`, or the default of its kind (see TrialResources)."""
-        if self.resources.cpu is not None:
-            return self.resources.cpu
-        return {"function": 0.01, "evaluation": 1.0}.get(self.trial, 0.0)
+        return self.resources.cpu if self.resources.cpu is not None else self.kind.cpus
 
     @property
     def targets(self) -> list[ObjectiveTarget]:
@@ -247,41 +255,23 @@ class SearchSpace(Section):
 
 
 class LoadedSpace(BaseModel):
-    """A validated space plus what was resolved while checking it."""
+    """A validated space plus what was resolved while checking it: `base`, the validated config its trials start from
+    (a `RunConfig`, `PipelineConfig` or `EvaluationConfig`, as its kind's `check` returns; None for function trials)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     path: Path
     space: SearchSpace
-    base: Optional[RunConfig] = None
-    base_pipeline: Optional[Any] = None  # the validated PipelineConfig of a pipeline study
-    base_evaluation: Optional[EvaluationConfig] = None
+    base: Optional[Any] = None
     base_overrides: list[str] = Field(default_factory=list)
 
     def trial_overrides(self, params: dict[str, Any]) -> list[str]:
         return [*self.base_overrides, *param_overrides(params)]
 
-    def trial_config(self, params: dict[str, Any]) -> RunConfig:
-        return load_run_config(self.base_config_path, self.trial_overrides(params))
-
     @property
-    def base_config_path(self) -> Path:
-        return resolve_project_path(self.space.base_config or "")
-
-    @property
-    def base_pipeline_path(self) -> Path:
-        return resolve_project_path(self.space.base_pipeline or "")
-
-    @property
-    def base_evaluation_path(self) -> Path:
-        return resolve_project_path(self.space.base_evaluation or "")
-
-    def trial_pipeline(self, params: dict[str, Any]) -> Any:
-        """The PipelineConfig a pipeline trial with these values runs."""
-        return load_pipeline_config(self.base_pipeline_path, self.trial_overrides(params))
-
-    def load_function(self) -> Callable[..., Any]:
-        return import_callable(self.space.function or "")
+    def base_path(self) -> Path:
+        """The file the kind's `runs` field names, resolved against the project."""
+        return resolve_project_path(getattr(self.space, self.space.kind.runs or "") or "")
 
 
 def split_overrides(overrides: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -326,7 +316,7 @@ def _yaml_scalar(value: Any) -> str:
 
 
 # -- line tracking -----------------------------------------------------------
-class _Lines:
+class SpaceLines:
     """YAML key path -> line number (1-based), from the composed node tree."""
 
     def __init__(self, text: str):
@@ -358,12 +348,12 @@ class _Lines:
         return None
 
 
-def _where(source: Path, lines: _Lines, path: tuple[Any, ...]) -> str:
+def where(source: Path, lines: SpaceLines, path: tuple[Any, ...]) -> str:
     line = lines.line(path)
     return f"{source}:{line}" if line else str(source)
 
 
-def _pydantic_errors(exc: ValidationError, source: Path, lines: _Lines) -> str:
+def _pydantic_errors(exc: ValidationError, source: Path, lines: SpaceLines) -> str:
     out = [f"invalid search space {source}: {exc.error_count()} problem(s)"]
     for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
@@ -374,7 +364,7 @@ def _pydantic_errors(exc: ValidationError, source: Path, lines: _Lines) -> str:
             msg = "required field is missing"
         else:
             msg = f"got {err.get('input')!r}; {err['msg']}".replace("Value error, ", "")
-        out.append(f"  {_where(source, lines, loc)}: {field}: {msg}")
+        out.append(f"  {where(source, lines, loc)}: {field}: {msg}")
     return "\n".join(out)
 
 
@@ -402,7 +392,7 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
         data = parse_yaml(text)
     except yaml.YAMLError as exc:
         raise SpaceError(f"{source}: not valid YAML: {exc}") from None
-    lines = _Lines(text)
+    lines = SpaceLines(text)
     if not isinstance(data, dict):
         raise SpaceError(f"{source}: the top level must be a mapping (study, parameters, metric, ...)")
     space_sets, run_sets = split_overrides(extra_overrides)
@@ -416,133 +406,44 @@ def load_space(path: str | Path, extra_overrides: list[str] | tuple[str, ...] = 
         space = SearchSpace.model_validate(data)
     except ValidationError as exc:
         raise SpaceError(_pydantic_errors(exc, source, lines)) from None
-    if run_sets and space.trial == "function":
-        raise SpaceError(f"{source}: --set {run_sets[0]!r}: function trials have no run config; "
+    if run_sets and not space.kind.has_base_config:
+        raise SpaceError(f"{source}: --set {run_sets[0]!r}: {space.trial} trials have no base config; "
                          f"set a space field instead ({', '.join(SearchSpace.model_fields)})")
     # A pipeline study's variables are its pipeline's too (the data root a recipe reads, set once for both).
     shared = [f"{VARS_KEY}.{name}={_yaml_scalar(value)}" for name, value in variables.items()
-              if value is not None and space.trial == "pipeline"]
+              if value is not None and space.kind.shares_variables]
     loaded = LoadedSpace(path=source, space=space, base_overrides=[*shared, *space.overrides, *run_sets])
-    if space.trial == "train":
-        _check_train_space(loaded, lines)
-    elif space.trial == "pipeline":
-        _check_pipeline_space(loaded, lines)
-    elif space.trial == "evaluation":
-        _check_evaluation_space(loaded, lines)
-    else:
-        _check_function_space(loaded, lines)
+    loaded.base = space.kind.module().check(loaded, lines)
     return loaded
 
 
-def _load_base(loaded: LoadedSpace, lines: _Lines, field: str, what: str,
-               load: Callable[[Path, list[str]], T]) -> tuple[T, Callable[[str], T]]:
-    """The space's base config (the file its `field` names) with the space's overrides, and a loader of it with one
-    override more, for the parameters' checks; a missing file or an invalid result is a SpaceError."""
-    path: Path = getattr(loaded, f"{field}_path")
+def load_base(loaded: LoadedSpace, lines: SpaceLines, what: str,
+              load: Callable[[Path, list[str]], T]) -> tuple[T, Callable[[str], T]]:
+    """The space's base config (the file its kind's `runs` field names) with the space's overrides, and a loader of it
+    with one override more, for the parameters' checks; a missing file or an invalid result is a SpaceError."""
+    path, field = loaded.base_path, loaded.space.kind.runs or ""
     if not path.is_file():
-        raise SpaceError(f"{_where(loaded.path, lines, (field,))}: {field} {getattr(loaded.space, field)!r} not found ({path})")
+        raise SpaceError(f"{where(loaded.path, lines, (field,))}: {field} {getattr(loaded.space, field)!r} not found ({path})")
     try:
         base = load(path, loaded.base_overrides)
     except ConfigError as exc:
-        raise SpaceError(f"{_where(loaded.path, lines, ('overrides',))}: {what} with the space's overrides is "
+        raise SpaceError(f"{where(loaded.path, lines, ('overrides',))}: {what} with the space's overrides is "
                          f"invalid:\n{exc}") from None
     return base, lambda override: load(path, [*loaded.base_overrides, override])
 
 
-def _check_values(loaded: LoadedSpace, lines: _Lines, name: str, param: Parameter, what: str,
+def check_values(loaded: LoadedSpace, lines: SpaceLines, name: str, param: Parameter, what: str,
                   load: Callable[[str], object]) -> None:
     """Each sampled extreme of a parameter, applied as an override by `load`, must give a valid config."""
     for value in param.sample_values():
         try:
             load(f"{name}={_yaml_scalar(value)}")
         except ConfigError as exc:
-            raise SpaceError(f"{_where(loaded.path, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
+            raise SpaceError(f"{where(loaded.path, lines, ('parameters', name))}: parameter {name!r} with value {value!r} "
                              f"does not fit {what}:\n{exc}") from None
 
 
-def _check_train_space(loaded: LoadedSpace, lines: _Lines) -> None:
-    space, source = loaded.space, loaded.path
-    missing = [name for name in space.requires if name not in objective_names()]
-    if missing:
-        raise SpaceError(
-            f"{_where(source, lines, ('requires',))}: this study needs objective(s) {', '.join(missing)}, "
-            f"which this installation does not have; available objectives: {', '.join(sorted(objective_names()))}"
-        )
-    loaded.base, with_override = _load_base(loaded, lines, "base_config", "the base run config", load_run_config)
-    for name, param in space.parameters.items():
-        _check_values(loaded, lines, name, param, f"the base run config {space.base_config}", with_override)
-        _check_conditions(loaded, lines, name, param)
-    objective = loaded.base.objective.name
-    allowed = reported_metrics(loaded.base)
-    for index, target in enumerate(space.targets):
-        key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
-        if target.metric not in allowed:
-            raise SpaceError(
-                f"{_where(source, lines, key)}: metric {target.metric!r} is never reported by a "
-                f"{objective!r} trial; it reports: {', '.join(sorted(allowed))}"
-                + (" (val_ir_* metrics need a retrieval_validation section in the base config)"
-                   if is_corpus_metric(target.metric) else "")
-            )
-    _check_champion(loaded, lines)
-
-
-def _check_pipeline_space(loaded: LoadedSpace, lines: _Lines) -> None:
-    """Every parameter must address a stage field the base pipeline accepts, with its sampled values; every
-    target must be a metric some stage reports (`<stage>/<metric>`)."""
-    space, source = loaded.space, loaded.path
-    loaded.base_pipeline, with_override = _load_base(loaded, lines, "base_pipeline", "the base pipeline",
-                                                     load_pipeline_config)
-    stages = [stage.name for stage in loaded.base_pipeline.stages]
-    for name, param in space.parameters.items():
-        parts = name.split(".")
-        if parts[0] == "stages" and (len(parts) < 3 or parts[1] not in stages):
-            raise SpaceError(f"{_where(source, lines, ('parameters', name))}: parameter {name!r} names no stage of "
-                             f"{space.base_pipeline}; its stages: {', '.join(stages)} (address a field as "
-                             "stages.<stage>.<field>..., e.g. stages.<stage>.run.optim.lr)")
-        _check_values(loaded, lines, name, param, f"the base pipeline {space.base_pipeline}", with_override)
-        for cond in param.when:
-            if cond not in space.parameters:
-                raise SpaceError(f"{_where(source, lines, ('parameters', name, 'when', cond))}: condition on {cond!r}, "
-                                 "which is not a searched parameter")
-    allowed = pipeline_reported_metrics(loaded.base_pipeline)
-    targets = [(("metric",) if i == 0 else ("objectives", i - 1, "metric"), t.metric) for i, t in enumerate(space.targets)]
-    if space.scheduler.metric:
-        targets.append((("scheduler", "metric"), space.scheduler.metric))
-    for key, metric in targets:
-        if metric not in allowed:
-            raise SpaceError(f"{_where(source, lines, key)}: metric {metric!r} is never reported by a trial of "
-                             f"{space.base_pipeline}; its stages report: {', '.join(sorted(allowed))}")
-    champion = space.champion
-    if champion.register_best:
-        trained = [stage.name for stage in loaded.base_pipeline.stages if stage.spec.registers]
-        if champion.stage is not None and champion.stage not in trained:
-            raise SpaceError(f"{_where(source, lines, ('champion', 'stage'))}: champion.stage {champion.stage!r} is not a "
-                             f"training or system stage of {space.base_pipeline}; those stages: {', '.join(trained) or 'none'}")
-        if not trained:
-            raise SpaceError(f"{_where(source, lines, ('champion',))}: {space.base_pipeline} trains no model to register; "
-                             "set champion.register_best: false")
-    _check_champion(loaded, lines)
-
-
-def _check_evaluation_space(loaded: LoadedSpace, lines: _Lines) -> None:
-    """Every parameter must address a field of the base evaluation config with each sampled value; every target must
-    name one of its tasks and that task's datasets (a report's metrics are <task>.<dataset>...)."""
-    space, source = loaded.space, loaded.path
-    loaded.base_evaluation, with_override = _load_base(loaded, lines, "base_evaluation", "the base evaluation",
-                                                       load_evaluation_config)
-    for name, param in space.parameters.items():
-        _check_values(loaded, lines, name, param, f"the base evaluation {space.base_evaluation}", with_override)
-    datasets = {task.task: [ds.name for ds in task.datasets] for task in loaded.base_evaluation.tasks}
-    for index, target in enumerate(space.targets):
-        key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
-        task, _, rest = target.metric.partition(".")
-        if task not in datasets or rest.partition(".")[0] not in datasets[task]:
-            raise SpaceError(f"{_where(source, lines, key)}: metric {target.metric!r} is not one {space.base_evaluation} "
-                             "reports: its metrics are <task>.<dataset>..., with "
-                             + "; ".join(f"task {t}: datasets {', '.join(names)}" for t, names in datasets.items()))
-
-
-def _check_champion(loaded: LoadedSpace, lines: _Lines) -> None:
+def check_champion(loaded: LoadedSpace, lines: SpaceLines) -> None:
     """A retrieval study's winner must be confirmed on data no trial saw, with a metric that set reports."""
     space, source = loaded.space, loaded.path
     champion = space.champion
@@ -550,7 +451,7 @@ def _check_champion(loaded: LoadedSpace, lines: _Lines) -> None:
         return
     if is_corpus_metric(space.metric) and champion.confirm is None:
         raise SpaceError(
-            f"{_where(source, lines, ('champion',))}: a study that targets {space.metric!r} must confirm its winner on a "
+            f"{where(source, lines, ('champion',))}: a study that targets {space.metric!r} must confirm its winner on a "
             "held-out retrieval set no trial saw: set champion.confirm (pairs, split, distractors), or "
             "champion.register_best: false"
         )
@@ -559,52 +460,23 @@ def _check_champion(loaded: LoadedSpace, lines: _Lines) -> None:
         known = {f"val_{m}" for m in champion.confirm.per_query_metric_names()}
         if f"val_{metric}" not in known:
             raise SpaceError(
-                f"{_where(source, lines, ('champion', 'confirm_metric'))}: the gate's metric {metric!r} is not one the "
+                f"{where(source, lines, ('champion', 'confirm_metric'))}: the gate's metric {metric!r} is not one the "
                 f"confirmation set reports; choose one of {', '.join(sorted(m[4:] for m in known))}"
             )
         pairs = champion.confirm.pairs
         if pairs is None:
-            raise SpaceError(f"{_where(source, lines, ('champion', 'confirm'))}: champion.confirm.pairs is required "
+            raise SpaceError(f"{where(source, lines, ('champion', 'confirm'))}: champion.confirm.pairs is required "
                              "(the held-out pairs, e.g. a file kept apart with split: all)")
+
+
+def target_keys(space: SearchSpace) -> list[tuple[tuple[Any, ...], str]]:
+    """(YAML key path, metric) of each target: the study's metric, then its extra objectives'."""
+    return [(("metric",) if i == 0 else ("objectives", i - 1, "metric"), t.metric) for i, t in enumerate(space.targets)]
 
 
 def gate_metric(space: SearchSpace) -> str:
     """The per-query metric the champion gate decides on (`ir_*` naming)."""
     return space.champion.confirm_metric or space.metric.rsplit("/", 1)[-1].removeprefix("val_")
-
-def _check_conditions(loaded: LoadedSpace, lines: _Lines, name: str, param: Parameter) -> None:
-    known = flatten(loaded.base.model_dump(mode="json")) if loaded.base else {}
-    for cond in param.when:
-        if cond not in known and cond not in loaded.space.parameters:
-            raise SpaceError(
-                f"{_where(loaded.path, lines, ('parameters', name, 'when', cond))}: condition on {cond!r}, "
-                f"which is neither a searched parameter nor a field of the base run config"
-            )
-
-
-def _check_function_space(loaded: LoadedSpace, lines: _Lines) -> None:
-    space, source = loaded.space, loaded.path
-    try:
-        loaded.load_function()
-    except ValueError as exc:
-        raise SpaceError(f"{_where(source, lines, ('function',))}: function {space.function!r}: {exc}") from None
-    if not space.reports:
-        raise SpaceError(f"{_where(source, lines, ('function',))}: function trials must declare 'reports: [metric, ...]'")
-    for index, target in enumerate(space.targets):
-        key = ("metric",) if index == 0 else ("objectives", index - 1, "metric")
-        if target.metric not in space.reports:
-            raise SpaceError(
-                f"{_where(source, lines, key)}: metric {target.metric!r} is not among the function's reports: "
-                f"{', '.join(space.reports)}"
-            )
-    for name, param in space.parameters.items():
-        for cond in param.when:
-            if cond not in space.parameters and cond not in space.function_args:
-                raise SpaceError(
-                    f"{_where(source, lines, ('parameters', name, 'when', cond))}: condition on {cond!r}, "
-                    f"which is neither a searched parameter nor a function_args entry"
-                )
-
 
 def condition_holds(param: Parameter, chosen: dict[str, Any], fixed: dict[str, Any]) -> bool:
     for key, wanted in param.when.items():
@@ -637,6 +509,6 @@ class DefineByRun:
 
 def define_by_run(loaded: LoadedSpace) -> DefineByRun:
     fixed: dict[str, Any] = dict(loaded.space.function_args)
-    if loaded.base is not None:
+    if isinstance(loaded.base, BaseModel):  # a condition may read a field of the base config
         fixed.update(flatten(loaded.base.model_dump(mode="json")))
     return DefineByRun(dict(loaded.space.parameters), fixed)
