@@ -148,6 +148,37 @@ def rebuild(
     typer.echo(result.summary())
 
 
+@app.command("import")
+def bulk_import(
+    corpus: Path = typer.Option(..., "--corpus", help="The export's reports: JSONL (or CSV, Parquet) with id, title, "
+                                "description (or text) and metadata fields, as `lmp data import` writes reports.jsonl."),
+    metadata_fields: Optional[str] = typer.Option(None, "--metadata-fields",
+                                                  help="Fields kept as each document's metadata, comma-separated. "
+                                                  "Default: those the served version's metadata fusion reads."),
+    label_field: Optional[str] = typer.Option(None, "--label-field", help="Field copied as the document label."),
+    id_field: str = typer.Option("id", "--id-field", help="The report id field."),
+    replace: bool = typer.Option(False, "--replace", help="Drop the served documents the export lacks (default: keep "
+                                 "them beside its reports)."),
+    name: str = typer.Option("lmp", help="Application name."),
+    address: str = typer.Option("auto", help="Ray address of the cluster running the application."),
+) -> None:
+    """Load a whole export into the live index as a new index version (a Ray Data job on the cluster), then
+    hot-reload onto it. Its reports replace the served copies of the same ids; changes made while it builds are
+    applied on top, none lost (needs live.dir)."""
+    from lmplatform.serving import control
+    from lmplatform.serving.rebuild import BulkImport
+
+    fields = tuple(f for f in metadata_fields.split(",") if f) if metadata_fields is not None else None
+    bulk = BulkImport(str(corpus), id_field, label_field=label_field, metadata_fields=fields, replace=replace)
+    try:
+        ensure_ray(address)
+        result = control.rebuild(name, progress=lambda line: typer.echo(f"[lmp] {line}", err=True), bulk=bulk)
+    except _errors() as exc:
+        fail(str(exc))
+        return
+    typer.echo(result.summary())
+
+
 @app.command("status")
 def status(
     name: str = typer.Option("lmp", help="Application name."),

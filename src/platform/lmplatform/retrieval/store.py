@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from lmplatform.data.fields import join_fields, parse_time
 from lmplatform.data.readers import BadRow, DataError, detect_format, read_rows
@@ -177,33 +177,47 @@ class DocumentStore:
                             f"e.g. {missing[:3]}")
 
 
+def store_records(corpus: str | Path | Iterable[str | Path], id_field: str = "id", title_field: str = "title",
+                  text_fields: Sequence[str] = ("text",), label_field: Optional[str] = None,
+                  metadata_fields: Sequence[str] = (), audit: Optional[MetadataAudit] = None,
+                  bad_rows: Optional[list[BadRow]] = None) -> Iterator[dict[str, Any]]:
+    """A corpus's rows as store records: id, title, text (text fields joined with '. '), label and the
+    `metadata_fields` that hold a scalar. Rows without an id are skipped; unreadable rows are skipped and kept in
+    `bad_rows` (when given); the metadata values a fusion cannot read are counted into `audit`."""
+    paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
+    for path in paths:
+        for row in read_rows(str(path), detect_format(path)):
+            if isinstance(row, BadRow):
+                if bad_rows is not None:
+                    bad_rows.append(row)
+                continue
+            if row.fields.get(id_field) is None:
+                continue
+            record = {"id": str(row.fields[id_field]), "title": str(row.fields.get(title_field) or ""),
+                      "text": join_fields(row.fields, list(text_fields))}
+            if label_field and row.fields.get(label_field) is not None:
+                record["label"] = str(row.fields[label_field])
+            if metadata := scalar_fields(row.fields, metadata_fields):
+                record["metadata"] = metadata
+            if metadata_fields and audit is not None:
+                audit.count(record["id"], row.fields, metadata_fields)
+            yield record
+
+
 def write_document_store(corpus: str | Path | Iterable[str | Path], out_file: str | Path, id_field: str = "id",
                          title_field: str = "title", text_fields: Sequence[str] = ("text",),
                          label_field: Optional[str] = None, metadata_fields: Sequence[str] = (),
                          audit: Optional[MetadataAudit] = None) -> int:
-    """Copy id, title, text (text fields joined with '. '), label and the `metadata_fields` that hold a scalar of a
-    corpus into a store; returns rows written. The metadata values a fusion cannot read are counted into `audit`
-    (`MetadataAudit`: its time_fields are read as times) and logged."""
+    """Copy a corpus's `store_records` into a store; returns rows written. The metadata values a fusion cannot read
+    are counted into `audit` (`MetadataAudit`: its time_fields are read as times) and logged."""
     audit = audit if audit is not None else MetadataAudit()
-    paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
     out_file = Path(out_file)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     written = 0
     with out_file.open("w", encoding="utf-8") as handle:
-        for path in paths:
-            for row in read_rows(str(path), detect_format(path)):
-                if isinstance(row, BadRow) or row.fields.get(id_field) is None:
-                    continue
-                record = {"id": str(row.fields[id_field]), "title": str(row.fields.get(title_field) or ""),
-                          "text": join_fields(row.fields, list(text_fields))}
-                if label_field and row.fields.get(label_field) is not None:
-                    record["label"] = str(row.fields[label_field])
-                if metadata := scalar_fields(row.fields, metadata_fields):
-                    record["metadata"] = metadata
-                if metadata_fields:
-                    audit.count(record["id"], row.fields, metadata_fields)
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                written += 1
+        for record in store_records(corpus, id_field, title_field, text_fields, label_field, metadata_fields, audit):
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            written += 1
     if metadata_fields:
         (logger.warning if audit.unreadable else logger.info)("%s: %s", out_file, audit.line())
     return written

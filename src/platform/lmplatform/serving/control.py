@@ -22,10 +22,11 @@ import copy
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from lmplatform.serving.app import INGRESS, MODEL_DEPLOYMENTS, WRITER, ingress_user_config, model_user_config
-from lmplatform.serving.rebuild import rebuild_index
+from lmplatform.serving.rebuild import BulkImport, rebuild_index
 from lmplatform.serving.release import Release, alias_version, check_release, collection_for, release_for
 from lmplatform.serving.replicas import lacking
 from lmplatform.serving.settings import ServeSettings, parse_settings
@@ -226,17 +227,24 @@ def reload(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional
     return ReloadResult(name, current.id, new.id, True, time.perf_counter() - start_time)
 
 
-def rebuild(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional[Callable[[str], None]] = None) -> ReloadResult:
+def rebuild(name: str = DEFAULT_APP, timeout_s: float = 300.0, progress: Optional[Callable[[str], None]] = None,
+            bulk: Optional[BulkImport] = None) -> ReloadResult:
     """Rebuild the index of the version the alias names now from the documents served now (Ray Data), log it with the
     version, and reload the app onto it: the new champion's index, or a fresh one of the served version (a replica
-    then replays only the changes made since)."""
+    then replays only the changes made since).
+
+    bulk: a whole export loaded as the collection's documents (`lmp serve import`): the index holds its reports and,
+    unless `bulk.replace`, the served documents it lacks, as of the change log's seq at the cut; every replica applies
+    the changes made after the cut on top."""
     app, config = _deployed(name)
     settings = parse_settings(config.get("args") or {})
     if not settings.live.enabled:
         raise ServeControlError(f"application {name!r} serves a read-only index (live.dir is not set): nothing to rebuild "
-                                "from; build a new index with ray_jobs/build_index.py")
+                                "or import into; build a new index with ray_jobs/build_index.py")
+    if bulk is not None and not Path(bulk.corpus).is_file():
+        raise ServeControlError(f"--corpus: {bulk.corpus} does not exist")
     say = progress or (lambda _line: None)
-    say(rebuild_index(settings, active_release(app), release_for(settings), _writer(name), say).summary())
+    say(rebuild_index(settings, active_release(app), release_for(settings), _writer(name), say, bulk).summary())
     return reload(name, timeout_s, progress)
 
 

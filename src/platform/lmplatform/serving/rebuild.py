@@ -17,13 +17,15 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
+from lmplatform.data.readers import BadRow
 from lmplatform.retrieval.build import build_bm25_index, build_index_from_shards, encode_corpus_to_shards
 from lmplatform.retrieval.index import META_FILE, IndexParams
-from lmplatform.retrieval.store import DOCUMENTS_FILE
+from lmplatform.retrieval.settings import MetadataFusionConfig
+from lmplatform.retrieval.store import DOCUMENTS_FILE, MetadataAudit, store_records
 from lmplatform.serving.changelog import Change
 from lmplatform.serving.live import LIVE_FILE, index_seq
 from lmplatform.serving.release import (
@@ -47,23 +49,29 @@ class RebuildResult:
     encode_seconds: float
     seconds: float
     artifact: str
+    imported: Optional[ImportCount] = None  # a bulk import's counts
 
     def summary(self) -> str:
-        return (f"index of version {self.version} rebuilt as of change {self.seq}: {self.documents} documents "
+        how = "built from an import" if self.imported else "rebuilt"
+        return (f"index of version {self.version} {how} as of change {self.seq}: {self.documents} documents "
                 f"(encoded in {self.encode_seconds:.1f}s, {self.seconds:.1f}s in all), logged as {self.artifact}")
 
 
-def documents_as_of(store_file: Path, changes: list[Change], out: Path) -> int:
-    """Write the store's documents with `changes` applied (the last change of each changed document) into the folder
-    `out`: `documents.jsonl` (the new index's store: id, title, text, label, metadata) and `texts.jsonl` (id, title, text, all
-    strings: what Ray Data reads and encodes). The store is read line by line; returns the documents written."""
+def served_records(store_file: Path, changes: list[Change]) -> Iterator[dict[str, Any]]:
+    """The store's documents with `changes` applied (the last change of each changed document), read line by line."""
     changed = {change.id for change in changes}
     rows = (row for row in map(json.loads, store_file.open(encoding="utf-8")) if str(row.get("id")) not in changed)
     upserts = ({"id": c.id, "title": c.title, "text": c.text, "label": c.label, "metadata": c.metadata}
                for c in changes if c.op == "upsert")
+    return itertools.chain(rows, upserts)
+
+
+def write_documents(records: Iterable[dict[str, Any]], out: Path) -> int:
+    """Write `records` into the folder `out`: `documents.jsonl` (the new index's store: id, title, text, label,
+    metadata) and `texts.jsonl` (id, title, text, all strings: what Ray Data reads and encodes); returns how many."""
     written = 0
     with (out / DOCUMENTS_FILE).open("w", encoding="utf-8") as store, (out / "texts.jsonl").open("w", encoding="utf-8") as texts:
-        for row in itertools.chain(rows, upserts):
+        for row in records:
             doc = {"id": str(row["id"]), "title": str(row.get("title") or ""), "text": str(row.get("text") or "")}
             texts.write(json.dumps(doc, ensure_ascii=False) + "\n")
             label, metadata = row.get("label"), row.get("metadata")
@@ -73,9 +81,78 @@ def documents_as_of(store_file: Path, changes: list[Change], out: Path) -> int:
     return written
 
 
+def documents_as_of(store_file: Path, changes: list[Change], out: Path) -> int:
+    """The served documents as of the changes, written into `out` (`write_documents`)."""
+    return write_documents(served_records(store_file, changes), out)
+
+
+@dataclass(frozen=True)
+class BulkImport:
+    """A whole export loaded as the collection's documents (`lmp serve import`): its reports, each as the importer
+    writes them (id, title, description and metadata fields: `lmp data import`), replace every served copy of the
+    same id; the served documents it lacks are kept, or dropped with `replace`. A document's text is its non-empty
+    `text_fields` joined with '. '."""
+
+    corpus: str
+    id_field: str = "id"
+    text_fields: tuple[str, ...] = ("text", "description")
+    label_field: Optional[str] = None
+    metadata_fields: Optional[tuple[str, ...]] = None  # None: those the served version's metadata fusion reads
+    replace: bool = False
+
+
+@dataclass
+class ImportCount:
+    """What a bulk import read: reports imported, served documents kept beside them, and rows skipped with why."""
+
+    imported: int = 0
+    kept: int = 0
+    duplicates: int = 0
+    bad_rows: list[BadRow] = field(default_factory=list)
+    audit: MetadataAudit = field(default_factory=MetadataAudit)
+
+    def line(self) -> str:
+        skipped = [f"{self.duplicates} repeated ids (the first kept)"] if self.duplicates else []
+        skipped += [f"{len(self.bad_rows)} unreadable rows (first: {self.bad_rows[0]})"] if self.bad_rows else []
+        metadata = f"; metadata: {self.audit.line()}" if self.audit.documents else ""
+        return (f"{self.imported} reports imported, {self.kept} served documents kept beside them"
+                + (f"; skipped {', '.join(skipped)}" if skipped else "") + metadata)
+
+
+def imported_documents(bulk: BulkImport, store_file: Path, changes: list[Change], out: Path,
+                       fusion: Optional[MetadataFusionConfig] = None) -> ImportCount:
+    """Write the export's reports (the first of each id) and, unless `bulk.replace`, the served documents as of
+    `changes` that the export lacks into `out` (`write_documents`). `fusion`: the served metadata fusion's config,
+    whose fields are kept when `bulk.metadata_fields` is None and whose time field is read as a time."""
+    fields = bulk.metadata_fields if bulk.metadata_fields is not None else tuple(fusion.read_fields() if fusion else ())
+    time_field = (fusion or MetadataFusionConfig()).time_field
+    count = ImportCount(audit=MetadataAudit(time_fields=[f for f in fields if f == time_field]))
+    ids: set[str] = set()
+
+    def reports() -> Iterator[dict[str, Any]]:
+        for record in store_records(bulk.corpus, bulk.id_field, text_fields=bulk.text_fields, label_field=bulk.label_field,
+                                    metadata_fields=fields, audit=count.audit, bad_rows=count.bad_rows):
+            if record["id"] in ids:
+                count.duplicates += 1
+                continue
+            ids.add(record["id"])
+            count.imported += 1
+            yield record
+
+    def kept() -> Iterator[dict[str, Any]]:
+        for record in served_records(store_file, changes):
+            if str(record["id"]) not in ids:
+                count.kept += 1
+                yield record
+
+    write_documents(itertools.chain(reports(), () if bulk.replace else kept()), out)
+    return count
+
+
 def rebuild_index(settings: ServeSettings, served: Release, target: Release, writer: Any,
-                  progress: Optional[Callable[[str], None]] = None) -> RebuildResult:
-    """Build `target`'s index from the documents `served` holds now (see the module doc) and log it with the version.
+                  progress: Optional[Callable[[str], None]] = None, bulk: Optional[BulkImport] = None) -> RebuildResult:
+    """Build `target`'s index from the documents `served` holds now (see the module doc) and log it with the version;
+    with `bulk`, from an export's reports and the served documents it lacks (`imported_documents`).
 
     writer: a handle to the app's ChangeLogWriter (the changes after the served index's seq come from it)."""
     import ray
@@ -99,9 +176,19 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
     committed, changes = writer.changes_since.remote(base_seq).result()
     work = Path(tempfile.mkdtemp(prefix=f"rebuild-{collection}-{committed}-", dir=_work_root(settings)))
     try:
-        count = documents_as_of(Path(served.documents) if served.documents else folder / DOCUMENTS_FILE, changes, work)
-        say(f"rebuild: {count} documents as of change {committed} (the served index's {base_seq} and "
-            f"{len(changes)} changed documents), encoding them with {target.model_uri} on Ray Data")
+        store = Path(served.documents) if served.documents else folder / DOCUMENTS_FILE
+        fusion = target.search.metadata_fusion.config if target.search and target.search.metadata_fusion else None
+        imported = imported_documents(bulk, store, changes, work, fusion) if bulk else None
+        if imported is None:
+            count = documents_as_of(store, changes, work)
+            say(f"rebuild: {count} documents as of change {committed} (the served index's {base_seq} and "
+                f"{len(changes)} changed documents), encoding them with {target.model_uri} on Ray Data")
+        else:
+            count = imported.imported + imported.kept
+            say(f"import: {imported.line()}, as of change {committed}; encoding {count} documents with "
+                f"{target.model_uri} on Ray Data")
+            if count == 0:
+                raise ReleaseError(f"{bulk.corpus}: no report was read (a row needs {bulk.id_field!r}); nothing imported")
         model = fetch(target.model_uri, target.tracking_uri, settings.cache_dir)
         live, index_dir, texts = settings.live, work / "index", str(work / "texts.jsonl")
         encoded = encode_corpus_to_shards(texts, work / "shards", str(model), list(live.fields), "id", live.rebuild_actors,
@@ -112,13 +199,14 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
             build_bm25_index(texts, index_dir, list(live.fields), "id", index.ids)
         shutil.copy(work / DOCUMENTS_FILE, index_dir / DOCUMENTS_FILE)
         (index_dir / LIVE_FILE).write_text(json.dumps({"collection": collection, "seq": committed}))
-        artifact = f"live-index/{collection}/{committed}"
+        # an import gets its own folder: a new index at an unchanged seq must not be a cached one
+        artifact = f"live-index/{collection}/{committed}" + (f"-import-{time.time_ns()}" if bulk else "")
         publish_index(index_dir, target.run_id, target.tracking_uri, artifact)
         MlflowClient(target.tracking_uri).set_model_version_tag(
             target.registered_name, str(target.version), f"{LIVE_INDEX_TAG}{collection}",
             json.dumps({"artifact": artifact, "seq": committed}))
         return RebuildResult(str(target.version), committed, len(index), encoded.seconds, time.perf_counter() - start,
-                             f"runs:/{target.run_id}/{artifact}")
+                             f"runs:/{target.run_id}/{artifact}", imported)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -105,7 +105,8 @@ def resolve_release(model: str, tracking_uri: Optional[str] = None, index: Optio
         if live_index and not index_path:
             built = json.loads(live_index)
             live_seq = int(built["seq"])
-            index_uri, stamp = f"runs:/{run_id}/{built['artifact']}", f"live{live_seq}"
+            # live<seq>, or live<seq>-import-<n> for a bulk import (a new index at an unchanged seq)
+            index_uri, stamp = f"runs:/{run_id}/{built['artifact']}", f"live{built['artifact'].rsplit('/', 1)[-1]}"
         return Release(id=f"{name}/{version}" + (f"+{stamp}" if stamp else ""), model_uri=f"models:/{name}/{version}",
                        index_uri=index_uri, documents=docs, tracking_uri=uri, registered_name=name, version=version,
                        alias=alias, run_id=run_id, resolved_at=time.time(), search=_registered_search(found, name),
