@@ -6,7 +6,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -121,13 +121,7 @@ def reload(
     """Move the running application to the version its alias names now; requests keep being answered."""
     from lmplatform.serving import control
 
-    try:
-        ensure_ray(address)
-        result = control.reload(name, progress=lambda line: typer.echo(f"[lmp] {line}", err=True), force=force)
-    except _errors() as exc:
-        fail(str(exc))
-        return
-    typer.echo(result.summary())
+    _control(address, lambda progress: control.reload(name, progress=progress, force=force))
 
 
 @app.command("rebuild")
@@ -139,13 +133,7 @@ def rebuild(
     no deletions) with a Ray Data job, log it with the version, and hot-reload onto it (needs live.dir)."""
     from lmplatform.serving import control
 
-    try:
-        ensure_ray(address)
-        result = control.rebuild(name, progress=lambda line: typer.echo(f"[lmp] {line}", err=True))
-    except _errors() as exc:
-        fail(str(exc))
-        return
-    typer.echo(result.summary())
+    _control(address, lambda progress: control.rebuild(name, progress=progress))
 
 
 @app.command("import")
@@ -170,9 +158,15 @@ def bulk_import(
 
     fields = tuple(f for f in metadata_fields.split(",") if f) if metadata_fields is not None else None
     bulk = BulkImport(str(corpus), id_field, label_field=label_field, metadata_fields=fields, replace=replace)
+    _control(address, lambda progress: control.rebuild(name, progress=progress, bulk=bulk))
+
+
+def _control(address: str, call: Callable[[Callable[[str], None]], Any]) -> None:
+    """Join the cluster, run a control call with its progress lines on stderr and print its summary; a clear error
+    (exit code 2) when it cannot."""
     try:
         ensure_ray(address)
-        result = control.rebuild(name, progress=lambda line: typer.echo(f"[lmp] {line}", err=True), bulk=bulk)
+        result = call(lambda line: typer.echo(f"[lmp] {line}", err=True))
     except _errors() as exc:
         fail(str(exc))
         return

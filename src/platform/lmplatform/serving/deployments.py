@@ -32,6 +32,7 @@ from lmplatform.retrieval.retrievers import admitted_dense_hits, hybrid_search, 
 from lmplatform.retrieval.settings import FusionSettings, MetadataFusionWeights
 from lmplatform.retrieval.store import DocumentStore, unknown_metadata
 from lmplatform.retrieval.window import TimeWindow
+from lmplatform.runtime import trim_heap
 from lmplatform.serving.access_log import keep_access_log_off_console
 from lmplatform.serving.batch_isolation import BatchIsolation, MemberFailed, unwrap
 from lmplatform.serving.freshness import WriterBreaker, catch_up
@@ -189,6 +190,7 @@ class _LoadedRetriever:
             self.live = LiveIndex.from_base(self.index, self.store, has_bm25(folder), index_seq(folder)[1],
                                             self.vector_model, live_fields)
             self.bm25 = self.live.bm25
+        trim_heap()  # the live BM25's build held every text at once: about 800 MB at 10^6 reports
         built = (folder / "index.faiss").stat().st_mtime
         self.built_at = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
         self.loaded_at = datetime.now(timezone.utc).isoformat(timespec="seconds")

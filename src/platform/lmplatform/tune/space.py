@@ -1,9 +1,9 @@
 """Search spaces as data: one `tune_spaces/*.yaml` file describes one study.
 
-A space is checked completely before any trial starts: each parameter path is
-applied (with a sample value) as an override to the base run config and
-validated by `load_run_config`; ranges must be non-empty; the metric must be one
-the trial actually reports. Every error names the YAML line it comes from.
+A space is checked completely before any trial starts: ranges must be non-empty, and its trial kind's `check`
+(tune/trial_kinds.py) applies each parameter path (with its sampled extremes) as an override to the base config it
+runs and validates the result, and requires the metric to be one its trials report. Every error names the YAML line
+it comes from.
 """
 from __future__ import annotations
 
