@@ -44,7 +44,8 @@ def test_changes_from_the_log_move_vectors_bm25_store_and_labels(encoder: Encode
     log = ChangeLog(tmp_path)
     index, store = _base(encoder)
     live = LiveIndex.from_base(index, store, True, 0, MODEL, FIELDS)
-    other_model = _upsert(encoder, "doc-1", "vpn tunnel gateway", model="models:/enc/0")
+    other_model = _upsert(encoder, "doc-1", "vpn tunnel gateway", model="models:/enc/0",
+                          label="".join(["net", "work"]))  # a new string, as a request's JSON gives it
     other_model.vector = vector_bytes(np.ones(index.dim, dtype=np.float32))  # not this model's: encoded again
     with_metadata = _upsert(encoder, "new-1", "refund card invoice", label="refunds")
     with_metadata.metadata = {"product": "Billing", "created": 979_084_800}  # through the log's lines and back
@@ -56,6 +57,8 @@ def test_changes_from_the_log_move_vectors_bm25_store_and_labels(encoder: Encode
     assert live.document("doc-2") is None and live.document("new-1")["label"] == "refunds"
     assert live.store["new-1"].metadata == {"product": "Billing", "created": 979_084_800}
     assert live.document("doc-1")["metadata"] == {}
+    # one copy of a label however many documents carry it
+    assert live.store["doc-1"].label is live.store["doc-0"].label == "network"
     assert "refunds" in live.labels and live.document("doc-1")["text"] == "vpn tunnel gateway"
     stored = np.frombuffer(log.latest["new-1"].vector, dtype="<f4")
     assert np.array_equal(live.index.reconstruct(["new-1"])[0], stored)  # the logged vector, bit for bit

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -118,7 +119,9 @@ class LiveIndex:
                 self.bm25.add([c.id for c in upserts], [document_text({"title": c.title, "text": c.text}, self.fields)
                                                        for c in upserts])
         for change in upserts:
-            self.store.documents[change.id] = StoredDocument(change.title, change.text, change.label,
+            # a label is one of few values: one copy each, as the store's loader keeps them
+            label = sys.intern(change.label) if change.label is not None else None
+            self.store.documents[change.id] = StoredDocument(change.title, change.text, label,
                                                              shared_metadata(change.metadata or {}))
             if change.label is not None:
                 self.label_counts[change.label] += 1
