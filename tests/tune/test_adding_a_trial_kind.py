@@ -101,6 +101,9 @@ def test_the_space_is_checked_by_the_kind_and_reserves_its_cpus(command_kind: Tr
     with pytest.raises(SpaceError, match="max_concurrent 'auto' sizes pipeline trials"):
         load_space(_space(tmp_path, max_concurrent="auto"))
     assert load_space(_space(tmp_path, trial=BY_PATH.name)).space.kind is BY_PATH  # no registration needed
+    with pytest.raises(SpaceError, match="trial_args: the settings of a kind registered outside the package; function "
+                                         "trials take none"):
+        load_space(_space(tmp_path, trial="function", function="lmplatform.tune.trials:quadratic"))
 
 
 def test_a_study_of_the_kind_runs_its_trials_and_finds_the_best(command_kind: TrialSpec, ray_session, mlflow_uri: str,

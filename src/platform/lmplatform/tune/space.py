@@ -233,6 +233,9 @@ class SearchSpace(Section):
         kind = self.kind
         if kind.runs and not getattr(self, kind.runs):
             raise ValueError(f"{self.trial} trials need '{kind.runs}' ({kind.runs_what})")
+        if self.trial_args and kind in trial_kinds.BUILTIN:
+            raise ValueError(f"trial_args: the settings of a kind registered outside the package; {self.trial} trials "
+                             "take none: remove it")
         if self.objectives and self.scheduler.name == "asha":
             raise ValueError("multi-objective studies cannot use the asha scheduler (it needs one metric); use fifo")
         if isinstance(self.max_concurrent, int) and self.max_concurrent < 1:
