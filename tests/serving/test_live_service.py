@@ -481,6 +481,7 @@ def test_a_bulk_import_is_a_new_index_version_and_live_changes_continue_on_top(l
     acknowledged upsert and every earlier document is held once, none missing."""
     from lmplatform.serving import control
     from lmplatform.serving.rebuild import BulkImport
+    from lmplatform.serving.release import ReleaseError
 
     client = live.client
     newer = {**live.documents[7], "text": "the export's newer copy of this report"}
@@ -526,3 +527,12 @@ def test_a_bulk_import_is_a_new_index_version_and_live_changes_continue_on_top(l
     for doc in [*reports[:3], *(_doc(i, "scanner driver timeout") for i in list(acked)[-3:])]:
         assert _top(client, doc)[0]["id"] == doc["id"]
     assert _top(client, live.documents[8])[0]["id"] == live.documents[8]["id"]  # kept beside the export
+
+    release = live.release()
+    with pytest.raises(control.ServeControlError, match="--corpus: .*missing.jsonl does not exist"):
+        control.rebuild(APP, bulk=BulkImport(str(live.tmp / "missing.jsonl")))
+    unreadable = live.tmp / "unreadable.jsonl"
+    unreadable.write_text("{broken\n" + json.dumps({"title": "no id"}) + "\n")
+    with pytest.raises(ReleaseError, match=r"unreadable.jsonl: no report was read \(a row needs 'id'\)"):
+        control.rebuild(APP, bulk=BulkImport(str(unreadable)))
+    assert live.release() == release  # refused before anything was built or reloaded

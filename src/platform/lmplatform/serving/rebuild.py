@@ -184,11 +184,12 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
             say(f"rebuild: {count} documents as of change {committed} (the served index's {base_seq} and "
                 f"{len(changes)} changed documents), encoding them with {target.model_uri} on Ray Data")
         else:
+            if imported.imported == 0:  # an export that reads as empty is a mistake, never a request to re-index
+                raise ReleaseError(f"{bulk.corpus}: no report was read (a row needs {bulk.id_field!r}); nothing "
+                                   f"imported ({imported.line()})")
             count = imported.imported + imported.kept
             say(f"import: {imported.line()}, as of change {committed}; encoding {count} documents with "
                 f"{target.model_uri} on Ray Data")
-            if count == 0:
-                raise ReleaseError(f"{bulk.corpus}: no report was read (a row needs {bulk.id_field!r}); nothing imported")
         model = fetch(target.model_uri, target.tracking_uri, settings.cache_dir)
         live, index_dir, texts = settings.live, work / "index", str(work / "texts.jsonl")
         encoded = encode_corpus_to_shards(texts, work / "shards", str(model), list(live.fields), "id", live.rebuild_actors,
