@@ -15,7 +15,8 @@ functions (`TrialImplementation`), the last three optional:
     trainable(loaded, study: StudyRun) -> Callable  what Tune runs per trial, its fixed arguments bound
                                                     (`tune.with_parameters`); it reports with `tune.report`, its
                                                     last report carrying `RUN_ID_KEY`
-    tracking(loaded) -> Optional[Tracking]          the base config's tracking section: where the study logs
+    tracking(loaded) -> Any                         the base config's tracking section (its tracking_uri and
+                                                    experiment): where the study logs
     before_study(loaded) -> None                    checks that read data files, once, before the study's run starts
     champion(loaded, best, tracking_uri, study) -> ChampionDecision   register the best trial's model and let the
                                                     gate decide on the alias (kinds with `registers`)
@@ -38,11 +39,6 @@ class StudyRun:
     parent_run_id: str
     study: str
     tracking_uri: str
-    experiment: str
-
-
-class Tracking(Protocol):
-    tracking_uri: Optional[str]
     experiment: str
 
 
