@@ -32,8 +32,9 @@ demo: $(STAMP)
 # own, like the benches: `make test-cluster`.
 # Two pytest processes (pytest-xdist), each taking whole test files: one process keeps about 1.5 of 2 cores busy, as
 # Ray tests wait on process start-up and polls; two keep both busy. Each process that runs a Ray test starts its own
-# session Ray (tests/conftest.py), and a file's module fixtures are made once.
-PYTEST_LANES := -n 2 --dist loadfile
+# session Ray (tests/conftest.py), and a file's module fixtures are made once. Files go out in collection order,
+# which tests/conftest.py makes heaviest first (xdist's own order, most tests first, left a long file for last).
+PYTEST_LANES := -n 2 --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_LANES) --durations=25 -m "not cluster"

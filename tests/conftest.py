@@ -47,6 +47,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ray)
+    # `make test` hands whole files to two processes in collection order (--no-loadscope-reorder): heaviest first,
+    # by each file's seconds in the last `make test-results`.
+    from tests.suite_results import heaviest_files_first
+
+    suite = Path(__file__).resolve().parents[1] / "bench" / "results" / "test_suite.json"
+    file_seconds = json.loads(suite.read_text()).get("file_seconds", {}) if suite.is_file() else {}
+    position = {nodeid: n for n, nodeid in enumerate(heaviest_files_first([i.nodeid for i in items], file_seconds))}
+    items.sort(key=lambda item: position[item.nodeid])
 
 
 # The public data sets beside the repository (../shared/data), where this machine has them: tests that

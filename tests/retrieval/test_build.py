@@ -1,4 +1,5 @@
-"""Ray Data encoding into parquet shards, then a FAISS index from the shards."""
+"""Ray Data encoding into parquet shards (a small corpus: in the calling process), then a FAISS index from the
+shards."""
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,28 @@ def test_bm25_index_beside_the_vectors_holds_the_same_texts_and_ids(tmp_path: Pa
     assert loaded.search(["printer jams", "vpn", "queue"], k=3) == same.search(["printer jams", "vpn", "queue"], k=3)
     with pytest.raises(ValueError, match=r"1 missing \(e.g. \['4'\]\), 0 extra"):
         build_bm25_index(corpus, tmp_path / "other", ["text"], expected_ids=["1", "2", "3", "4"])
+
+
+def test_a_small_corpus_is_encoded_in_this_process_into_one_shard_of_the_same_rows(tiny_bert: Path,
+                                                                                    tmp_path: Path) -> None:
+    import json
+
+    from tests.conftest import write_corpus
+
+    corpus = write_corpus(tmp_path / "corpus.jsonl", n=30)
+    rows = [json.loads(line) | {"title": f"title {n}"} for n, line in enumerate(corpus.read_text().splitlines())]
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    stats = encode_corpus_to_shards(corpus, tmp_path / "shards", model=str(tiny_bert), text_fields=["title", "text"],
+                                    max_seq_length=32, in_process_rows=30)
+    assert (stats.rows, stats.shards) == (30, 1)
+    [(ids, vectors)] = list(iter_shards(tmp_path / "shards"))
+    assert ids == [r["id"] for r in rows]
+    expected = Encoder.from_pretrained(tiny_bert, max_seq_length=32).encode([f"{r['title']}. {r['text']}" for r in rows])
+    assert np.allclose(vectors, expected, atol=1e-5)
+
+    corpus.write_text(corpus.read_text() + '{"title": "no id here", "text": "x"}\n')
+    with pytest.raises(ValueError, match=r"corpus.jsonl:31: no 'id' field"):
+        encode_corpus_to_shards(corpus, tmp_path / "more", model=str(tiny_bert), text_fields=["text"])
 
 
 @pytest.mark.parametrize(("first_line", "message"), [

@@ -2,7 +2,8 @@
 
 1. Read every pair of `mine.pairs` (cleaned as training reads them) and the distractors.
 2. Encode the distinct queries and candidates (the pairs' documents plus the distractors) on Ray
-   actors with the index builder's pipeline (`retrieval.build.encode_corpus_to_shards`).
+   actors with the index builder's pipeline (`retrieval.build.encode_corpus_to_shards`; up to its
+   `IN_PROCESS_ROWS` texts with one actor, in this process).
 3. Exact inner-product search (FAISS flat) of every query against the candidates, deep enough that
    `range_max` candidates remain once the query's group is set aside.
 4. Per pair, `retrieval.mining.select_negatives` picks the negatives (window, margin, and the
@@ -57,7 +58,8 @@ class MineResult:
 
 
 def encode_texts(texts: Sequence[str], model: str, cfg: MineConfig, work_dir: Path) -> np.ndarray:
-    """Vectors [len(texts), dim] in the order of `texts`, encoded on Ray actors through parquet shards."""
+    """Vectors [len(texts), dim] in the order of `texts`, encoded on Ray actors (a few texts with one actor: in this
+    process) through parquet shards."""
     source = work_dir / "texts.jsonl"
     with source.open("w", encoding="utf-8") as handle:
         for index, text in enumerate(texts):

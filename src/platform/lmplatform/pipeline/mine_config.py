@@ -38,7 +38,8 @@ class MineConfig(Section):
         "fp32", description="Autocast type of the encoding: bf16 is about 1.8x fp32 on CPUs with AVX512-BF16 or AMX; "
         "'auto' takes it where the actor's device has it in hardware. Negatives are chosen by rank, which bf16's "
         "rounding rarely changes (MiniLM on OpenOffice: 99.6% of the top 50 neighbours the same).")
-    actors: int = Field(1, ge=1, description="Ray actors encoding the texts, each holding the model.")
+    actors: int = Field(1, ge=1, description="Ray actors encoding the texts, each holding the model "
+                        "(one: up to 2,000 texts are encoded in the stage's own process, which starts sooner).")
     cpus_per_actor: float = Field(1.0, gt=0.0)
 
     @model_validator(mode="after")

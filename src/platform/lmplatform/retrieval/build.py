@@ -4,7 +4,9 @@
    `map_batches` on a pool of actors that each hold the model (loaded once per
    actor), and writes parquet shards with columns `id` (string) and `vector`
    (fixed_size_list<float32>[dim]). The driver only plans the pipeline: it never
-   holds the texts or the vectors.
+   holds the texts or the vectors. A corpus of at most `IN_PROCESS_ROWS` rows, for
+   one actor, is encoded in the calling process instead, into one shard of the same
+   columns: starting the actor would take longer than encoding it.
 2. `build_index_from_shards` adds the shards to a `VectorIndex` one file at a
    time (IVF kinds train on the first shard) and saves it with its id mapping.
 3. `build_bm25_index` indexes the same texts with BM25 (bm25s) into `bm25/` of the
@@ -33,6 +35,11 @@ from lmplatform.retrieval.settings import MetadataFusionConfig
 from lmplatform.retrieval.store import DOCUMENTS_FILE, MetadataAudit, write_document_store
 
 logger = logging.getLogger(__name__)
+
+# A corpus of up to this many rows is encoded in the calling process: on a busy 2-core machine a Ray Data job spends
+# 10-15 s starting its actors, about what 2,000 short reports take to encode there.
+IN_PROCESS_ROWS = 2_000
+_IN_PROCESS_BYTES = 64 * 2**20  # a larger corpus file is never read on the driver just to count its rows
 
 
 class EncodeBatch:
@@ -100,8 +107,10 @@ def encode_corpus_to_shards(
     max_seq_length: Optional[int] = None,
     precision: str = "fp32",
     backend: str = "torch",
+    in_process_rows: int = IN_PROCESS_ROWS,
 ) -> EncodeStats:
-    """Encode a JSONL/parquet corpus on Ray actors into parquet shards of (id, vector)."""
+    """Encode a JSONL/parquet corpus on Ray actors into parquet shards of (id, vector); for one actor, a corpus of
+    files holding at most `in_process_rows` rows in this process, into one shard."""
     import ray
 
     output_dir = Path(output_dir)
@@ -113,23 +122,27 @@ def encode_corpus_to_shards(
         if not Path(p).exists():
             raise FileNotFoundError(f"corpus not found: {p}")
     start = time.perf_counter()
+    fields = _first_row_fields(paths[0])
+    if fields is not None and id_field not in fields:
+        raise ValueError(f"corpus {paths[0]} has no {id_field!r} field; fields: {fields}")
+    encoder_args = {"model": str(model), "text_fields": list(text_fields), "id_field": id_field,
+                    "batch_size": batch_size, "quantize": quantize, "max_seq_length": max_seq_length,
+                    "num_threads": max(1, int(cpus_per_actor)), "precision": precision, "backend": backend}
+    small = _small_corpus(paths, id_field, in_process_rows) if actors == 1 else None
+    if small is not None:
+        return _encode_here(small, output_dir, encoder_args, start)
     # Reads take no CPU slot: they are short and I/O-bound, and the encoder actors may hold
     # every CPU of the cluster (a reader waiting on a slot would then wait forever).
-    fields = _first_row_fields(paths[0])
     reader_args = {"ray_remote_args": {"num_cpus": 0}}
     dataset = (ray.data.read_parquet(paths, **reader_args) if paths[0].endswith(".parquet")
                else ray.data.read_json(paths, lines=True, **reader_args))
     if fields is None:  # a folder: Ray Data reads its first rows (a job of its own, seconds on a busy cluster)
         fields = dataset.schema().names
-    if id_field not in fields:
-        raise ValueError(f"corpus {paths[0]} has no {id_field!r} field; fields: {fields}")
+        if id_field not in fields:
+            raise ValueError(f"corpus {paths[0]} has no {id_field!r} field; fields: {fields}")
     encoded = dataset.map_batches(
         EncodeBatch,
-        fn_constructor_kwargs={
-            "model": str(model), "text_fields": list(text_fields), "id_field": id_field, "batch_size": batch_size,
-            "quantize": quantize, "max_seq_length": max_seq_length, "num_threads": max(1, int(cpus_per_actor)),
-            "precision": precision, "backend": backend,
-        },
+        fn_constructor_kwargs=encoder_args,
         batch_size=rows_per_task,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=actors),
@@ -138,12 +151,51 @@ def encode_corpus_to_shards(
     # The writes take no CPU slot either: Ray Data runs them as tasks apart from the encoder actors, and beside a
     # serving application (a live index's rebuild) the CPUs the actors leave may be less than one.
     encoded.write_parquet(str(output_dir), ray_remote_args={"num_cpus": 0})
+    return _encoded(output_dir, start)
+
+
+def _encoded(output_dir: Path, start: float) -> EncodeStats:
     seconds = time.perf_counter() - start
     shards = sorted(glob.glob(str(output_dir / "*.parquet")))
     rows = sum(_parquet_rows(s) for s in shards)
     stats = EncodeStats(rows, seconds, len(shards), str(output_dir))
     logger.info("encoded %d rows into %d shards in %.1fs (%.1f rows/s)", rows, len(shards), seconds, stats.rows_per_second)
     return stats
+
+
+def _small_corpus(paths: list[str], id_field: str, max_rows: int) -> Optional[list[dict[str, Any]]]:
+    """Every row of the corpus files `paths`, if they hold at most `max_rows`; None for more rows or a folder. A row
+    that is not a JSON object, or has no id, is refused with its file and line."""
+    files = [Path(p) for p in paths]
+    if max_rows <= 0 or not all(f.is_file() for f in files) or sum(f.stat().st_size for f in files) > _IN_PROCESS_BYTES:
+        return None
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        for row in read_rows(path, "parquet" if path.endswith(".parquet") else "jsonl"):
+            if isinstance(row, BadRow):
+                raise ValueError(str(row))
+            if row.fields.get(id_field) is None:
+                raise ValueError(f"{row.path}:{row.line}: no {id_field!r} field")
+            rows.append(row.fields)
+            if len(rows) > max_rows:
+                return None
+    return rows
+
+
+def _encode_here(rows: list[dict[str, Any]], output_dir: Path, encoder_args: dict[str, Any], start: float) -> EncodeStats:
+    """`rows` encoded by one `EncodeBatch` in this process, written as one shard."""
+    import pyarrow.parquet as pq
+
+    id_field = encoder_args["id_field"]
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if rows:
+        batch = {}  # Ray Data's numpy batch of the fields read: one object column each
+        for name in [id_field, *encoder_args["text_fields"]]:
+            if any(name in row for row in rows):
+                batch[name] = np.empty(len(rows), dtype=object)
+                batch[name][:] = [row.get(name) for row in rows]
+        pq.write_table(EncodeBatch(**encoder_args)(batch), output_dir / "shard-00000.parquet")
+    return _encoded(output_dir, start)
 
 
 def _first_row_fields(path: str) -> Optional[list[str]]:

@@ -4,7 +4,8 @@ When the alias moves, the new version's vectors differ from the served ones, so 
 1. the documents as of the change log's committed seq S: the served index's document store (as of its own seq)
    with every later upsert in and every deletion out, streamed into one JSONL corpus (`documents_as_of`);
 2. a Ray Data job encodes it with the new version (`retrieval.build.encode_corpus_to_shards`: actors holding
-   the model write parquet shards), then FAISS of the served index's kind, BM25 when the served index has it;
+   the model write parquet shards; a collection of up to `IN_PROCESS_ROWS` documents is encoded in this process
+   when `live.rebuild_actors` is 1), then FAISS of the served index's kind, BM25 when the served index has it;
 3. the folder, with `live.json` {collection, seq: S}, is logged as an artifact of the version's MLflow run and
    the version is tagged with it (`release.LIVE_INDEX_TAG` + collection), where `release_for` finds it.
 The hot reload then loads model and index together, and every replica applies the changes after S (made
@@ -182,14 +183,14 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
         if imported is None:
             count = documents_as_of(store, changes, work)
             say(f"rebuild: {count} documents as of change {committed} (the served index's {base_seq} and "
-                f"{len(changes)} changed documents), encoding them with {target.model_uri} on Ray Data")
+                f"{len(changes)} changed documents), encoding them with {target.model_uri}")
         else:
             if imported.imported == 0:  # an export that reads as empty is a mistake, never a request to re-index
                 raise ReleaseError(f"{bulk.corpus}: no report was read (a row needs {bulk.id_field!r}); nothing "
                                    f"imported ({imported.line()})")
             count = imported.imported + imported.kept
             say(f"import: {imported.line()}, as of change {committed}; encoding {count} documents with "
-                f"{target.model_uri} on Ray Data")
+                f"{target.model_uri}")
         model = fetch(target.model_uri, target.tracking_uri, settings.cache_dir)
         live, index_dir, texts = settings.live, work / "index", str(work / "texts.jsonl")
         encoded = encode_corpus_to_shards(texts, work / "shards", str(model), list(live.fields), "id", live.rebuild_actors,

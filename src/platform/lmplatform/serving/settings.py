@@ -85,7 +85,8 @@ class LiveSettings(Section):
     write_wait_s: float = Field(30.0, gt=0, le=600.0, description="How long a write waits for the writer (a restarted "
                                 "writer replays its log first). Past it the answer is 503 with Retry-After, and the "
                                 "write may still have been applied: a retry of an upsert is harmless.")
-    rebuild_actors: int = Field(1, ge=1, description="Ray Data encoder actors of a rebuild (the new champion's index).")
+    rebuild_actors: int = Field(1, ge=1, description="Ray Data encoder actors of a rebuild (the new champion's index); "
+                                "one: a collection of up to 2,000 documents is encoded by the rebuild itself.")
     rebuild_cpus: float = Field(1.0, gt=0, description="CPUs per rebuild actor: leave them free beside the replicas.")
     rebuild_batch_size: int = Field(64, ge=1, description="Texts per forward pass in a rebuild.")
 
