@@ -66,15 +66,15 @@ def training_steps_seconds(tracking_uri: str, run_id: str, batch_size: int) -> t
 
 @contextmanager
 def lmp_serve(model_uri: str, tracking_uri: str, index: Path, port: int, settings: Sequence[str] = (),
-              ingress: str = "proxy") -> Iterator[str]:
+              ingress: str = "proxy", wait_s: float = 900) -> Iterator[str]:
     """`lmp serve run` (its own embedded Ray) with a registered version over `index`, `--set` `settings` and
-    `--ingress` (proxy or haproxy: both answer on `port`): yields the service's URL once it answers /healthz, and
-    stops it (SIGINT: it shuts the application and its Ray down)."""
+    `--ingress` (proxy or haproxy: both answer on `port`): yields the service's URL once /healthz is ok (the models
+    loaded; `serving`'s `wait_s`), and stops it (SIGINT: it shuts the application and its Ray down)."""
     command = ["serve", "run", "--model", model_uri, "--index", str(index), "--tracking-uri", tracking_uri,
                "--port", str(port), "--ingress", ingress]
     for setting in settings:
         command += ["--set", setting]
-    with serving(command, port) as url:
+    with serving(command, port, wait_s) as url:
         yield url
 
 

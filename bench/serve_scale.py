@@ -161,8 +161,8 @@ def bulk_import(corpus: Path, folder: Path, model: str, actors: int, kind: str) 
 
 
 def loaded_model(url: str, wait_s: float = 1800.0) -> dict[str, Any]:
-    """/v1/model once the retriever has loaded: at 10^6 reports its load outlasts a request held open for it (the
-    connection is dropped), so ask again until it answers; `wait_s` is a safety net against one that never loads."""
+    """/v1/model once the retriever has loaded (a 503 until then; at 10^6 reports the load takes minutes), asked again
+    until it answers; `wait_s` is a safety net against one that never loads."""
     import httpx
 
     deadline = time.monotonic() + wait_s
@@ -294,7 +294,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     shutil.rmtree(live, ignore_errors=True)
     with lmp_serve(system["model_uri"], f"sqlite:///{out / 'mlflow.db'}", work / "folder" / "index", args.port,
-                   settings, ingress="haproxy") as url:
+                   settings, ingress="haproxy", wait_s=1800) as url:
         model = loaded_model(url)
         served["index_size"], served["encoder_choice"] = model["index_size"], model["encoder_choice"]
         served["memory_mb_loaded"] = replica_memory_mb()

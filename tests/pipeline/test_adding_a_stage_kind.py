@@ -150,3 +150,29 @@ def test_a_plugin_named_by_the_pipeline_registers_its_kind_in_any_process(tmp_pa
         with pytest.raises(ConfigError, match=r"plugins\.1: cannot import"):
             pipeline_config_from_dict({"name": "p", "plugins": ["json", bad], "stages": [{"name": "a", "run": {}}]},
                                       tmp_path)
+
+
+def test_a_kind_that_may_register_without_saying_what_is_refused_before_a_study(tmp_path: Path) -> None:
+    """A spec with `registers` whose module lacks `registration` (this one) is refused when a study that would register
+    from it is loaded, not once its trials are over."""
+    import yaml
+
+    from lmplatform.tune.space import SpaceError, load_space
+
+    registering = StageSpec(name="count", section=CountConfig, description="Count a text file's lines.",
+                            implementation=__name__, makes="nothing", registers=True)
+    kinds.register(registering)
+    try:
+        (tmp_path / "a.txt").write_text("one\ntwo\n")
+        pipeline = {"name": "counting", "storage_path": str(tmp_path / "pipelines"),
+                    "stages": [{"name": "lines", "count": {"path": str(tmp_path / "a.txt")}}]}
+        (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+        space = {"study": "counts", "trial": "pipeline", "base_pipeline": str(tmp_path / "pipeline.yaml"),
+                 "parameters": {"stages.lines.count.cpus": {"distribution": "choice", "values": [0.5, 1.0]}},
+                 "metric": "lines/lines", "mode": "max", "num_samples": 2, "storage_path": str(tmp_path / "tune"),
+                 "champion": {"registered_model": "counter"}}
+        (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+        with pytest.raises(SpaceError, match=r"stage 'lines' of kind 'count' may register .* has no `registration`"):
+            load_space(tmp_path / "space.yaml")
+    finally:
+        kinds.unregister(registering.name)

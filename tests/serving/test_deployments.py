@@ -36,6 +36,41 @@ def test_slots_load_new_releases_keep_loaded_ones_and_survive_a_failed_load() ->
         slots.reconfigure({})
 
 
+def test_a_replica_answers_from_its_held_release_while_a_new_one_loads() -> None:
+    """A reload's load (minutes for an index of 10^6 documents) runs off the replica's event loop: the loop goes on
+    (here it is the one to let the load finish) and the held release serves until the new one is in."""
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from lmplatform.serving.deployments import RetrieverDeployment
+
+    replica = RetrieverDeployment.func_or_class(batching={})
+    loading, finish = threading.Event(), threading.Event()
+
+    def load(release: Release) -> SimpleNamespace:
+        if release.id == "v2":
+            loading.set()
+            if not finish.wait(timeout=60):  # only the event loop sets it
+                raise TimeoutError("the event loop stood still while the release loaded")
+        return SimpleNamespace(index=[f"{release.id}-doc"])
+
+    replica.releases = ReleaseSlots(load, "retriever")
+
+    async def reload() -> list[str]:
+        await replica.reconfigure({"releases": [_release("v1")]})
+        moving = asyncio.create_task(replica.reconfigure({"releases": [_release("v1"), _release("v2")]}))
+        while not loading.is_set():
+            await asyncio.sleep(0.01)
+        held_meanwhile = replica.releases.ids()
+        finish.set()
+        await moving
+        return held_meanwhile
+
+    assert asyncio.run(reload()) == ["v1"]
+    assert replica.releases.ids() == ["v1", "v2"] and replica.releases.failures == {}
+
+
 def test_a_fusion_time_unknown_for_most_documents_is_said_at_load() -> None:
     """One log line with the count and examples when the time the release's fusion reads is unknown for most of the
     store; the per-field counts are what /v1/model shows."""

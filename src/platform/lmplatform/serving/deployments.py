@@ -309,8 +309,9 @@ class RetrieverDeployment:
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Hold the listed releases; with live updates on, a release loaded now replays the change log before the
-        replica reports it held (a restarted replica, a reload, a redeployed application)."""
-        self.releases.reconfigure(user_config)
+        replica reports it held (a restarted replica, a reload, a redeployed application). The load runs in a
+        thread: a new release's index takes minutes at 10^6 documents, and the held releases answer meanwhile."""
+        await asyncio.to_thread(self.releases.reconfigure, user_config)
         await self._catch_up(self.releases.ids(), bounded=False)
         record_index_sizes({rid: len(self.releases.get(rid).index) for rid in self.releases.ids()})
 
@@ -606,8 +607,8 @@ class ClassifierDeployment:
         self.retriever, self.knn_k = retriever, knn_k
         self.heads: ReleaseSlots[Optional[Any]] = ReleaseSlots(lambda r: _load_head(r, cache_dir), "classifier")
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
-        self.heads.reconfigure(user_config)
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        await asyncio.to_thread(self.heads.reconfigure, user_config)  # classifications go on while a head loads
 
     def record_routing_stats(self) -> dict[str, Any]:
         """This replica's releases (see the module doc)."""

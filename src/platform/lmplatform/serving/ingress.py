@@ -129,6 +129,10 @@ def _find_cause(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> O
 
 
 REPLICA_RETRIES = 3  # tries of a call whose replica died under it (a search, an upsert: all safe to send again)
+# Until the model deployments have answered once (a first load of 10^6 documents takes minutes), each request asks
+# them for at most this long, then gets a 503: a request held open through the load would outlive any client. Long
+# enough for a replica that has loaded but is busy on a small machine.
+MODEL_PROBE_S = 5.0
 
 
 def _model_tags(release: Release) -> dict[str, Optional[str]]:
@@ -147,6 +151,12 @@ def _raise_refusal(exc: Exception) -> None:
         raise _Refused(cause.status, str(cause).splitlines()[-1], cause.field) from exc
     if isinstance(cause, ReleaseNotLoaded):
         raise _Refused(503, f"the model is being reloaded, retry: {str(cause).splitlines()[-1]}") from exc
+
+
+def _cancel(call: Any) -> None:
+    """Withdraw a deployment call already sent (a DeploymentResponse); a function not yet called sent nothing."""
+    if not callable(call) and hasattr(call, "cancel"):
+        call.cancel()
 
 
 def encodable_path(doc_id: str) -> str:
@@ -193,7 +203,8 @@ def declared_route(handler: Handler) -> Handler:
 class ServeIngress:
     def __init__(self, retriever: Any, classifier: Any, reranker: Any = None,
                  limits: Optional[dict[str, Any]] = None, token_sha256: Optional[str] = None, writer: Any = None,
-                 live_fields: Optional[list[str]] = None, write_wait_s: float = 30.0):
+                 live_fields: Optional[list[str]] = None, write_wait_s: float = 30.0,
+                 model_probe_s: float = MODEL_PROBE_S):
         self.retriever, self.classifier, self.reranker = retriever, classifier, reranker
         self.writer, self.live_fields = writer, list(live_fields or ["title", "text"])
         self.write_wait_s = write_wait_s
@@ -207,6 +218,7 @@ class ServeIngress:
         configure_guard(token_sha256, self.limits.max_body_bytes)
         self.active: Optional[Release] = None
         self.switched_at = ""
+        self.models_answered, self.model_probe_s = False, model_probe_s
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Route new requests to `active` (the model deployments already hold it: see control.reload)."""
@@ -221,11 +233,35 @@ class ServeIngress:
             raise RuntimeError("no release configured: the ingress needs user_config.active")
         return self.active
 
+    async def _models_ready(self) -> bool:
+        """Whether the retriever and classifier have answered since this ingress started; until they have, each call
+        asks them again for at most `model_probe_s` (an answer that is an error counts: the replica is up)."""
+        if self.models_answered or self.active is None:
+            return self.models_answered
+        release_id = self.active.id
+
+        async def ask() -> None:
+            await self.retriever.info.remote(release_id)
+            await self.classifier.method.remote(release_id)
+
+        try:
+            await asyncio.wait_for(ask(), self.model_probe_s)
+        except asyncio.TimeoutError:
+            return False
+        except Exception:  # answered, if with an error: the call itself will say which
+            pass
+        self.models_answered = True
+        return True
+
     async def _call(self, call: Any) -> Any:
         """Await a deployment call, its refusals as 4xx/503. `call`: the call, or a function making it: then it is
-        sent again (up to REPLICA_RETRIES times) when the replica answering it died (e.g. killed, its node lost)."""
+        sent again (up to REPLICA_RETRIES times) when the replica answering it died (e.g. killed, its node lost).
+        Before the model deployments first answer: a 503 (they are loading)."""
         from ray.exceptions import RayActorError
 
+        if not await self._models_ready():
+            _cancel(call)
+            raise _Refused(503, "the model is still loading its release: retry")
         tries = REPLICA_RETRIES if callable(call) else 1
         for attempt in range(1, tries + 1):
             try:
@@ -239,8 +275,12 @@ class ServeIngress:
                 raise
 
     @declared_route
-    async def healthz(self) -> HealthResponse:
-        return HealthResponse(status="ok" if self.active is not None else "starting")
+    async def healthz(self) -> Any:
+        """'ok' once the model deployments answer; before: 503 'starting' (a load balancer sends nothing yet)."""
+        if await self._models_ready():
+            return HealthResponse(status="ok")
+        return JSONResponse(HealthResponse(status="starting").model_dump(), status_code=503,
+                            headers={"Retry-After": "1"})
 
     @declared_route
     async def model(self) -> ModelInfo:

@@ -489,7 +489,8 @@ class SimilarityResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
-    status: Literal["ok", "starting"] = Field(..., description="'starting' until the ingress has a release to serve.")
+    status: Literal["ok", "starting"] = Field(..., description="'starting' (HTTP 503) until the model deployments have "
+                                              "answered once: a first load of a large index takes minutes.")
 
 
 class ModelInfo(BaseModel):

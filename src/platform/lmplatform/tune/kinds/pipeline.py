@@ -64,6 +64,11 @@ def check(loaded: LoadedSpace, lines: SpaceLines) -> PipelineConfig:
         if not registrable:
             raise SpaceError(f"{where(source, lines, ('champion',))}: {space.base_pipeline} trains no model to register; "
                              "set champion.register_best: false")
+        registered = next(s for s in base.stages if s.name == (champion.stage or registrable[-1]))
+        if not hasattr(registered.spec.module(), "registration"):  # else the study would fail only once it is over
+            raise SpaceError(f"{where(source, lines, ('champion',))}: stage {registered.name!r} of kind "
+                             f"{registered.spec.name!r} may register (its spec's `registers`), but its module "
+                             f"{registered.spec.implementation} has no `registration`; set champion.register_best: false")
     check_champion(loaded, lines)
     return base
 
