@@ -1,4 +1,5 @@
-"""Access lines leave the console handler of Serve's logger and nothing else does, without Ray."""
+"""Access lines and refusals' tracebacks leave the console handler of Serve's logger and nothing else does, without
+Ray."""
 from __future__ import annotations
 
 import io
@@ -47,3 +48,21 @@ def test_verbose_keeps_them_on_the_console(serve_logger, monkeypatch) -> None:
     keep_access_log_off_console()
     _log_both(logger)
     assert "POST /v1/search 200" in console.getvalue() and "loaded release" in console.getvalue()
+
+
+def test_a_refused_requests_traceback_goes_to_the_file_only(serve_logger, monkeypatch) -> None:
+    """Serve logs "Request failed." with the traceback of whatever a deployment method raised; a refusal (answered as
+    a 4xx or 503) stays off the console, a real failure does not."""
+    from lmplatform.serving.deployments import NotAvailable, NotCaughtUp
+
+    logger, console, file = serve_logger
+    monkeypatch.delenv(ACCESS_LOG_ENV, raising=False)
+    keep_access_log_off_console()
+    for exc in (NotAvailable("no labels"), NotCaughtUp("seq 9 not yet applied", 503), RuntimeError("index corrupt")):
+        try:
+            raise exc
+        except Exception:
+            logger.exception("Request failed.")
+    assert console.getvalue().count("Request failed.") == 1 and "RuntimeError: index corrupt" in console.getvalue()
+    assert "no labels" not in console.getvalue() and "seq 9" not in console.getvalue()
+    assert len(file.buffer) == 3

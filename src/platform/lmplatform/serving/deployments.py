@@ -44,11 +44,18 @@ logger = logging.getLogger("ray.serve")
 T = TypeVar("T")
 
 
-class ReleaseNotLoaded(LookupError):
+class Refusal(LookupError):
+    """A request this replica refuses: the ingress answers it with a 4xx or 503 naming why, and Serve's traceback of
+    it stays off the console (access_log.py reads `refusal`)."""
+
+    refusal = True
+
+
+class ReleaseNotLoaded(Refusal):
     """A request named a release this replica does not hold (the reload order was not respected)."""
 
 
-class NotAvailable(LookupError):
+class NotAvailable(Refusal):
     """The deployed model cannot answer this kind of request (e.g. no labels for classification).
 
     `field`: the request field that asked for what is missing, if one did (the answer is then a 422 naming it).
@@ -57,7 +64,7 @@ class NotAvailable(LookupError):
     field: Optional[str] = None
 
 
-class NotCaughtUp(LookupError):
+class NotCaughtUp(Refusal):
     """A read's `min_seq` lies beyond the changes its replica has applied: `status` 503 when the writer did not
     answer within live.read_wait_s (retry), 422 when it did and has committed no such change."""
 
