@@ -46,7 +46,7 @@ def resident_mb() -> float:
 
 def corpus_texts(real: list[dict[str, Any]], docs: int) -> tuple[list[str], list[str]]:
     """(ids, texts) of serve_scale's corpus of `docs` reports, as the live index joins their fields."""
-    from lmplatform.data.fields import join_fields
+    from lmplatform.data import join_fields
 
     extra = synthetic_reports(real, random.Random(11), "syn")
     rows = [real[n] if n < len(real) else next(extra) for n in range(docs)]
@@ -55,9 +55,8 @@ def corpus_texts(real: list[dict[str, Any]], docs: int) -> tuple[list[str], list
 
 def measure_one(implementation: str, docs: int, root: Path, upsert_batches: int) -> dict[str, Any]:
     """One (implementation, size), in this process: memory, build seconds, query latency, upserts, the queries' top 10."""
-    from lmplatform.data.fields import join_fields
-    from lmplatform.retrieval.incremental_bm25 import IncrementalBM25
-    from lmplatform.retrieval.retrievers import BM25Retriever
+    from lmplatform.data import join_fields
+    from lmplatform.retrieval import BM25Retriever, IncrementalBM25
 
     real, queries = reports_and_queries(root)
     ids, texts = corpus_texts(real, docs)

@@ -36,7 +36,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_result
 
-from lmplatform.testing.local_cluster import LocalCluster
+from lmplatform import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENOFFICE = ROOT.parent / "shared" / "data" / "duplicate_bug_reports" / "openoffice" / "corpus.jsonl"

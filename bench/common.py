@@ -20,7 +20,7 @@ SHARED_DATA = REPOSITORY.parent / "shared" / "data"
 def machine() -> dict[str, Any]:
     import torch
 
-    from lmplatform.models.encode_path import cpu_features
+    from lmplatform.models import cpu_features
 
     return {
         "cpus": os.cpu_count(),

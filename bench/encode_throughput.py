@@ -103,7 +103,7 @@ def sts_spearman(encode, data: Path, limit: int, split: str = "test") -> float:
 def choose_keep_fp32(fp32_folder: Path, work: Path, score_dev: Callable[[Path], float], fp32_dev: float,
                      ) -> tuple[Path, tuple[str, ...], dict[str, float]]:
     """Quantize with each candidate keep set; the chosen folder and set, and every candidate's dev drop."""
-    from lmplatform.models.onnx_backend import quantize_onnx
+    from lmplatform.models import quantize_onnx
 
     drops: dict[str, float] = {}
     folders: dict[tuple[str, ...], Path] = {}
@@ -124,8 +124,13 @@ class OpenOfficeRetrieval:
     def __init__(self, data: Path, limit: int = 0):
         """limit: a smoke run's size, 0 for the protocol: that many queries per split, searched among their
         duplicate groups and `limit` x 10 other reports."""
-        from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset, RetrievalScenario
-        from lmplatform.evaluation.tasks.retrieval.data import ScenarioInputs, load_retrieval_data, scenario_inputs
+        from lmplatform.evaluation import (
+            RetrievalDataset,
+            RetrievalScenario,
+            ScenarioInputs,
+            load_retrieval_data,
+            scenario_inputs,
+        )
 
         scenario = RetrievalScenario(name="report_to_corpus", query_fields=["title", "description"],
                                      corpus_fields=["title", "description"], corpus_scope="all")
@@ -153,7 +158,7 @@ class OpenOfficeRetrieval:
         """Per-query MRR@10 for each split."""
         import numpy as np
 
-        from lmplatform.metrics.retrieval import retrieval_report
+        from lmplatform.metrics import retrieval_report
 
         vectors = encode(self.corpus_texts)
         row = {doc_id: n for n, doc_id in enumerate(self.corpus_ids)}
@@ -189,7 +194,7 @@ def choose_openvino_keep(fp32_folder: Path, work: Path, calibration: list[str], 
                          reference: dict[str, float]) -> tuple[Path, tuple[str, ...], dict[str, dict[str, float]]]:
     """Quantize the OpenVINO model with each candidate keep set; the chosen folder and set, and every candidate's
     dev drops (STS-B Spearman, OpenOffice MRR@10)."""
-    from lmplatform.models.openvino_backend import quantize_openvino
+    from lmplatform.models import quantize_openvino
 
     drops: dict[str, dict[str, float]] = {}
     folders: dict[tuple[str, ...], Path] = {}
@@ -240,12 +245,17 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from lmplatform.models.encode_path import choose_path, cpu_features, host_class
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.models.onnx_backend import export_onnx
-    from lmplatform.models.openvino_backend import CALIBRATION_SIZE, export_openvino
-    from lmplatform.models.precision import native_bf16
-    from lmplatform.models.resolve import packaged_model_path
+    from lmplatform import Encoder
+    from lmplatform.models import (
+        CALIBRATION_SIZE,
+        choose_path,
+        cpu_features,
+        export_onnx,
+        export_openvino,
+        host_class,
+        native_bf16,
+        packaged_model_path,
+    )
 
     threads = torch.get_num_threads()
     bf16 = native_bf16(torch.device("cpu"))

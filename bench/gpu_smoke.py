@@ -27,7 +27,7 @@ CONFIGS = ("mlm", "declutr", "biencoder", "cross_encoder")
 
 
 def smoke(config: str, device: str, steps: int, work: Path) -> dict[str, Any]:
-    from lmplatform.objectives.run_config import load_run_config
+    from lmplatform.objectives import load_run_config
 
     cfg = load_run_config(ROOT / "configs" / f"{config}.yaml", overrides=[
         f"optim.max_steps={steps}", f"scaling.use_gpu={str(device == 'cuda').lower()}",

@@ -76,7 +76,7 @@ def tiny_bert(folder: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from lmplatform.models.resolve import packaged_model_path
+    from lmplatform.models import packaged_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(str(packaged_model_path()))
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -112,10 +112,8 @@ def run_ours(objective: dict[str, Any], rows: list[dict[str, str]], model: str, 
              device: str, warmup: int, steps: int, work: Path) -> dict[str, Any]:
     import torch
 
-    from lmplatform.objectives.run_config import load_run_config
-    from lmplatform.objectives.trainer import build_trainer
-    from lmplatform.train.ingest import resume_batches
-    from lmplatform.train.loop import FolderReporter
+    from lmplatform.objectives import build_trainer, load_run_config
+    from lmplatform.train import FolderReporter, resume_batches
 
     cfg = load_run_config(None, base={
         "model": {"name_or_path": model, "max_seq_length": MAX_LENGTH},
@@ -230,7 +228,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if args.toy:
             model = str(tiny_bert(work / "tiny-bert"))
         else:
-            from lmplatform.models.resolve import packaged_model_path
+            from lmplatform.models import packaged_model_path
 
             model = str(packaged_model_path())
         biencoder = {"name": "biencoder", "temperature": TEMPERATURE, "learnable_temperature": False,

@@ -57,7 +57,7 @@ def knn_table(summary: dict, folds: int) -> str:
 def train_fold(
     variant: str, fold: int, args: argparse.Namespace, workdir: Path, tracking_uri: Optional[str]
 ) -> tuple[Path, float]:
-    from lmplatform.objectives.run_config import load_run_config
+    from lmplatform.objectives import load_run_config
 
     overrides = [
         f"model.name_or_path={args.model}", f"data.train_paths={args.data}", f"objective.folds_file={args.folds_file}",
@@ -81,7 +81,7 @@ def train_fold(
 
         model_dir = train_in_process(cfg, args.device, workdir / "runs" / f"{variant}-fold{fold}").model_dir
     else:
-        from lmplatform.jobs.train_run import run_training
+        from lmplatform.jobs import run_training
 
         model_dir = run_training(cfg).model_dir
     link = workdir / f"fold{fold}" / variant
@@ -126,7 +126,7 @@ def main() -> None:
     if args.combine:
         combine(args.combine, args.name)
         return
-    from lmplatform.evaluation.relations import RelationEvalConfig, run_cross_validation
+    from lmplatform.evaluation import RelationEvalConfig, run_cross_validation
     from lmplatform.ray_runtime import ensure_ray
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-graph-ade-")).resolve()
@@ -163,7 +163,7 @@ def main() -> None:
 
 def combine(paths: list[str], name: str) -> None:
     """One table from the per-fold rows of earlier runs (folds run as separate jobs or on other machines)."""
-    from lmplatform.evaluation.relations import summarize_folds
+    from lmplatform.evaluation import summarize_folds
 
     runs = [json.loads(Path(path).read_text()) for path in paths]
     per_fold = [fold for run in runs for fold in run["per_fold"]]

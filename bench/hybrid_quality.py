@@ -44,14 +44,18 @@ def main() -> None:
     parser.add_argument("--name", default="hybrid_quality")
     args = parser.parse_args()
 
-    from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset, RetrievalScenario
-    from lmplatform.evaluation.tasks.retrieval.data import load_retrieval_data, scenario_inputs
-    from lmplatform.metrics.retrieval import retrieval_report
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever, DenseRetriever, HybridRetriever
-    from lmplatform.retrieval.settings import FusionSettings
+    from lmplatform import Encoder
+    from lmplatform.evaluation import RetrievalDataset, RetrievalScenario, load_retrieval_data, scenario_inputs
+    from lmplatform.metrics import retrieval_report
+    from lmplatform.models import resolve_model_path
+    from lmplatform.retrieval import (
+        BM25_DIR,
+        BM25Retriever,
+        DenseRetriever,
+        FusionSettings,
+        HybridRetriever,
+        VectorIndex,
+    )
 
     model = str(resolve_model_path(args.model))
     index_dir = Path(args.work_dir) / "index"

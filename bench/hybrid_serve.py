@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from lmplatform.data.fields import join_fields
+from lmplatform.data import join_fields
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import SHARED_DATA, check, write_result
@@ -51,10 +51,8 @@ def corpus_and_queries(data: Path) -> tuple[list[dict[str, str]], list[str]]:
 def build(model: str, documents: list[dict[str, str]], out: Path) -> dict[str, Any]:
     """Flat index, BM25 index and document store of the corpus (kept in `out` for the next run; bench/hybrid_quality.py
     searches the same index)."""
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
-    from lmplatform.retrieval.store import DOCUMENTS_FILE
+    from lmplatform import Encoder
+    from lmplatform.retrieval import BM25_DIR, DOCUMENTS_FILE, BM25Retriever, VectorIndex
 
     if (out / "build.json").is_file():
         return json.loads((out / "build.json").read_text())
@@ -84,10 +82,8 @@ def in_process(model: str, index_dir: Path, queries: list[str], threads: int, ba
     """Per query: encode + dense search, encode + hybrid search, and hybrid's BM25-and-fusion part alone."""
     import torch
 
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever, hybrid_search
-    from lmplatform.retrieval.settings import FusionSettings
+    from lmplatform import Encoder
+    from lmplatform.retrieval import BM25_DIR, BM25Retriever, FusionSettings, VectorIndex, hybrid_search
 
     torch.set_num_threads(threads)
     encoder, index = Encoder.from_pretrained(model, backend=backend), VectorIndex.load(index_dir)
@@ -114,9 +110,9 @@ def serve_both(model: str, index_dir: Path, queries: list[str], levels: list[int
     import ray
     from ray import serve
 
+    from lmplatform import ServeSettings
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
-    from lmplatform.serving.settings import ServeSettings
 
     os.environ.update(control.INGRESS_ENV[ingress])  # read by every Ray process at its start
     ensure_ray(None)
@@ -175,7 +171,7 @@ def main() -> None:
     parser.add_argument("--name", default="hybrid_serve", help="Result file bench/results/<name>.json.")
     args = parser.parse_args()
 
-    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.models import resolve_model_path
 
     model = str(resolve_model_path(args.model))
     documents, queries = corpus_and_queries(Path(args.data))

@@ -30,12 +30,8 @@ def train_in_process(cfg: Any, device: str, work: Path) -> InProcessRun:
     optim.max_steps is honoured; otherwise the steps are those Ray Train would run for optim.epochs."""
     import torch
 
-    from lmplatform.objectives.registry import objective_spec
-    from lmplatform.objectives.trainer import build_trainer
-    from lmplatform.train.ingest import resume_batches
-    from lmplatform.train.loop import FolderReporter
-    from lmplatform.train.optim import total_optimizer_steps
-    from lmplatform.train.state import FINAL_MODEL_DIR
+    from lmplatform.objectives import build_trainer, objective_spec
+    from lmplatform.train import FINAL_MODEL_DIR, FolderReporter, resume_batches, total_optimizer_steps
 
     rows = objective_spec(cfg.objective.name).rows(cfg)
     batch_size = cfg.optim.batch_size
@@ -43,7 +39,7 @@ def train_in_process(cfg: Any, device: str, work: Path) -> InProcessRun:
     reporter = FolderReporter(work)
     trainer = build_trainer(cfg, steps, torch.device(device), 0, reporter=reporter)
     if cfg.retrieval_validation is not None and trainer.recipe.retrieval_view is not None:
-        from lmplatform.evaluation.retrieval_validation import CorpusRetrievalValidator, prepare_retrieval_set
+        from lmplatform.evaluation import CorpusRetrievalValidator, prepare_retrieval_set
 
         trainer.corpus_validator = CorpusRetrievalValidator(prepare_retrieval_set(cfg), cfg.retrieval_validation,
                                                             trainer.recipe.retrieval_view)

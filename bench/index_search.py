@@ -40,7 +40,7 @@ def unit(n: int, seed: int) -> np.ndarray:
 
 def real_vectors(folder: str, queries: int) -> tuple[np.ndarray, np.ndarray]:
     """The distinct vectors of a saved flat index, shuffled: (corpus, held-out queries)."""
-    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.retrieval import VectorIndex
 
     index = VectorIndex.load(folder)
     stored = index._index.reconstruct_n(0, len(index))  # a flat index keeps the vectors themselves
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--real-index", default=None, help="A saved flat VectorIndex whose distinct vectors are the data.")
     args = parser.parse_args()
 
-    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform.retrieval import VectorIndex
 
     results = []
     checks = {}

@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def domain_texts() -> list[str]:
     """The held-out reports of the demo's domain stage (configs/demo_mlm.yaml's data section)."""
-    from lmplatform.config.schema import DataConfig
-    from lmplatform.data.corpus import VALIDATION, local_documents, scan_corpus
+    from lmplatform.config import DataConfig
+    from lmplatform.data import VALIDATION, local_documents, scan_corpus
 
     cfg = DataConfig(train_paths=["data/demo/reports.jsonl"], dedup=True, validation_fraction=0.1, seed=13)
     return list(local_documents(scan_corpus(cfg, use_ray=False), VALIDATION))
@@ -43,11 +43,9 @@ def warm_up(cfg, out: Path) -> dict:
     import numpy as np
     import torch
 
-    from lmplatform.data.corpus import TRAIN, VALIDATION, local_documents, scan_corpus
-    from lmplatform.objectives.registry import objective_spec
-    from lmplatform.train.loop import FolderReporter, Trainer
-    from lmplatform.train.optim import total_optimizer_steps
-    from lmplatform.train.state import FINAL_MODEL_DIR
+    from lmplatform.data import TRAIN, VALIDATION, local_documents, scan_corpus
+    from lmplatform.objectives import objective_spec
+    from lmplatform.train import FINAL_MODEL_DIR, FolderReporter, Trainer, total_optimizer_steps
 
     corpus = scan_corpus(cfg.data, use_ray=False)
     print(corpus.report.summary(), flush=True)
@@ -99,9 +97,7 @@ def random_head_folder(seed: int, root: Path) -> Path:
     """The packaged MiniLM with a head initialised under `seed`, saved so it is read like the warmed one."""
     import torch
 
-    from lmplatform.models.encoder import load_tokenizer
-    from lmplatform.models.masked_lm import MaskedLanguageModel
-    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.models import MaskedLanguageModel, load_tokenizer, resolve_model_path
 
     path = resolve_model_path("default")
     torch.manual_seed(seed)
@@ -120,8 +116,8 @@ def main() -> None:
     import os
 
     os.chdir(REPO)  # the config's paths (../shared/data, data/demo) are relative to the repository root
-    from lmplatform.evaluation.tasks.old_domain_mlm.task import old_domain_mlm_loss
-    from lmplatform.objectives.run_config import load_run_config
+    from lmplatform.evaluation import old_domain_mlm_loss
+    from lmplatform.objectives import load_run_config
 
     cfg = load_run_config(args.config, args.overrides)
     texts = domain_texts()

@@ -78,7 +78,7 @@ class Corpus:
             members[root(n)].add(n)
         self.relevant = {n: frozenset(members[root(n)] - {n}) for n in range(len(self.rows))}
         self.queries = {split: sorted(set(q)) for split, q in self.queries.items()}
-        from lmplatform.data.fields import parse_time
+        from lmplatform.data import parse_time
 
         filed = [parse_time(r.get("created"), "created") for r in self.rows]
         self.filed = np.array([np.nan if t is None else t for t in filed])
@@ -109,7 +109,7 @@ class Scored:
     """One encoder's scores over one protocol's queries: every query's dense scores, pool and pool features."""
 
     def __init__(self, corpus: Corpus, vectors: np.ndarray, bm25_scores: dict[int, np.ndarray], cfg: Any):
-        from lmplatform.retrieval.metadata_fusion import candidate_pool, fusion_features
+        from lmplatform.retrieval import candidate_pool, fusion_features
 
         self.corpus, self.cfg = corpus, cfg
         self.dense, self.pools, self.features = {}, {}, {}
@@ -141,8 +141,8 @@ class Scored:
 
     def fitted(self, cfg: Any) -> tuple[Any, Any]:
         """(the fusion fitted on the train queries' pools with `cfg`'s features, its scoring of a query's pool)."""
-        from lmplatform.retrieval.metadata_fusion import MetadataFusion
-        from lmplatform.retrieval.settings import feature_names
+        from lmplatform import MetadataFusion
+        from lmplatform.retrieval import feature_names
 
         columns = [feature_names(self.cfg).index(f) for f in feature_names(cfg)]
         train = self.corpus.queries["train"]
@@ -155,9 +155,7 @@ class Scored:
 def served_index(corpus: Corpus, corpus_file: Path, vectors: np.ndarray, folder: Path) -> Path:
     """An index folder of every report, as build_index makes one (FAISS, BM25 of the texts, the document store with
     METADATA_FIELDS), over the vectors the offline rows were scored with; ids are the reports' own."""
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
-    from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
+    from lmplatform.retrieval import BM25_DIR, DOCUMENTS_FILE, BM25Retriever, VectorIndex, write_document_store
 
     ids = [str(r["id"]) for r in corpus.rows]
     VectorIndex.build(ids, vectors, kind="flat").save(folder)
@@ -200,8 +198,8 @@ def replay(url: str, corpus: Corpus) -> dict[str, Any]:
 def serve_and_replay(corpus: Corpus, corpus_file: Path, vectors: np.ndarray, model: str, settings: Any,
                      port: int) -> dict[str, Any]:
     """Index, register (sqlite MLflow in a temporary folder) and serve the system, replay the test queries, stop."""
-    from lmplatform.testing.registered import register_with_index
-    from lmplatform.tracking.registry import register_search_settings
+    from lmplatform import register_search_settings
+    from lmplatform.testing import register_with_index
 
     with tempfile.TemporaryDirectory(prefix="lmp-metadata-serve-") as tmp:
         work = Path(tmp)
@@ -250,10 +248,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8766)
     args = parser.parse_args()
 
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.models.resolve import resolve_model_path
-    from lmplatform.retrieval.retrievers import BM25Retriever
-    from lmplatform.retrieval.settings import MetadataFusionConfig, SearchSettings
+    from lmplatform import Encoder, SearchSettings
+    from lmplatform.models import resolve_model_path
+    from lmplatform.retrieval import BM25Retriever, MetadataFusionConfig
 
     whole = Corpus(args.data / "duplicate_bug_reports" / "openoffice")
     protocols = {"whole corpus": whole, "as filed": whole.as_filed()}

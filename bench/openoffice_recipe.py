@@ -109,7 +109,7 @@ DEFAULT_ROWS = ["recipe", "fp32", "no_mined", "no_group", "gradcache_128", "dist
 def pipeline_spec(files: dict[str, Path], out: Path, tracking_uri: str, row: str, max_steps: Optional[int],
                   max_distractors: Optional[int]) -> Spec:
     """The shipped recipe with this bench's files, storage and tracking, edited for `row`."""
-    from lmplatform.config.loader import read_yaml
+    from lmplatform.config import read_yaml
 
     spec = read_yaml(RECIPE)
     spec["_files"] = {"train": [str(files["train"])]}
@@ -143,8 +143,7 @@ def run_recipe(spec: Spec, out: Path) -> dict[str, Any]:
     throughput windows in MLflow, as bench/openoffice_retrieval.py measures ours)."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.pipeline.config import pipeline_config_from_dict
-    from lmplatform.pipeline.runner import run_pipeline
+    from lmplatform.pipeline import pipeline_config_from_dict, run_pipeline
 
     cfg = pipeline_config_from_dict(spec, out)
     start = time.perf_counter()
@@ -171,8 +170,7 @@ def peer_timing(peer: dict[str, Any]) -> dict[str, Any]:
 # -- data ---------------------------------------------------------------------------------------------------
 def pair_files(data: Path, out: Path, limit: Optional[int]) -> dict[str, Path]:
     """train / dev / test pair files (query, document, group) as `lmp data pairs` writes them, and the corpus."""
-    from lmplatform.evaluation.tasks.retrieval.config import RetrievalDataset
-    from lmplatform.evaluation.tasks.retrieval.data import write_split_pairs
+    from lmplatform.evaluation import RetrievalDataset, write_split_pairs
 
     oo = data / "duplicate_bug_reports" / "openoffice"
     dataset = RetrievalDataset(name="openoffice", corpus=str(oo / "corpus.jsonl"), relations=str(oo / "pairs.jsonl"))

@@ -90,8 +90,8 @@ class TestSet:
     folder per query."""
 
     def __init__(self, files: dict[str, Path], max_distractors: Optional[int] = None, split: str = "test"):
-        from lmplatform.evaluation.retrieval_validation import build_retrieval_set
-        from lmplatform.retrieval.settings import RetrievalValidationConfig
+        from lmplatform.evaluation import build_retrieval_set
+        from lmplatform.retrieval import RetrievalValidationConfig
 
         self.cfg = RetrievalValidationConfig.model_validate(retrieval_config(files, split, max_distractors))
         self.rset = build_retrieval_set(self.cfg)
@@ -99,8 +99,8 @@ class TestSet:
     def score(self, model: str, max_seq_length: int) -> dict[str, Any]:
         import numpy as np
 
-        from lmplatform.evaluation.retrieval_validation import evaluate_model
-        from lmplatform.models.encoder import Encoder
+        from lmplatform import Encoder
+        from lmplatform.evaluation import evaluate_model
 
         start = time.perf_counter()
         per_query = evaluate_model(Encoder.from_pretrained(model, max_seq_length=max_seq_length), self.rset, self.cfg)
@@ -121,7 +121,7 @@ def interval(values: Any, seed: int = 0) -> tuple[float, float, float]:
 
 
 def paired(a: Any, b: Any) -> tuple[float, float, float]:
-    from lmplatform.metrics.bootstrap import paired_bootstrap
+    from lmplatform.metrics import paired_bootstrap
 
     return paired_bootstrap(a, b, 0.95, 2000, 0)
 
@@ -154,7 +154,7 @@ def train_peer(files: dict[str, Path], out: Path, max_steps: Optional[int],
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    from lmplatform.models.resolve import packaged_model_path
+    from lmplatform.models import packaged_model_path
 
     torch.set_num_threads(2)
     pairs = planned[0] if planned else _jsonl(files["train"])
@@ -205,8 +205,8 @@ def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: 
                group_aware: bool = False) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.jobs.train_run import run_training
-    from lmplatform.objectives.run_config import load_run_config
+    from lmplatform.jobs import run_training
+    from lmplatform.objectives import load_run_config
 
     cfg = load_run_config(None, base=our_config(files, out, tracking_uri, max_steps, group_aware=group_aware))
     start = time.perf_counter()
@@ -223,9 +223,8 @@ def train_ours(files: dict[str, Path], out: Path, tracking_uri: str, max_steps: 
 def our_plan(files: dict[str, Path], out: Path, tracking_uri: str,
              max_steps: Optional[int]) -> tuple[list[dict[str, str]], list[list[int]]]:
     """The training pairs as our reader keeps them and the batches our driver plans for the group-aware run."""
-    from lmplatform.data.pairs import read_pairs
-    from lmplatform.objectives.biencoder.group_batches import plan_pairs
-    from lmplatform.objectives.run_config import load_run_config
+    from lmplatform.data import read_pairs
+    from lmplatform.objectives import load_run_config, plan_pairs
 
     cfg = load_run_config(None, base=our_config(files, out, tracking_uri, max_steps, group_aware=True))
     pairs = read_pairs(cfg.data)
@@ -264,8 +263,8 @@ def write_study(files: dict[str, Path], out: Path, tracking_uri: str, trials: in
 
 def run_study_part(files: dict[str, Path], out: Path, tracking_uri: str, trials: int, max_steps: Optional[int],
                    test: TestSet, zero_shot: dict[str, Any], max_distractors: Optional[int], data: Path) -> dict[str, Any]:
-    from lmplatform.models.resolve import download_model
-    from lmplatform.tune.tuner import run_study
+    from lmplatform.models import download_model
+    from lmplatform.tune import run_study
 
     start = time.perf_counter()
     study = run_study(write_study(files, out, tracking_uri, trials, max_steps, max_distractors, data), tracking_uri=tracking_uri)

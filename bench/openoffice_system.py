@@ -81,8 +81,7 @@ def run_or_find_study(args: argparse.Namespace, tracking_uri: str) -> dict[str, 
     reused, its wall time (its MLflow run's start to end) and its registered winner."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.tune.results import STUDY_TAG
-    from lmplatform.tune.tuner import run_study
+    from lmplatform.tune import STUDY_TAG, run_study
 
     name = args.study
     if name is None:
@@ -108,8 +107,8 @@ def run_or_find_study(args: argparse.Namespace, tracking_uri: str) -> dict[str, 
 
 def champion_system(study: dict[str, Any], tracking_uri: str) -> tuple[str, Any]:
     """(the winner's bi-encoder folder, its registered settings with the re-ranker as a local folder)."""
-    from lmplatform.models.resolve import download_model
-    from lmplatform.tracking.registry import read_search_settings
+    from lmplatform import read_search_settings
+    from lmplatform.models import download_model
 
     name, version = study["registered_model"], study["version"]
     model = str(download_model(f"models:/{name}/{version}", tracking_uri))
@@ -139,8 +138,7 @@ def train_reranker(files: dict[str, Path], out: Path, tracking_uri: str, champio
                    max_steps: Optional[int], max_distractors: Optional[int]) -> dict[str, Any]:
     """A cross-encoder trained on the train pairs with negatives mined by the champion bi-encoder (the hits it will
     re-rank), as a two-stage pipeline; its folder and the pipeline's wall time."""
-    from lmplatform.pipeline.config import pipeline_config_from_dict
-    from lmplatform.pipeline.runner import run_pipeline
+    from lmplatform.pipeline import pipeline_config_from_dict, run_pipeline
 
     run = json.loads(json.dumps(RERANKER_RUN)) | (
         {"optim": {**RERANKER_RUN["optim"], "max_steps": max_steps}} if max_steps else {})
@@ -168,7 +166,7 @@ def newest(out: Path, pattern: str) -> Path:
 
 def dev_select(study: dict[str, Any]) -> Path:
     """The dev_select pairs of the study's best trial: where its system's settings were chosen."""
-    from lmplatform.pipeline.state import PipelineState
+    from lmplatform.pipeline import PipelineState
     from lmplatform.runtime import resolve_storage_path
 
     folder = Path(resolve_storage_path("runs/pipelines")) / f"{study['name']}.{study['best_trial']}"
@@ -178,9 +176,8 @@ def dev_select(study: dict[str, Any]) -> Path:
 def choose_reranking(model: str, reranker: str, settings: Any, select: Path, corpus: Path,
                      max_distractors: Optional[int], by_text: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
     """The re-rank depth and weight for the champion's first stage, chosen on dev_select as the system stage chooses."""
-    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
-    from lmplatform.evaluation.system import SetMetadata, load_scorer
-    from lmplatform.retrieval.settings import RetrievalValidationConfig
+    from lmplatform.evaluation import SetMetadata, build_retrieval_set, load_scorer
+    from lmplatform.retrieval import RetrievalValidationConfig
 
     cfg = RetrievalValidationConfig.model_validate({
         "pairs": {"train_paths": [str(select)], "validation_fraction": 0.0}, "split": "all",
@@ -196,9 +193,7 @@ def choose_reranking(model: str, reranker: str, settings: Any, select: Path, cor
 def test_index(scorer: Any, folder: Path, by_text: dict[str, Any]) -> Path:
     """An index folder of the test set's candidates (ids 0..n-1, as the offline rows number them): FAISS over the
     scorer's own vectors, BM25 and the document store with each report's metadata."""
-    from lmplatform.retrieval.build import BM25_DIR
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.retrievers import BM25Retriever
+    from lmplatform.retrieval import BM25_DIR, BM25Retriever, VectorIndex
 
     ids = [str(i) for i in range(len(scorer.rset.candidate_texts))]
     VectorIndex.build(ids, scorer.candidate_vectors, kind="flat").save(folder)
@@ -217,7 +212,7 @@ def replay(url: str, rset: Any, cfg: Any, by_text: dict[str, Any], modes: dict[s
     import httpx
     import numpy as np
 
-    from lmplatform.evaluation.retrieval_validation import score_rankings
+    from lmplatform.evaluation import score_rankings
 
     out: dict[str, Any] = {}
     with httpx.Client(base_url=url, timeout=120) as client:
@@ -266,8 +261,8 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     import ray
 
-    from lmplatform.evaluation.system import SetMetadata, load_scorer, text_metadata
-    from lmplatform.retrieval.settings import SearchSettings
+    from lmplatform import SearchSettings
+    from lmplatform.evaluation import SetMetadata, load_scorer, text_metadata
     from lmplatform.runtime import apply_runtime_defaults
 
     apply_runtime_defaults()

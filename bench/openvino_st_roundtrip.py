@@ -35,8 +35,8 @@ def export_ours(data: Path, count: int, work: Path) -> None:
     """The two exports of MiniLM into `work` (fp32/, int8/) and our vectors of the texts (torch fp32, OpenVINO int8)."""
     import numpy as np
 
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.models.export import export_model
+    from lmplatform import Encoder
+    from lmplatform.models import export_model
 
     texts = real_texts(data, count)
     np.save(work / "torch_fp32.npy", Encoder.from_pretrained("default").encode(texts))

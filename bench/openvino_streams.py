@@ -29,9 +29,8 @@ def main() -> None:
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.models.export import export_model
-    from lmplatform.models.resolve import packaged_model_path
+    from lmplatform import Encoder
+    from lmplatform.models import export_model, packaged_model_path
 
     texts = real_texts(args.data, args.limit)
     work = Path(tempfile.mkdtemp(prefix="lmp-openvino-streams-"))

@@ -33,9 +33,7 @@ RETRIEVAL_METRICS = ("recall@1", "recall@5", "recall@10", "recall@20", "hit@1", 
 
 
 def task_configs(data: Path, limit: Optional[int], limit_queries: Optional[int], max_seq_length: int) -> dict[str, Any]:
-    from lmplatform.evaluation.tasks.classification.config import ClassificationTask
-    from lmplatform.evaluation.tasks.retrieval.config import RetrievalTask
-    from lmplatform.evaluation.tasks.sts.config import StsTask
+    from lmplatform.evaluation import ClassificationTask, RetrievalTask, StsTask
 
     oo = data / "duplicate_bug_reports" / "openoffice"
     encoder = {"name": "minilm", "model": "default", "max_seq_length": max_seq_length}
@@ -87,8 +85,7 @@ def main() -> None:
 
     import torch
 
-    from lmplatform.evaluation.registry import evaluation_spec
-    from lmplatform.evaluation.tasks.common import ModelCache
+    from lmplatform.evaluation import ModelCache, evaluation_spec
 
     torch.set_num_threads(args.threads)
     tasks = task_configs(Path(args.data), args.limit, args.limit_queries, args.max_seq_length)

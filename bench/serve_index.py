@@ -62,10 +62,8 @@ def query_of(doc: dict[str, str]) -> str:
 
 def build_base(model: str, documents: list[dict[str, str]], out: Path) -> dict[str, Any]:
     """Flat index + BM25 + store of the base corpus, as ray_jobs/build_index.py --fields title,text writes it (kept)."""
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
-    from lmplatform.retrieval.store import DOCUMENTS_FILE
+    from lmplatform import Encoder
+    from lmplatform.retrieval import BM25_DIR, DOCUMENTS_FILE, BM25Retriever, VectorIndex
 
     if (out / "build.json").is_file() and json.loads((out / "build.json").read_text())["documents"] == len(documents):
         return json.loads((out / "build.json").read_text())
@@ -212,8 +210,8 @@ class Load:
 
 
 def deploy(model: str, tracking_uri: str, work: Path, live: bool, name: str) -> None:
+    from lmplatform import ServeSettings
     from lmplatform.serving import control
-    from lmplatform.serving.settings import ServeSettings
 
     settings = ServeSettings(
         model=model, tracking_uri=tracking_uri, cache_dir=str(work / "cache"), num_threads=1,
@@ -232,8 +230,7 @@ def deploy(model: str, tracking_uri: str, work: Path, live: bool, name: str) -> 
 
 
 def replicas_state(name: str) -> list[dict[str, Any]]:
-    from lmplatform.serving import control
-    from lmplatform.serving.replicas import ask_each
+    from lmplatform.serving import ask_each, control
 
     answers = ask_each(control.details()["applications"][name], "RetrieverDeployment", timeout_s=600)
     states = []
@@ -297,10 +294,10 @@ def main() -> None:
     from mlflow.tracking import MlflowClient
     from ray import serve
 
-    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.models import resolve_model_path
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
-    from lmplatform.testing.registered import register_with_index
+    from lmplatform.testing import register_with_index
 
     load_start = os.getloadavg()
     model = str(resolve_model_path(args.model))
@@ -435,8 +432,7 @@ def _merge(into: Tally, seen: Tally) -> None:
 def kill_one_retriever(name: str) -> str:
     import ray
 
-    from lmplatform.serving import control
-    from lmplatform.serving.replicas import SERVE_NAMESPACE, running_replicas
+    from lmplatform.serving import SERVE_NAMESPACE, control, running_replicas
 
     victim = running_replicas(control.details()["applications"][name], "RetrieverDeployment")[0]
     ray.kill(ray.get_actor(victim["actor_name"], namespace=SERVE_NAMESPACE), no_restart=True)
@@ -446,8 +442,7 @@ def kill_one_retriever(name: str) -> str:
 
 def wait_replaced(name: str, killed: str, count: int) -> None:
     """Until `count` retriever replicas run and the killed one is no longer listed (the controller saw it die)."""
-    from lmplatform.serving import control
-    from lmplatform.serving.replicas import running_replicas
+    from lmplatform.serving import control, running_replicas
 
     while True:
         running = {r["replica_id"] for r in running_replicas(control.details()["applications"][name], "RetrieverDeployment")}

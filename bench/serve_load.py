@@ -79,9 +79,8 @@ def distinct_texts(data: Path) -> tuple[list[dict[str, str]], list[str]]:
 
 def build_index(model: str, docs_wanted: int, out: Path, batch_size: int, data: Path = SHARED_DATA) -> dict[str, Any]:
     """Index + document store of `docs_wanted` documents (distinct texts repeated with #r<n> ids)."""
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.store import DOCUMENTS_FILE
+    from lmplatform import Encoder
+    from lmplatform.retrieval import DOCUMENTS_FILE, VectorIndex
 
     if (out / "index.faiss").is_file() and (out / DOCUMENTS_FILE).is_file():
         return json.loads((out / "bench_build.json").read_text())
@@ -125,8 +124,8 @@ def in_process(model: str, index_dir: Path, queries: list[str], threads: int, ba
                ) -> dict[str, float]:
     import torch
 
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.index import VectorIndex
+    from lmplatform import Encoder
+    from lmplatform.retrieval import VectorIndex
 
     torch.set_num_threads(threads)
     encoder, index = Encoder.from_pretrained(model, backend=backend), VectorIndex.load(index_dir)
@@ -204,7 +203,7 @@ def main() -> None:
     parser.add_argument("--data", default=str(SHARED_DATA), help="The shared data folder (bug reports, STS-B).")
     args = parser.parse_args()
 
-    from lmplatform.models.resolve import resolve_model_path
+    from lmplatform.models import resolve_model_path
 
     model = str(resolve_model_path(args.model))
     key = hashlib.sha256(f"{model}|{args.docs}".encode()).hexdigest()[:10]
@@ -251,7 +250,7 @@ def retriever_handle(app: str, url: str, queries: list[str], total: int) -> dict
     import httpx
     from ray import serve
 
-    from lmplatform.serving.schemas import ServeLimits
+    from lmplatform.serving import ServeLimits
 
     release = httpx.get(f"{url}/v1/model", timeout=60).json()["release_id"]
     handle = serve.get_deployment_handle("RetrieverDeployment", app_name=app)
@@ -288,9 +287,9 @@ def serve_levels(ingress: str, args: argparse.Namespace, model: str, index_dir: 
     import ray
     from ray import serve
 
+    from lmplatform import ServeSettings
     from lmplatform.ray_runtime import ensure_ray
     from lmplatform.serving import control
-    from lmplatform.serving.settings import ServeSettings
 
     # Serve reads these at import in every Ray process: they must be set before Ray starts.
     os.environ.update(control.INGRESS_ENV[ingress])

@@ -124,9 +124,8 @@ def in_process(model_dir: str, reports: list[dict[str, Any]], queries: list[dict
     timed here only if the service's host key differs). The same two tokenizer calls on the corpus's longest report."""
     import torch
 
-    from lmplatform.data.fields import join_fields
-    from lmplatform.models.encode_path import choose_path
-    from lmplatform.models.long_texts import encoder_heads
+    from lmplatform.data import join_fields
+    from lmplatform.models import choose_path, encoder_heads
 
     torch.set_num_threads(1)
     choice, encoder = choose_path(Path(model_dir), cache=cache)

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import check, lmp_serve, write_result
 from serve_reports import measure, served_system, system_arguments
 
-from lmplatform.retrieval.settings import INDEX_KINDS
+from lmplatform.retrieval import INDEX_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 METADATA = ["product", "component", "created"]
@@ -57,7 +57,7 @@ def recombined_reports(real: list[dict[str, Any]], rng: random.Random, prefix: s
                        ) -> Iterator[tuple[dict[str, Any], tuple[int, int, int]]]:
     """Endless (report, the indexes in `real` of the three it recombines) from `real` (served_document's form), ids
     `<prefix><n>`."""
-    from lmplatform.data.fields import parse_time
+    from lmplatform.data import parse_time
 
     times = [t for r in real if (t := parse_time(r["metadata"].get("created"), "created")) is not None]
     low, high = min(times), max(times)
@@ -102,11 +102,9 @@ def synthetic_import(corpus: Path, folder: Path, sources: np.ndarray, real: list
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lmplatform.data.fields import join_fields
-    from lmplatform.models.encode_path import choose_path
-    from lmplatform.retrieval.build import build_bm25_index, build_index_from_shards
-    from lmplatform.retrieval.index import IndexParams
-    from lmplatform.retrieval.store import DOCUMENTS_FILE, write_document_store
+    from lmplatform.data import join_fields
+    from lmplatform.models import choose_path
+    from lmplatform.retrieval import DOCUMENTS_FILE, IndexParams, build_bm25_index, build_index_from_shards, write_document_store
 
     start = time.perf_counter()
     _, encoder = choose_path(Path(model), max_seq_length=128, cache=cache / "encode_paths.json")
@@ -142,8 +140,7 @@ def bulk_import(corpus: Path, folder: Path, model: str, actors: int, kind: str) 
     import ray
 
     from lmplatform.ray_runtime import ensure_ray
-    from lmplatform.retrieval.build import build_index_folder
-    from lmplatform.retrieval.index import IndexParams
+    from lmplatform.retrieval import IndexParams, build_index_folder
 
     ensure_ray(None)
     try:
@@ -225,10 +222,9 @@ def approximate_recall(shards: Path, kinds: list[str], work: Path, model: str, q
     recall@10 against exact search over the same vectors for the queries' vectors on the service's path."""
     import faiss
 
-    from lmplatform.data.fields import join_fields
-    from lmplatform.models.encode_path import choose_path
-    from lmplatform.retrieval.build import build_index_from_shards, iter_shards
-    from lmplatform.retrieval.index import INDEX_FILE, IndexParams
+    from lmplatform.data import join_fields
+    from lmplatform.models import choose_path
+    from lmplatform.retrieval import INDEX_FILE, IndexParams, build_index_from_shards, iter_shards
 
     _, encoder = choose_path(Path(model), max_seq_length=128, cache=cache)
     vectors = encoder.encode([join_fields(q, ["title", "text"]) for q in queries], batch_size=32)

@@ -44,7 +44,7 @@ def write_store(root: Path, docs: int, path: Path) -> None:
 
 
 def measure_one(loader: str, path: Path) -> dict[str, Any]:
-    from lmplatform.retrieval.store import DocumentStore
+    from lmplatform.retrieval import DocumentStore
 
     gc.collect()
     before = resident_mb()

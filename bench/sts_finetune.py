@@ -55,27 +55,27 @@ class Scorer:
     """Cosines of one split's pairs under a model, and their Spearman against gold."""
 
     def __init__(self, path: Path, max_seq_length: int, limit: Optional[int]):
-        from lmplatform.data.sts_pairs import read_pairs_jsonl
+        from lmplatform.data import read_pairs_jsonl
 
         self.pairs = read_pairs_jsonl(path, path.stem, (0.0, 5.0), limit=limit)
         self.max_seq_length = max_seq_length
 
     def cosines(self, model: str) -> np.ndarray:
-        from lmplatform.evaluation.tasks.sts.task import cosine_scores
-        from lmplatform.models.encoder import Encoder
+        from lmplatform import Encoder
+        from lmplatform.evaluation import cosine_scores
 
         return cosine_scores(Encoder.from_pretrained(model, max_seq_length=self.max_seq_length),
                              self.pairs.sentence1, self.pairs.sentence2)
 
     def spearman(self, cosines: np.ndarray) -> float:
-        from lmplatform.metrics.sts import spearman
+        from lmplatform.metrics import spearman
 
         return float(spearman(cosines, self.pairs.scores))
 
 
 def train_ours(config: dict[str, Any], train: Path, dev: Path, out: Path, seed: int, max_steps: Optional[int]) -> dict[str, Any]:
-    from lmplatform.jobs.train_run import run_training
-    from lmplatform.objectives.run_config import load_run_config
+    from lmplatform.jobs import run_training
+    from lmplatform.objectives import load_run_config
 
     spec = {**config, "data": {**config["data"], "train_paths": [str(train)], "validation_paths": [str(dev)]},
             "optim": {**config["optim"], "seed": seed, "max_steps": max_steps},
@@ -95,8 +95,8 @@ def train_peer(config: dict[str, Any], train: Path, out: Path, seed: int, max_st
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import CoSENTLoss
 
-    from lmplatform.data.sts_pairs import read_pairs_jsonl
-    from lmplatform.models.resolve import packaged_model_path
+    from lmplatform.data import read_pairs_jsonl
+    from lmplatform.models import packaged_model_path
 
     torch.set_num_threads(2)
     pairs = read_pairs_jsonl(train, "train", (0.0, 5.0))
@@ -133,7 +133,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--toy", action="store_true", help="A few pairs and steps: checks the script, measures nothing.")
     args = parser.parse_args(argv)
 
-    from lmplatform.config.loader import read_yaml
+    from lmplatform.config import read_yaml
     from lmplatform.runtime import apply_runtime_defaults
 
     apply_runtime_defaults()

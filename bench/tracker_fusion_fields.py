@@ -39,13 +39,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                         help="The imported data the run was made from (its vars.data_root).")
     args = parser.parse_args(argv)
 
-    from lmplatform.evaluation.retrieval_validation import build_retrieval_set
-    from lmplatform.evaluation.system import SetMetadata, SystemScorer, load_scorer, text_metadata
-    from lmplatform.pipeline.config import load_pipeline_config, resolve_references
-    from lmplatform.pipeline.runner import stage_outputs
-    from lmplatform.pipeline.state import PipelineState
-    from lmplatform.pipeline.system_config import SystemConfig
-    from lmplatform.retrieval.settings import MetadataFusionConfig, SearchSettings
+    from lmplatform import SearchSettings
+    from lmplatform.evaluation import SetMetadata, SystemScorer, build_retrieval_set, load_scorer, text_metadata
+    from lmplatform.pipeline import PipelineState, SystemConfig, load_pipeline_config, resolve_references, stage_outputs
+    from lmplatform.retrieval import MetadataFusionConfig
 
     start = time.perf_counter()
     state = PipelineState.load(args.pipeline_run)

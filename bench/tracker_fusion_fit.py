@@ -31,9 +31,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "tracker_fusion_fit")
     args = parser.parse_args(argv)
 
-    from lmplatform.pipeline.config import load_pipeline_config
-    from lmplatform.pipeline.runner import run_pipeline
-    from lmplatform.pipeline.state import PipelineState
+    from lmplatform.pipeline import PipelineState, load_pipeline_config, run_pipeline
 
     root = args.out / "data"
     if not (root / "reports.jsonl").exists():

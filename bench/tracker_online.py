@@ -72,7 +72,7 @@ BM25F_GRID = {"k1": [0.8, 1.2, 1.6, 2.0], "weight:title": [1.0, 2.0, 3.0, 5.0, 8
 
 # -- the job ------------------------------------------------------------------------------------------------
 def import_export(data: Path, out: Path) -> dict[str, Any]:
-    from lmplatform.data.trackers import TrackerImportConfig, import_tracker
+    from lmplatform.data import TrackerImportConfig, import_tracker
 
     oo = data / "duplicate_bug_reports" / "openoffice"
     start = time.perf_counter()
@@ -85,8 +85,7 @@ def import_export(data: Path, out: Path) -> dict[str, Any]:
 
 def run_job(root: Path, out: Path, tracking_uri: str, toy: bool) -> Path:
     """configs/pipelines/tracker_system.yaml on the imported data root; the run's folder."""
-    from lmplatform.pipeline.config import load_pipeline_config
-    from lmplatform.pipeline.runner import run_pipeline
+    from lmplatform.pipeline import load_pipeline_config, run_pipeline
 
     overrides = [f"vars.data_root={root}", f"vars.registered_model={REGISTERED}",
                  f"tracking.tracking_uri={tracking_uri}", f"storage_path={out / 'pipelines'}"]
@@ -104,7 +103,7 @@ def registered_system(folder: Path) -> dict[str, Any]:
     parent run's start to end)."""
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.pipeline.state import PipelineState
+    from lmplatform.pipeline import PipelineState
 
     state = PipelineState.load(folder)
     system = state.stages["system"]
@@ -120,7 +119,7 @@ class Data:
     """The imported reports on the protocol's timeline, the test and dev queries, the train pairs."""
 
     def __init__(self, root: Path, limit_queries: Optional[int]):
-        from lmplatform.evaluation.online import split_queries, timeline_from_files
+        from lmplatform.evaluation import split_queries, timeline_from_files
 
         self.reports_file, self.pairs_file = root / "reports.jsonl", root / "pairs.jsonl"
         self.timeline = timeline_from_files(self.reports_file, self.pairs_file)
@@ -136,7 +135,7 @@ class Data:
         self.test_start = float(min(created[self.test]))
 
     def texts(self) -> list[str]:
-        from lmplatform.data.fields import join_fields
+        from lmplatform.data import join_fields
 
         return [join_fields(r, ["title", "description"]) for r in self.reports]
 
@@ -150,7 +149,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 def evaluate(data: Data, queries: list[int], score_one: Callable[[int], np.ndarray],
              windows: Optional[dict[str, Optional[float]]] = None) -> dict[str, Any]:
     """The protocol's report of `queries` under each window (default WINDOWS), each query scored once."""
-    from lmplatform.evaluation.online import evaluate_online
+    from lmplatform.evaluation import evaluate_online
 
     scores = {int(q): score_one(int(q)) for q in queries}
     return {label: evaluate_online(data.timeline, queries, lambda batch: np.stack([scores[int(q)] for q in batch]),
@@ -160,7 +159,7 @@ def evaluate(data: Data, queries: list[int], score_one: Callable[[int], np.ndarr
 
 def bm25f_rows(data: Data) -> tuple[dict[str, Any], dict[str, Any]]:
     """BM25F with default parameters and tuned on dev (MRR@10): {row: report}, {row: params and seconds}."""
-    from lmplatform.retrieval.bm25f import BM25FIndex, BM25FParams, tune_bm25f
+    from lmplatform.retrieval import BM25FIndex, BM25FParams, tune_bm25f
 
     fields = ["title", "description"]
     index = BM25FIndex(data.reports, fields)
@@ -181,7 +180,7 @@ def bm25f_rows(data: Data) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def rep_row(data: Data) -> tuple[Any, dict[str, Any]]:
     """REP fitted on train triples: its test report, its learned weights and fitting time."""
-    from lmplatform.retrieval.rep import RepIndex, RepModel, training_triples
+    from lmplatform.retrieval import RepIndex, RepModel, training_triples
 
     index = RepIndex(data.reports)
     triples = training_triples(data.train_pairs, data.train_period_ids, negatives=20, seed=0)
@@ -195,7 +194,7 @@ def rep_row(data: Data) -> tuple[Any, dict[str, Any]]:
 
 def dense_row(data: Data, model: str, texts: list[str]) -> tuple[Any, float]:
     """A bi-encoder's cosine scores (title + description, cut at the budget's max length): its report, encode time."""
-    from lmplatform.models.encoder import Encoder
+    from lmplatform import Encoder
 
     start = time.perf_counter()
     vectors = Encoder.from_pretrained(model, max_seq_length=BUDGET["max_seq_length"]).encode(texts, batch_size=64)
@@ -220,12 +219,9 @@ def base_index(data: Data, model: str, folder: Path) -> tuple[Path, int]:
 def write_served_index(documents: list[dict[str, Any]], model: str, folder: Path) -> Path:
     """An index folder of `documents` (served_document's), encoded with `model` as the live index encodes an upsert
     (title and text joined): flat FAISS, BM25 and the document store."""
-    from lmplatform.data.fields import join_fields
-    from lmplatform.models.encoder import Encoder
-    from lmplatform.retrieval.build import BM25_DIR
-    from lmplatform.retrieval.index import VectorIndex
-    from lmplatform.retrieval.retrievers import BM25Retriever
-    from lmplatform.retrieval.store import DOCUMENTS_FILE
+    from lmplatform import Encoder
+    from lmplatform.data import join_fields
+    from lmplatform.retrieval import BM25_DIR, DOCUMENTS_FILE, BM25Retriever, VectorIndex
 
     texts = [join_fields(d, ["title", "text"]) for d in documents]
     ids = [d["id"] for d in documents]
@@ -303,7 +299,7 @@ def hits_scorer(data: Data, by_query: dict[int, list[str]], depth: int = K) -> C
 def served_rows(data: Data, replayed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
     """Each mode's hit lists, under each window those its requests asked for, scored by the protocol: a hit's score
     falls with its rank; reports not returned -inf. Short lists: queries given fewer than 20 windowed buckets."""
-    from lmplatform.evaluation.online import candidate_mask
+    from lmplatform.evaluation import candidate_mask
 
     position = {doc_id: i for i, doc_id in enumerate(data.timeline.ids)}
     rows: dict[str, Any] = {}
@@ -326,7 +322,7 @@ def summarise(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def summarise_window(rows: dict[str, Any]) -> dict[str, Any]:
-    from lmplatform.evaluation.online import metric_interval, paired_difference
+    from lmplatform.evaluation import metric_interval, paired_difference
 
     out = {}
     for name, report in rows.items():

@@ -49,12 +49,9 @@ class PlainLoop:
     def __init__(self, texts: list[str], projection: str):
         import torch
 
-        from lmplatform.models.encoder import load_tokenizer
-        from lmplatform.models.masked_lm import MaskedLanguageModel
-        from lmplatform.models.resolve import packaged_model_path
-        from lmplatform.objectives.masking import DynamicMasker
-        from lmplatform.objectives.mlm.objective import MLMObjective
-        from lmplatform.train.collate import TextCollator
+        from lmplatform.models import MaskedLanguageModel, load_tokenizer, packaged_model_path
+        from lmplatform.objectives import DynamicMasker, MLMObjective
+        from lmplatform.train import TextCollator
 
         torch.set_num_threads(2)
         torch.manual_seed(0)
@@ -109,8 +106,8 @@ def projection_rounds(texts: list[str], steps: int, warmup: int, rounds: int) ->
 def ray_train(corpus: Path, workers: int, steps: int, warmup: int, workdir: Path) -> float:
     from mlflow.tracking import MlflowClient
 
-    from lmplatform.jobs.train_run import run_training
-    from lmplatform.objectives.run_config import load_run_config
+    from lmplatform.jobs import run_training
+    from lmplatform.objectives import load_run_config
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     cfg = load_run_config(None, [

@@ -166,7 +166,7 @@ def eval_files(data: Path, out: Path, corpus_limit: Optional[int], limit_queries
 # -- pipelines built from the presets -----------------------------------------
 
 def _preset(name: str) -> dict[str, Any]:
-    from lmplatform.config.loader import read_yaml
+    from lmplatform.config import read_yaml
 
     return read_yaml(PRESETS / f"{name}.yaml")
 
@@ -281,8 +281,7 @@ def run_spec(spec: dict[str, Any], out: Path, args: argparse.Namespace) -> Any:
     """Validate a pipeline dict against the presets' folder, keep the YAML that ran, and run it."""
     import yaml
 
-    from lmplatform.pipeline.config import pipeline_config_from_dict
-    from lmplatform.pipeline.runner import run_pipeline
+    from lmplatform.pipeline import pipeline_config_from_dict, run_pipeline
 
     spec = {**spec, "name": f"trouble_{spec['name']}", "storage_path": str(out / "pipelines"),
             "tracking": {"tracking_uri": args.tracking_uri, "experiment": "trouble-reports"},
@@ -299,8 +298,8 @@ def run_spec(spec: dict[str, Any], out: Path, args: argparse.Namespace) -> Any:
 
 def retrieval_rows(models: dict[str, str], corpus: Path, pairs: Path, limit_queries: Optional[int], out: Path,
                    max_seq_length: int) -> dict[str, dict[str, Any]]:
-    from lmplatform.evaluation.tasks.retrieval.config import RetrievalTask
-    from lmplatform.evaluation.tasks.retrieval.task import run as run_retrieval
+    from lmplatform.evaluation import RetrievalTask
+    from lmplatform.evaluation import run_retrieval_task as run_retrieval
 
     retrievers = [{"name": "bm25", "kind": "bm25"}]
     retrievers += [{"name": name, "kind": "dense", "model": path, "max_seq_length": max_seq_length}
@@ -319,8 +318,8 @@ def retrieval_rows(models: dict[str, str], corpus: Path, pairs: Path, limit_quer
 
 
 def glue_scores(model: str, probes: list[Any], max_seq_length: int) -> dict[str, float]:
-    from lmplatform.evaluation.probes import probe_encoder
-    from lmplatform.models.encoder import Encoder
+    from lmplatform import Encoder
+    from lmplatform.evaluation import probe_encoder
 
     encoder = Encoder.from_pretrained(model, max_seq_length=max_seq_length)
     scores = {}
@@ -449,9 +448,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 def run_seed(seed: int, args: argparse.Namespace, out: Path, files: dict[str, Path], head_model: str,
              eval_corpus: Path, eval_pairs: Path, probes: list[Any]) -> dict[str, Any]:
     """Every strategy with `seed`: the shared domain MLM stage, the Fisher, the four pipelines, and their scores."""
-    from lmplatform.config.schema import DataConfig
-    from lmplatform.objectives.ewc_setup import compute_fisher_file
-    from lmplatform.pipeline.runner import format_table
+    from lmplatform.config import DataConfig
+    from lmplatform.objectives import compute_fisher_file
+    from lmplatform.pipeline import format_table
 
     out.mkdir(parents=True, exist_ok=True)
     stages: list[dict[str, Any]] = []
@@ -538,7 +537,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     apply_runtime_defaults()
     import torch
 
-    from lmplatform.data.glue_probes import read_glue_probe
+    from lmplatform.data import read_glue_probe
     from lmplatform.ray_runtime import ensure_ray
 
     torch.set_num_threads(args.cpus)

@@ -30,8 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def overhead(trials: int, work_s: float, concurrency: int) -> dict:
-    from lmplatform.tune.trials import quadratic
-    from lmplatform.tune.tuner import run_study
+    from lmplatform.tune import quadratic, run_study
 
     start = time.perf_counter()
     for i in range(trials):
@@ -72,8 +71,7 @@ UNTUNED = {  # the defaults a user gets without tuning
 
 
 def real(space: str, samples: int, limit: int | None) -> dict:
-    from lmplatform.tune.space import import_callable, load_space
-    from lmplatform.tune.tuner import run_study
+    from lmplatform.tune import import_callable, load_space, run_study
 
     sets = [f"num_samples={samples}"] + ([f"function_args.limit={limit}"] if limit else [])
     loaded = load_space(REPO / space, sets)

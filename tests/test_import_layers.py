@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "platform" / "lmplatform
 
 # Bottom to top. A subpackage may import from any layer below its own; never from its own layer or one above.
 LAYERS: list[list[str]] = [
+    ["lazy_exports"],  # what a package exports, read on first use: below every package that lists names
     ["__init__", "runtime", "markdown", "result_files", "metrics", "registry"],  # utilities; metrics: pure functions of numbers
     ["ray_runtime"],  # starting or joining Ray
     ["config"],  # the sections of a run config, YAML loading

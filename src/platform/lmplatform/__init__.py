@@ -8,12 +8,12 @@ is started or joined (`ray_runtime.ensure_ray`) and in every Train worker.
 The public surface (docs/python-api.md): the functions of `lmplatform.api` (run_training, run_pipeline, run_study,
 run_evaluation, serve, stop_serving, export, register_objective, register_evaluation, register_stage_kind,
 register_trial_kind, register_export_format), the encoders and the config models. Everything else may change between
-releases. (No public name is a subpackage's: `lmplatform.train`, once imported, is the train/ package.)
+releases. (No public name is a subpackage's: `lmplatform.train`, once imported, is the train/ package.) Tools such as the
+benches may also use what a subpackage or top-level module lists in its `__all__` (lazy_exports.py).
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from lmplatform.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -37,15 +37,8 @@ PUBLIC: dict[str, str] = {
     "SearchSettings": "lmplatform.retrieval.settings",
 }
 
-__all__ = ["__version__", *PUBLIC]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in PUBLIC:
-        raise AttributeError(f"module 'lmplatform' has no attribute {name!r}")
-    value = getattr(importlib.import_module(PUBLIC[name]), name)
-    globals()[name] = value  # read once
-    return value
+_public, __getattr__, _ = lazy_exports(__name__, PUBLIC)
+__all__ = ["__version__", *_public]
 
 
 def __dir__() -> list[str]:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from lmplatform.runtime import apply_runtime_defaults, worker_env_vars
 
+__all__ = ["ensure_ray"]  # what tools may use (lazy_exports.py)
+
 if TYPE_CHECKING:
     import psutil
 

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+__all__ = ["portable", "write_result_file"]  # what tools may use (lazy_exports.py)
+
 
 def machine() -> dict[str, Any]:
     """What a timing depends on: cores, Python, date, and the load average (1, 5, 15 minutes) when asked."""

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+__all__ = ["apply_runtime_defaults", "resolve_storage_path"]  # what tools may use (lazy_exports.py)
+
 # Variables every process of a run needs (driver, Train workers, Serve replicas).
 # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps Ray's internal ports on 127.0.0.1 when
 # that is the node address; without it in *every* process drivers hang with

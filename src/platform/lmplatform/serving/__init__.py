@@ -17,3 +17,13 @@ Modules, one job each:
 - `launch`      Serve config file + overrides -> validated plan -> running app (`lmp serve run`)
 - `demo`        index a small corpus, serve it, query over HTTP, shut down (`lmp serve demo`)
 """
+
+from lmplatform.lazy_exports import lazy_exports
+
+# What tools such as the benches may use (tests/test_public_surface.py); every module path below is private.
+PUBLIC: dict[str, str] = {
+    "control": "lmplatform.serving.control",
+    **dict.fromkeys(("SERVE_NAMESPACE", "ask_each", "running_replicas"), "lmplatform.serving.replicas"),
+    "ServeLimits": "lmplatform.serving.schemas",
+}
+__all__, __getattr__, __dir__ = lazy_exports(__name__, PUBLIC)
