@@ -132,6 +132,8 @@ def test_lmp_export_writes_the_folder_and_says_how_to_load_it(tiny_bert: Path, t
     assert "backend='onnx'" in done.output and (tmp_path / "o" / "encoder.onnx").is_file()
     bad = runner.invoke(app, ["export", "--model", str(tiny_bert), "--format", "tflite", "--out", str(tmp_path / "t")])
     assert bad.exit_code == 2 and "allowed: sentence-transformers, onnx, onnx-int8, openvino, openvino-int8" in bad.output
+    helped = " ".join(runner.invoke(app, ["export", "--help"], env={"COLUMNS": "400"}).output.split())
+    assert "openvino-int8: for OpenVINO: a bi-encoder's static int8 graph, calibrated on domain texts" in helped
     unlogged = runner.invoke(app, ["export", "--model", str(tiny_bert), "--format", "onnx", "--out",
                                    str(tmp_path / "l"), "--log"])
     assert unlogged.exit_code == 2 and "--log needs a models:/ or runs:/ model" in unlogged.output

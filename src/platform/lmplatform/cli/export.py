@@ -16,8 +16,9 @@ from lmplatform.tracking.exports import log_export, source_run
 def export(
     model: str = typer.Option(..., "--model", "-m", help="models:/<name>@<alias>, models:/<name>/<version>, runs:/..., "
                               "a model folder, or 'default'."),
-    fmt: str = typer.Option(..., "--format", "-f", help="sentence-transformers, onnx, onnx-int8, openvino, "
-                            "openvino-int8, or a format registered from outside the package (package.module:SPEC)."),
+    fmt: str = typer.Option(..., "--format", "-f", help="; ".join(f"{name}: {format_spec(name).description}"
+                                                                   for name in format_names())
+                            + "; or a format registered from outside the package (package.module:SPEC)."),
     out: Path = typer.Option(..., "--out", "-o", help="A new (or empty) folder."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="openvino-int8: texts of the served domain "
                                                "to calibrate on (dev texts, not test): JSONL with title/description/"
