@@ -9,6 +9,7 @@ from typing import Iterator
 import pytest
 
 from lmplatform.serving.access_log import ACCESS_LOG_ENV, SERVE_LOGGER, keep_access_log_off_console
+from lmplatform.serving.deployments import NotAvailable, NotCaughtUp  # imports Ray Serve, which sets up its logger
 
 
 @pytest.fixture
@@ -53,8 +54,6 @@ def test_verbose_keeps_them_on_the_console(serve_logger, monkeypatch) -> None:
 def test_a_refused_requests_traceback_goes_to_the_file_only(serve_logger, monkeypatch) -> None:
     """Serve logs "Request failed." with the traceback of whatever a deployment method raised; a refusal (answered as
     a 4xx or 503) stays off the console, a real failure does not."""
-    from lmplatform.serving.deployments import NotAvailable, NotCaughtUp
-
     logger, console, file = serve_logger
     monkeypatch.delenv(ACCESS_LOG_ENV, raising=False)
     keep_access_log_off_console()

@@ -6,7 +6,7 @@
    (fixed_size_list<float32>[dim]). The driver only plans the pipeline: it never
    holds the texts or the vectors. A corpus of at most `IN_PROCESS_ROWS` rows, for
    one actor, is encoded in the calling process instead, into one shard of the same
-   columns: starting the actor would take longer than encoding it.
+   columns: one actor encodes no faster than the caller, and takes seconds to start.
 2. `build_index_from_shards` adds the shards to a `VectorIndex` one file at a
    time (IVF kinds train on the first shard) and saves it with its id mapping.
 3. `build_bm25_index` indexes the same texts with BM25 (bm25s) into `bm25/` of the
@@ -36,8 +36,9 @@ from lmplatform.retrieval.store import DOCUMENTS_FILE, MetadataAudit, write_docu
 
 logger = logging.getLogger(__name__)
 
-# A corpus of up to this many rows is encoded in the calling process: on a busy 2-core machine a Ray Data job spends
-# 10-15 s starting its actors, about what 2,000 short reports take to encode there.
+# A corpus of up to this many rows, for one actor, is encoded in the calling process: one actor encodes no faster than
+# the caller, and on a busy 2-core machine the Ray Data job spends 10-15 s starting it. A larger corpus stays off the
+# caller's memory, encoded on the cluster.
 IN_PROCESS_ROWS = 2_000
 _IN_PROCESS_BYTES = 64 * 2**20  # a larger corpus file is never read on the driver just to count its rows
 

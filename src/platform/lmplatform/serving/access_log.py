@@ -10,8 +10,8 @@ line (loads, warnings, errors) still reaches the console. `lmp serve run --verbo
 `ACCESS_LOG_ENV=1`, which leaves the console as Serve has it.
 
 Serve also logs "Request failed." with a traceback, at ERROR, for every exception a deployment method raises, and a
-deployment refuses a request by raising (`deployments.NotAvailable` and its kin, whose class says `refusal = True`:
-the ingress answers it with a 4xx or 503 that names why). Those tracebacks are answers, not failures: the filter
+deployment refuses a request by raising (a `deployments.Refusal`, whose class says `refusal = True`: the ingress
+answers it with a 4xx or 503 that names why). Those tracebacks are answers, not failures: the filter
 keeps them off the console too, and the file keeps them.
 """
 from __future__ import annotations
