@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,20 +37,16 @@ class Handle:
         self.loaded, self.calls, self.cancelled = loaded, 0, []
 
     def __getattr__(self, method: str) -> Any:
-        handle = self
+        return SimpleNamespace(remote=partial(self._remote, method))
 
-        class Method:
-            @staticmethod
-            def remote(*args: Any) -> Any:
-                handle.calls += 1
+    def _remote(self, method: str, *args: Any) -> Response:
+        self.calls += 1
 
-                async def answer() -> Any:
-                    await handle.loaded.wait()
-                    return {"method": method, "args": args}
+        async def answer() -> Any:
+            await self.loaded.wait()
+            return {"method": method, "args": args}
 
-                return Response(answer(), handle.cancelled)
-
-        return Method
+        return Response(answer(), self.cancelled)
 
 
 def bare_ingress(retriever: Handle, classifier: Handle) -> Any:
