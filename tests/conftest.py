@@ -28,6 +28,8 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # Ray Train's controller notices a finished or failed worker at its next poll (2 s by default): a second per run, on
 # average, in a suite of tiny runs.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+# A watcher actor per Train run for spot-node preemption notices, which a local test cluster never gets.
+os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 # Like an activated venv: Ray workers and `ray job submit` entrypoints that call `python`
@@ -208,7 +210,9 @@ def ray_cluster() -> Iterator["LocalCluster"]:
     processes (see the Makefile): each that reaches a Ray test starts its own."""
     from lmplatform.testing.local_cluster import LocalCluster
 
-    cluster = LocalCluster(head_cpus=2).start()
+    # No dashboard and no log monitor: no test here uses the State API or reads a worker's output on the driver's
+    # console, and the two poll all session long (about a tenth of a core in all, more as worker logs pile up).
+    cluster = LocalCluster(head_cpus=2, dashboard=False, log_monitor=False).start()
     try:
         yield cluster
     finally:
@@ -243,13 +247,6 @@ def ray_session(ray_cluster, ray_worker_env: dict[str, str]):
     ray.shutdown()
 
 
-@pytest.fixture(scope="session")
-def ray_dashboard_url(ray_cluster) -> str:
-    """The session Ray's dashboard, where `ray job submit` and the State API connect."""
-    url = ray_cluster.dashboard_url
-    return url if "://" in url else f"http://{url}"
-
-
 def committed_checkpoint_steps(storage: Path) -> list[int]:
     """Steps of the checkpoints Ray Train's controller has registered under `storage` (its
     snapshot files): a checkpoint folder on disk is not yet one a restarted run resumes from."""
@@ -271,25 +268,28 @@ class TrainWorkerKiller(threading.Thread):
     test uninterrupted.
     """
 
-    def __init__(self, gcs_address: str, ready: Callable[[], bool], timeout_s: float = 300) -> None:
+    def __init__(self, ready: Callable[[], bool], timeout_s: float = 300) -> None:
         super().__init__(daemon=True)
-        self.gcs_address, self.ready, self.timeout_s = gcs_address, ready, timeout_s
-        self.earlier = {actor.actor_id for actor in self._alive_workers()}
+        self.ready, self.timeout_s = ready, timeout_s
+        self.earlier = set(self._alive_workers())
         self.killed_pid: Optional[int] = None
 
-    def _alive_workers(self) -> list:
-        from ray.util.state import list_actors
+    @staticmethod
+    def _alive_workers() -> dict[str, int]:
+        """{actor id: pid} of the alive Train workers, from the GCS's actor table through this driver's connection
+        (the session Ray runs no dashboard, so no State API)."""
+        from ray._private.state import actors
 
-        alive = [("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")]
-        return list_actors(address=self.gcs_address, filters=alive)
+        return {actor_id: info["Pid"] for actor_id, info in actors(actor_state_name="ALIVE").items()
+                if info["ActorClassName"] == "RayTrainWorker"}
 
     def run(self) -> None:
         deadline = time.time() + self.timeout_s  # a safety net against a hung run, not a timing assertion
         while time.time() < deadline:
             if self.ready():
-                for actor in self._alive_workers():
-                    if actor.pid and actor.actor_id not in self.earlier:
-                        os.kill(actor.pid, signal.SIGKILL)
-                        self.killed_pid = actor.pid
+                for actor_id, pid in self._alive_workers().items():
+                    if pid and actor_id not in self.earlier:
+                        os.kill(pid, signal.SIGKILL)
+                        self.killed_pid = pid
                         return
             time.sleep(0.1)

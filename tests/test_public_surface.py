@@ -26,7 +26,7 @@ def surfaces() -> list[str]:
     found = ["lmplatform"]
     for path in sorted(PACKAGE.iterdir()):
         module = path / "__init__.py" if path.is_dir() else path
-        if module.suffix == ".py" and path.name != "__init__.py" and _assigns_all(module.read_text()):
+        if module.suffix == ".py" and module.is_file() and path.name != "__init__.py" and _assigns_all(module.read_text()):
             found.append(f"lmplatform.{path.stem}")
     return found
 

@@ -23,7 +23,6 @@ def _stage_run(corpus: Path, *, steps: int, every: int, register: bool = False) 
 
 
 def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_session, tiny_bert, mlflow_uri, tmp_path) -> None:
-    import ray
     from mlflow.tracking import MlflowClient
 
     from lmplatform.pipeline.config import load_pipeline_config
@@ -57,8 +56,7 @@ def test_two_stage_pipeline_with_ewc_resumes_without_rerunning_stage_one(ray_ses
 
     # Interrupt stage 2 for real: kill its Train worker once its controller has registered a checkpoint,
     # so the kill lands mid-run. Stage 1 checkpoints at steps 2 and 4 only; stage 2's start at step 10.
-    killer = TrainWorkerKiller(ray.get_runtime_context().gcs_address,
-                               lambda: any(step >= 10 for step in committed_checkpoint_steps(storage)))
+    killer = TrainWorkerKiller(lambda: any(step >= 10 for step in committed_checkpoint_steps(storage)))
     killer.start()
     with pytest.raises(Exception):  # noqa: B017 - whatever Ray raises for a dead worker with max_failures=0
         run_pipeline(cfg)

@@ -30,6 +30,9 @@ RUNTIME_ENV_DEFAULTS: dict[str, str] = {
     # it at import): two bar lines per model load or checkpoint, in every worker, on the console.
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "RAY_TRAIN_V2_ENABLED": "1",
+    # Offline by design: Ray would otherwise run a usage-report collector (a dashboard module and, with Ray Data, an
+    # actor per cluster) for reports it cannot send.
+    "RAY_USAGE_STATS_ENABLED": "0",
 }
 
 

@@ -95,6 +95,10 @@ class LocalCluster:
 
     `head_cpus` defaults to 1: the head is where the Train controller, Ray Data's read and
     map tasks and the driver's own tasks land when the worker nodes are busy training.
+    `dashboard=False` starts no dashboard (one process less, and its polling): `ray job submit`
+    and the State API (`state_nodes`, `state_actors`, `wait_for_nodes`) need it. `log_monitor=False`
+    starts no log monitor, which otherwise re-reads every worker's log folder ten times a second to
+    forward the workers' output to the drivers' consoles.
     """
 
     head_cpus: float = 1
@@ -102,6 +106,8 @@ class LocalCluster:
     object_store_bytes: int = DEFAULT_OBJECT_STORE_BYTES
     temp_dir: Optional[Path] = None
     start_timeout_s: float = 240.0
+    dashboard: bool = True
+    log_monitor: bool = True
     nodes: dict[str, LocalNode] = field(default_factory=dict)
     address: str = ""
     dashboard_url: str = ""
@@ -120,7 +126,8 @@ class LocalCluster:
         args = [sys.executable, "-m", "lmplatform.testing.local_cluster", "serve", "--temp-dir", str(self.temp_dir),
                 "--owner-pid", str(os.getpid()), "--head-cpus", str(self.head_cpus),
                 "--head-resources", json.dumps(self.head_resources),
-                "--object-store-bytes", str(self.object_store_bytes)]
+                "--object-store-bytes", str(self.object_store_bytes)] + ([] if self.dashboard else ["--no-dashboard"]) \
+            + ([] if self.log_monitor else ["--no-log-monitor"])
         # Own session: a Ctrl-C in the terminal running pytest does not reach the nodes directly.
         with (self.temp_dir / "host.log").open("ab") as log:
             self._host = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -130,7 +137,8 @@ class LocalCluster:
             self.address, self.dashboard_url = state["address"], state["dashboard_url"]
             head = LocalNode.from_dict(state["node"])
             self.nodes[head.name] = head
-            self.wait_for_nodes(1)
+            if self.dashboard:  # without one, the host waited for the head to register before writing its state
+                self.wait_for_nodes(1)
         except BaseException:
             self.stop()
             raise
@@ -380,7 +388,7 @@ def _node_info(node: Any, name: str, num_cpus: float, resources: dict[str, float
 
 
 def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict[str, float],
-          object_store_bytes: int) -> None:
+          object_store_bytes: int, dashboard: bool = True, log_monitor: bool = True) -> None:
     """Build the cluster, publish its state, then serve add/restart requests until told to stop."""
     import ray._private.utils
     from ray.cluster_utils import Cluster
@@ -394,11 +402,14 @@ def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict
         nonlocal stopping
         stopping = True
 
-    dashboard_port = free_port()
+    dashboard_port = free_port() if dashboard else None
     common = {"object_store_memory": object_store_bytes, "node_ip_address": LOOPBACK}
     cluster = Cluster(initialize_head=True, head_node_args={
         **common, "num_cpus": head_cpus, "resources": head_resources, "temp_dir": str(temp_dir),
-        "include_dashboard": True, "dashboard_host": LOOPBACK, "dashboard_port": dashboard_port})
+        "include_dashboard": dashboard, "dashboard_host": LOOPBACK, "dashboard_port": dashboard_port,
+        "include_log_monitor": log_monitor})
+    if not dashboard:
+        cluster.wait_for_nodes(timeout=240)  # the client waits through the State API, which the dashboard serves
     # Ray's own SIGTERM handler would exit mid-request; stop between requests instead.
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
@@ -412,7 +423,8 @@ def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict
         return info
 
     head = _node_info(cluster.head_node, "head", head_cpus, head_resources, head=True)
-    _write_json(temp_dir / STATE_FILE, {"address": cluster.address, "dashboard_url": f"http://{LOOPBACK}:{dashboard_port}",
+    _write_json(temp_dir / STATE_FILE, {"address": cluster.address,
+                                        "dashboard_url": f"http://{LOOPBACK}:{dashboard_port}" if dashboard else "",
                                         "node": head})
     control = temp_dir / CONTROL_DIR
     try:
@@ -457,9 +469,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     host.add_argument("--head-cpus", type=float, default=1)
     host.add_argument("--head-resources", type=json.loads, default={})
     host.add_argument("--object-store-bytes", type=int, default=DEFAULT_OBJECT_STORE_BYTES)
+    host.add_argument("--no-dashboard", dest="dashboard", action="store_false")
+    host.add_argument("--no-log-monitor", dest="log_monitor", action="store_false")
     args = parser.parse_args(argv)
     head_cpus = int(args.head_cpus) if float(args.head_cpus).is_integer() else args.head_cpus
-    serve(args.temp_dir, args.owner_pid, head_cpus, args.head_resources, args.object_store_bytes)
+    serve(args.temp_dir, args.owner_pid, head_cpus, args.head_resources, args.object_store_bytes, args.dashboard,
+          args.log_monitor)
 
 
 if __name__ == "__main__":
