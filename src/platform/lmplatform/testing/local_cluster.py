@@ -126,8 +126,9 @@ class LocalCluster:
         args = [sys.executable, "-m", "lmplatform.testing.local_cluster", "serve", "--temp-dir", str(self.temp_dir),
                 "--owner-pid", str(os.getpid()), "--head-cpus", str(self.head_cpus),
                 "--head-resources", json.dumps(self.head_resources),
-                "--object-store-bytes", str(self.object_store_bytes)] + ([] if self.dashboard else ["--no-dashboard"]) \
-            + ([] if self.log_monitor else ["--no-log-monitor"])
+                "--object-store-bytes", str(self.object_store_bytes)]
+        args += [] if self.dashboard else ["--no-dashboard"]
+        args += [] if self.log_monitor else ["--no-log-monitor"]
         # Own session: a Ctrl-C in the terminal running pytest does not reach the nodes directly.
         with (self.temp_dir / "host.log").open("ab") as log:
             self._host = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
