@@ -52,3 +52,24 @@ def test_short_documents_cannot_be_sampled_and_are_counted_exactly() -> None:
     assert counts.dropped_fraction == pytest.approx(0.6)
     counts = count_sampleable([31, 32, 5, 100, 0], num_anchors=1, max_span=4)
     assert (counts.kept, counts.dropped) == (3, 2)
+
+
+def test_the_ray_data_filter_drops_short_texts_and_unpickles_without_torch(tiny_bert) -> None:
+    """Ray Data's split coordinators and dataset manager unpickle a dataset's plan, and with it this map, by
+    reference, without ever calling it: its module must not import torch and transformers (seconds per process)."""
+    import subprocess
+    import sys
+
+    from ray import cloudpickle
+
+    from lmplatform.objectives.declutr.spans import keep_sampleable
+
+    texts = np.array(["printer crash", "printer crash after the update on the server", "disk"], dtype=object)
+    kept = keep_sampleable({"text": texts, "source": np.arange(3)}, str(tiny_bert), 3)
+    assert list(kept["text"]) == [texts[1]] and list(kept["source"]) == [1]
+
+    probe = ("import pickle, sys; pickle.loads(sys.stdin.buffer.read()); "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], input=cloudpickle.dumps(keep_sampleable),
+                            capture_output=True, check=True)
+    assert loaded.stdout.decode().split() == ["[]"]

@@ -9,7 +9,6 @@ too short to sample (`prepare_data`); each worker builds the recipe (`build_reci
 from __future__ import annotations
 
 import contextlib
-import functools
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -25,7 +24,13 @@ from lmplatform.models.encoder import Encoder, load_tokenizer
 from lmplatform.models.masked_lm import MaskedLanguageModel
 from lmplatform.models.pooling import pool
 from lmplatform.models.resolve import resolve_model_path
-from lmplatform.objectives.declutr.spans import DeclutrSpanSampler, count_sampleable, span_report, token_lengths
+from lmplatform.objectives.declutr.spans import (
+    DeclutrSpanSampler,
+    cached_tokenizer,
+    count_sampleable,
+    keep_sampleable,
+    span_report,
+)
 from lmplatform.objectives.infonce import (
     InfoNCEOutput,
     Temperature,
@@ -204,25 +209,12 @@ def check_span_fits(cfg: RunConfig) -> None:
         )
 
 
-@functools.lru_cache(maxsize=2)
-def _cached_tokenizer(path: str) -> Any:
-    return load_tokenizer(path)
-
-
-def keep_sampleable(batch: dict[str, np.ndarray], tokenizer_path: str, min_tokens: int) -> dict[str, np.ndarray]:
-    """Ray Data map: drop the rows whose text has fewer than min_tokens tokens."""
-    tokenizer = _cached_tokenizer(tokenizer_path)
-    lengths = np.array(token_lengths([str(t) for t in batch["text"]], tokenizer), dtype=np.int64)
-    keep = lengths >= min_tokens
-    return {name: column[keep] for name, column in batch.items()}
-
-
 def prepare_data(cfg: RunConfig) -> PreparedData:
     check_span_fits(cfg)
     objective = cfg.objective
     corpus = scan_corpus(cfg.data)
     model_path = str(resolve_model_path(cfg.model.name_or_path))
-    tokenizer = _cached_tokenizer(model_path)
+    tokenizer = cached_tokenizer(model_path)
     counts = {
         split: rows[0] for split, rows in span_report(corpus, tokenizer, objective.num_anchors, [objective.max_span]).items()
     }

@@ -9,6 +9,7 @@ anchor, overlap it or lie inside it. A document needs 2·A_N·max_span tokens
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -117,3 +118,20 @@ def span_report(corpus: CorpusPlan, tokenizer: Any, num_anchors: int, max_spans:
         if lengths:
             report[split] = [count_sampleable(lengths, num_anchors, span) for span in max_spans]
     return report
+
+
+@functools.lru_cache(maxsize=2)
+def cached_tokenizer(path: str) -> Any:
+    """The model's tokenizer, loaded once per process. Imported on first use, not with this module: Ray Data's
+    coordinator processes unpickle `keep_sampleable` with a dataset's plan and never call it, so they import
+    this module only, not torch and transformers."""
+    from lmplatform.models.encoder import load_tokenizer
+
+    return load_tokenizer(path)
+
+
+def keep_sampleable(batch: dict[str, np.ndarray], tokenizer_path: str, min_tokens: int) -> dict[str, np.ndarray]:
+    """Ray Data map: drop the rows whose text has fewer than min_tokens tokens."""
+    lengths = np.array(token_lengths([str(t) for t in batch["text"]], cached_tokenizer(tokenizer_path)), dtype=np.int64)
+    keep = lengths >= min_tokens
+    return {name: column[keep] for name, column in batch.items()}
