@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence, TypeVar, Union
@@ -33,7 +33,7 @@ def text_field_value(fields: dict[str, Any], name: str, clean: bool) -> Optional
 EpochUnit = Literal["auto", "s", "ms"]
 
 TIME_FORMATS = (
-    "ISO 8601 (2020-01-01T02:52:00Z, 2020-01-01 02:52:00 +0000)",
+    "ISO 8601 (2020-01-01T02:52:00Z, 2020-01-01 02:52:00 +0000, 20200101T025200Z)",
     "RFC 2822 (Wed, 01 Jan 2020 02:52:00 +0000)",
     "Jira's dd/MMM/yy HH:mm (01/Jan/20 02:52, 01/Jan/20 2:52 AM)",
     "epoch seconds (below 1e10) or milliseconds (1e11 to 1e14), as a number or its digits",
@@ -47,7 +47,9 @@ _MONTHS = {name: number for number, names in enumerate(
 _JIRA_TIME = re.compile(
     r"(\d{1,2})/([A-Za-z]{3,9})/(\d{2}|\d{4})\s+(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\s*([AaPp])\.?[Mm]\.?)?")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-_ISO_ZONE = re.compile(r"(?:\s*([Zz])|\s*([+-])(\d{2}):?(\d{2}))$")
+_ISO_ZONE = r"(?:\s*([Zz])|\s*([+-])(\d{2})(?::?(\d{2}))?)?"
+_ISO_EXTENDED = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:(?:T|\s+)(\d{2})(?::(\d{2})(?::(\d{2})(?:[.,](\d+))?)?)?)?" + _ISO_ZONE)
+_ISO_BASIC = re.compile(r"(\d{4})(\d{2})(\d{2})(?:T(\d{2})(?:(\d{2})(?:(\d{2})(?:[.,](\d+))?)?)?)?" + _ISO_ZONE)
 # As seconds, [1e10, 1e11) is the years 2286 to 5138; as milliseconds, 1970-04 to 1973-03; 1e14 and more is beyond
 # the year 5000 either way. Neither reading of such a number is a plausible report time, so its unit must be given.
 _SECONDS_BELOW, _MILLISECONDS_FROM, _MILLISECONDS_BELOW = 1e10, 1e11, 1e14
@@ -126,18 +128,26 @@ def _not_a_time(value: Any, field: str) -> str:
 
 
 def _iso_time(text: str) -> Optional[datetime]:
-    """ISO 8601 as `datetime.fromisoformat` reads it, and with a "Z" or a "+0000" zone on Pythons whose
-    fromisoformat does not (3.10)."""
-    for candidate in (text, _ISO_ZONE.sub(_iso_zone, text, count=1)):
-        try:
-            return datetime.fromisoformat(candidate)
-        except ValueError:
-            continue
-    return None
-
-
-def _iso_zone(match: re.Match[str]) -> str:
-    return "+00:00" if match.group(1) else f"{match.group(2)}{match.group(3)}:{match.group(4)}"
+    """ISO 8601 in the forms trackers write, read here rather than by `datetime.fromisoformat`, whose forms grew in
+    Python 3.11 (basic "20200101", week and ordinal dates, "Z"): the same export must give the same times on every
+    Python the project runs on. Read: a calendar date, extended ("2020-01-01") or basic ("20200101"), then
+    optionally a time after "T" or spaces (hours, minutes, seconds, any fraction), then optionally "Z" or an offset
+    (+01, +01:00, +0100). Week and ordinal dates are not read."""
+    match = _ISO_EXTENDED.fullmatch(text) or _ISO_BASIC.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone, sign, zone_hours, zone_minutes = match.groups()
+    try:
+        tz = None
+        if zone:
+            tz = timezone.utc
+        elif sign:
+            offset = timedelta(hours=int(zone_hours), minutes=int(zone_minutes or 0))
+            tz = timezone(-offset if sign == "-" else offset)
+        return datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
+                        int((fraction or "0")[:6].ljust(6, "0")), tzinfo=tz)
+    except ValueError:  # month 13, hour 25, an offset of a day or more
+        return None
 
 
 def _jira_time(text: str) -> Optional[datetime]:

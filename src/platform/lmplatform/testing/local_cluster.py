@@ -126,7 +126,7 @@ class LocalCluster:
         args = [sys.executable, "-m", "lmplatform.testing.local_cluster", "serve", "--temp-dir", str(self.temp_dir),
                 "--owner-pid", str(os.getpid()), "--head-cpus", str(self.head_cpus),
                 "--head-resources", json.dumps(self.head_resources),
-                "--object-store-bytes", str(self.object_store_bytes)]
+                "--object-store-bytes", str(self.object_store_bytes), "--start-timeout-s", str(self.start_timeout_s)]
         args += [] if self.dashboard else ["--no-dashboard"]
         args += [] if self.log_monitor else ["--no-log-monitor"]
         # Own session: a Ctrl-C in the terminal running pytest does not reach the nodes directly.
@@ -389,7 +389,8 @@ def _node_info(node: Any, name: str, num_cpus: float, resources: dict[str, float
 
 
 def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict[str, float],
-          object_store_bytes: int, dashboard: bool = True, log_monitor: bool = True) -> None:
+          object_store_bytes: int, dashboard: bool = True, log_monitor: bool = True,
+          start_timeout_s: float = 240.0) -> None:
     """Build the cluster, publish its state, then serve add/restart requests until told to stop."""
     import ray._private.utils
     from ray.cluster_utils import Cluster
@@ -410,7 +411,7 @@ def serve(temp_dir: Path, owner_pid: int, head_cpus: float, head_resources: dict
         "include_dashboard": dashboard, "dashboard_host": LOOPBACK, "dashboard_port": dashboard_port,
         "include_log_monitor": log_monitor})
     if not dashboard:
-        cluster.wait_for_nodes(timeout=240)  # the client waits through the State API, which the dashboard serves
+        cluster.wait_for_nodes(timeout=start_timeout_s)  # the client waits through the State API, which the dashboard serves
     # Ray's own SIGTERM handler would exit mid-request; stop between requests instead.
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
@@ -472,10 +473,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     host.add_argument("--object-store-bytes", type=int, default=DEFAULT_OBJECT_STORE_BYTES)
     host.add_argument("--no-dashboard", dest="dashboard", action="store_false")
     host.add_argument("--no-log-monitor", dest="log_monitor", action="store_false")
+    host.add_argument("--start-timeout-s", type=float, default=240.0)
     args = parser.parse_args(argv)
     head_cpus = int(args.head_cpus) if float(args.head_cpus).is_integer() else args.head_cpus
     serve(args.temp_dir, args.owner_pid, head_cpus, args.head_resources, args.object_store_bytes, args.dashboard,
-          args.log_monitor)
+          args.log_monitor, args.start_timeout_s)
 
 
 if __name__ == "__main__":
