@@ -82,7 +82,7 @@ def bugzilla_bug(number: int, created: str, summary: str = "", *, dupe_of: Optio
 
 
 def github_issue(number: int, created: str, title: str = "", *, body: Optional[str] = "", labels: Sequence[str] = (),
-                 comments: Any = 0, pull_request: bool = False) -> dict[str, Any]:
+                 comments: Any = 0, pull_request: bool = False, state_reason: Optional[str] = "completed") -> dict[str, Any]:
     """An issue as GitHub's /repos/{owner}/{repo}/issues returns it."""
     issue = {"url": f"https://api.github.com/repos/o/r/issues/{number}",
              "repository_url": "https://api.github.com/repos/o/r",
@@ -91,6 +91,7 @@ def github_issue(number: int, created: str, title: str = "", *, body: Optional[s
              "labels": [{"id": i, "name": name, "color": "ededed"} for i, name in enumerate(labels)],
              "state": "closed", "locked": False, "assignee": None, "comments": comments, "created_at": created,
              "updated_at": "2021-01-01T00:00:00Z", "closed_at": None, "author_association": "NONE", "body": body,
+             "state_reason": state_reason,
              "reactions": {"url": "x", "total_count": 0}}
     if pull_request:
         issue["pull_request"] = {"url": f"https://api.github.com/repos/o/r/pulls/{number}"}

@@ -1,6 +1,7 @@
 """GitHub's REST issues list (a JSON list, search's {"items": [...]}, or JSONL). Pull requests, which the same
-endpoint returns, are skipped and counted. GitHub has no duplicate field: an issue labelled `duplicate` whose body
-or comments say "Duplicate of #N" (what GitHub's own duplicate marking writes) is linked to issue N."""
+endpoint returns, are skipped and counted. GitHub has no field naming the issue duplicated: an issue marked duplicate
+(labelled `duplicate`, or closed as a duplicate: `state_reason` "duplicate") whose body or comments say
+"Duplicate of #N" (what GitHub's own duplicate marking writes) is linked to issue N."""
 from __future__ import annotations
 
 import re
@@ -16,8 +17,8 @@ _DUPLICATE_OF = re.compile(r"(?i)\bduplicate\s+of\s+#(\d+)\b")
 
 
 def read_github_json(paths: Sequence[str]) -> ReadResult:
-    """Every issue of every file, pull requests skipped, with its "Duplicate of #N" link when labelled duplicate.
-    A `duplicate` label that names no issue is counted in the notes."""
+    """Every issue of every file, pull requests skipped, with its "Duplicate of #N" link when marked duplicate.
+    A duplicate mark that names no issue is counted in the notes."""
     result = ReadResult()
     for path in paths:
         document = read_export(path, EXPECTED, result)
@@ -37,24 +38,27 @@ def read_github_json(paths: Sequence[str]) -> ReadResult:
                 result.skip("pull request", where)
                 continue
             links = duplicate_references(issue)
-            if _labelled_duplicate(issue) and not links:
-                result.notes.add("labelled duplicate, but no 'Duplicate of #N' in its body or comments", where)
+            if _marked_duplicate(issue) and not links:
+                result.notes.add("marked duplicate, but no 'Duplicate of #N' in its body or comments", where)
             result.records.append(SourceRecord(where, issue, [number], links))
         check_some_read(path, len(items), shaped, first_reason, EXPECTED)
     return result
 
 
 def duplicate_references(issue: dict[str, Any]) -> list[str]:
-    """The N of each "Duplicate of #N" in the body or comments of an issue labelled `duplicate`; none otherwise,
-    as "duplicate of #N" in an unlabelled issue is as often a question as a verdict."""
-    if not _labelled_duplicate(issue):
+    """The N of each "Duplicate of #N" in the body or comments of an issue marked duplicate; none otherwise, as
+    "duplicate of #N" in an unmarked issue is as often a question as a verdict."""
+    if not _marked_duplicate(issue):
         return []
     comments = issue.get("comments") if isinstance(issue.get("comments"), list) else []  # else GitHub's count
     texts = [issue.get("body")] + [c.get("body") for c in comments if isinstance(c, dict)]
     return list(dict.fromkeys(n for t in texts if isinstance(t, str) for n in _DUPLICATE_OF.findall(t)))
 
 
-def _labelled_duplicate(issue: dict[str, Any]) -> bool:
+def _marked_duplicate(issue: dict[str, Any]) -> bool:
+    """Labelled `duplicate`, or closed as a duplicate (GitHub's close reason)."""
+    if issue.get("state_reason") == "duplicate":
+        return True
     labels = issue.get("labels") if isinstance(issue.get("labels"), list) else []
     names = [label.get("name") if isinstance(label, dict) else label for label in labels]
     return any(isinstance(name, str) and name.strip().lower() == "duplicate" for name in names)
