@@ -34,6 +34,17 @@ def test_features_by_hand() -> None:
     assert fusion_features(np.zeros(0), np.zeros(0), query, [], CFG).shape == (0, len(feature_names(CFG)))  # no pool
 
 
+def test_a_report_under_several_components_matches_one_under_any_of_them() -> None:
+    """The importer joins a list value with ", " (Jira's components, versions): its items match one by one."""
+    cfg = MetadataFusionConfig(match_fields=["component"], time_field=None)
+    candidates = [{"component": "fs"}, {"component": "test, ui"}, {"component": "ui"}, {"component": "fs, test"},
+                  {"component": ""}, {"component": "fsck"}]
+    x = fusion_features(np.ones(6), np.zeros(6), {"component": "fs, test"}, candidates, cfg)
+    assert x[:, -1].tolist() == [1, 1, 0, 1, 0, 0]
+    x = fusion_features(np.ones(6), np.zeros(6), {"component": "ui"}, candidates, cfg)
+    assert x[:, -1].tolist() == [0, 1, 1, 0, 0, 0]
+
+
 def test_a_bad_time_names_its_field() -> None:
     with pytest.raises(DataError, match="created: 'last tuesday' is not a time"):
         fusion_features(np.ones(1), np.ones(1), {"created": "last tuesday"}, [{"created": 0}], CFG)

@@ -30,6 +30,9 @@ def text_field_value(fields: dict[str, Any], name: str, clean: bool) -> Optional
     return value if value.strip() else None
 
 
+# A list value's items (components, labels, versions) joined into one metadata value, as the tracker importer writes it.
+LIST_SEPARATOR = ", "
+
 EpochUnit = Literal["auto", "s", "ms"]
 
 TIME_FORMATS = (

@@ -6,7 +6,8 @@ time. Each candidate of a query's pool (the union of the dense and BM25 top `poo
     dense_norm    (s_dense(q, c) - min_pool s_dense) / (max_pool s_dense - min_pool s_dense)
     bm25_norm     the same for BM25 (0 for a candidate that shares no term with the query)
     dense         s_dense(q, c), the cosine itself
-    same_<field>  1 if q and c have the same non-empty value of <field>, else 0        (one per `match_fields`)
+    same_<field>  1 if q and c share a non-empty value of <field>, else 0              (one per `match_fields`;
+                  a list the importer joined, "fs, test", shares each of its items)
     log_days      log(1 + |t_c - t_q| / 1 day), 0 when either time is unknown         (with a `time_field`)
     earlier       1 if t_c < t_q, else 0                                               (with a `time_field`)
     time_unknown  1 if either time is unknown, else 0                                  (with a `time_field`)
@@ -29,7 +30,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from lmplatform.data.fields import SECONDS_PER_DAY, parse_time
+from lmplatform.data.fields import LIST_SEPARATOR, SECONDS_PER_DAY, parse_time
 from lmplatform.data.readers import DataError
 from lmplatform.retrieval.settings import MetadataFusionConfig, MetadataFusionWeights, feature_names
 
@@ -40,6 +41,22 @@ def _stored_time(value: Any) -> Optional[float]:
         return parse_time(value, "")
     except DataError:
         return None
+
+
+def shares_value(wanted: Any, value: Any) -> bool:
+    """True when both values are non-empty and equal, or share an item of the lists joined into them ("fs, test"
+    and "fs": a report filed under two components matches one filed under either)."""
+    if not wanted or not value:
+        return False
+    if value == wanted:
+        return True
+    if isinstance(wanted, str) and isinstance(value, str) and (LIST_SEPARATOR in wanted or LIST_SEPARATOR in value):
+        return not _items(wanted).isdisjoint(_items(value))
+    return False
+
+
+def _items(value: str) -> set[str]:
+    return {item.strip() for item in value.split(LIST_SEPARATOR) if item.strip()}
 
 
 def candidate_pool(dense: np.ndarray, bm25: np.ndarray, size: int, excluded: Sequence[int] = ()) -> np.ndarray:
@@ -72,7 +89,7 @@ def fusion_features(dense: np.ndarray, bm25: np.ndarray, query: Mapping[str, Any
     columns = [_normalised(dense), _normalised(bm25), dense]
     for field in cfg.match_fields:
         wanted = query.get(field)
-        columns.append(np.array([float(bool(wanted) and c.get(field) == wanted) for c in candidates]))
+        columns.append(np.array([float(shares_value(wanted, c.get(field))) for c in candidates]))
     if cfg.time_field:
         at = parse_time(query.get(cfg.time_field), cfg.time_field)
         times = np.array([np.nan if (t := _stored_time(c.get(cfg.time_field))) is None or at is None

@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any, Optional, Union
 
+from lmplatform.data.fields import LIST_SEPARATOR
+
 Scalar = Union[str, int, float, bool]
 _NAME_KEYS = ("name", "value", "displayName", "login", "key")  # what a Jira/GitHub/Bugzilla object is called by
 
@@ -43,7 +45,7 @@ def simplify(value: Any) -> Optional[Scalar]:
         items = [simplify(item) for item in value]
         if any(item is None and original is not None for item, original in zip(items, value)):
             return None
-        return ", ".join(str(item).strip() for item in items if item is not None and str(item).strip())
+        return LIST_SEPARATOR.join(str(item).strip() for item in items if item is not None and str(item).strip())
     return None
 
 
