@@ -33,7 +33,7 @@ def test_the_options_become_the_import_the_overrides_and_the_serve_request(
                          "--map", "team=fields.reporter.name", "--metadata", "team", "--split", "group",
                          "--fractions", "0.5,0.3,0.2", "--seed", "7", "--epoch-unit", "ms",
                          "--set", "stages.biencoder.run.optim.epochs=2", "--set", "tracking.experiment=acme",
-                         "--serve-set", "limits.max_k=50", "--port", "8123")
+                         "--serve-set", "limits.max_k=50", "--port", "8123", "--serve-route-prefix", "/acme")
     root = tmp_path / "home" / "runs" / "data" / "acme"
     assert plan["import"] == {
         "format": "jira-json", "inputs": [str(tmp_path / "export.json")], "links": [str(links)], "out": str(root),
@@ -45,11 +45,11 @@ def test_the_options_become_the_import_the_overrides_and_the_serve_request(
     assert stages["system"]["system"]["register_as"]["name"] == "acme" and plan["registers"] == "acme"
     assert stages["biencoder"]["run"]["optim"]["epochs"] == 2 and plan["pipeline"]["tracking"]["experiment"] == "acme"
     assert plan["serve"] == {"config": str(REPO / "serve" / "config.yaml"), "overrides": ["limits.max_k=50"],
-                             "port": 8123, "detach": False}
+                             "port": 8123, "detach": False, "route_prefix": "/acme"}
     assert lines == [
         f"import: jira-json {tmp_path / 'export.json'} with links {links} -> {root} (split group 0.5/0.3/0.2)",
         "pipeline: tracker_system: data, negatives, biencoder, system; stage system registers acme",
-        f"serve: the version it registers, with {REPO / 'serve' / 'config.yaml'} on port 8123, until stopped"]
+        f"serve: the version it registers, with {REPO / 'serve' / 'config.yaml'} on port 8123 under /acme, until stopped"]
     assert not (tmp_path / "home").exists()
 
 

@@ -74,7 +74,7 @@ def test_the_plan_sets_the_jobs_variables_and_keeps_the_users_overrides(tmp_path
     as_data = plan.to_dict()
     assert as_data["import"]["out"] == str(root) and as_data["registers"] == "mytracker"
     assert as_data["serve"] == {"config": str(SERVE_CONFIG), "overrides": ["limits.max_k=50"], "port": 8123,
-                                "detach": False}
+                                "detach": False, "route_prefix": None}
     assert _files(tmp_path) == ["export.json"]  # validated: nothing written
 
 
@@ -104,6 +104,8 @@ def test_a_relative_data_root_lies_under_the_project_root(tmp_path: Path, monkey
     ({"serve": ServeRequest(Path("no.yaml"))}, ServeConfigError, "serve config not found: no.yaml"),
     ({"serve": ServeRequest(SERVE_CONFIG, detach=True)}, ConfigError, "detach: needs a Ray cluster"),
     ({"serve": ServeRequest(SERVE_CONFIG, port=70000)}, ConfigError, "port: 70000"),
+    ({"serve": ServeRequest(SERVE_CONFIG, route_prefix="writer")}, ConfigError, "route_prefix: 'writer' is not a route"),
+    ({"serve": ServeRequest(SERVE_CONFIG, route_prefix="/writer/")}, ConfigError, "route_prefix: '/writer/' is not"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_a_bad_field_fails_before_anything_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       change: dict, error: type, named: str) -> None:

@@ -770,6 +770,21 @@ def test_hot_reload_moves_to_the_new_champion_without_a_failed_request(service: 
     assert missing.exit_code == 2 and "no Serve application named 'no-such-app'" in missing.output
 
 
+def test_a_second_tracker_is_refused_the_route_prefix_another_app_serves(service: Service) -> None:
+    """`lmp pipeline tracker` names its app after the tracker; on a cluster already serving another app under a
+    prefix, a tracker asking for the same prefix fails before it trains, naming the app and the flag."""
+    from lmplatform.config.loader import ConfigError
+    from lmplatform.pipeline.tracker_system import check_route_free
+    from lmplatform.serving import control
+
+    assert control.route_owners() == {APP: "/"}
+    with pytest.raises(ConfigError, match=rf"route_prefix: / is served by application '{APP}' on this cluster; give "
+                                          r"tracker 'writer' its own \(--serve-route-prefix /writer\)"):
+        check_route_free("writer", "/")
+    check_route_free(APP, "/")  # the same tracker served again replaces itself
+    check_route_free("writer", "/writer")
+
+
 def test_a_model_without_head_labels_or_bm25_refuses_classification_and_hybrid_but_still_searches(service: Service) -> None:
     from mlflow.tracking import MlflowClient
 

@@ -48,6 +48,9 @@ def tracker(
     serve_overrides: Optional[List[str]] = typer.Option(
         None, "--serve-set", help="Override a Serve app arg: --serve-set live.dir=runs/live/x (repeatable)."),
     port: Optional[int] = typer.Option(None, "--port", help="HTTP port (default: the Serve config's, 8000)."),
+    route_prefix: Optional[str] = typer.Option(
+        None, "--serve-route-prefix", help="Serve the tracker under this path (/writer: /writer/v1/duplicates); each "
+                                           "tracker on one cluster needs its own (default: the Serve config's, /)."),
     address: Optional[str] = typer.Option(None, help="Ray cluster address (default: $RAY_ADDRESS, else an embedded "
                                           "local Ray)."),
     detach: bool = typer.Option(False, "--detach", help="Return once serving, leaving the app on the cluster (needs "
@@ -66,7 +69,7 @@ def tracker(
             out=str(data_out or default_data_root(name)), split=split, mapping=_mapping_option(mapping or []),
             metadata=metadata or None, fractions=_fractions_option(fractions), seed=seed, epoch_unit=epoch_unit,
             date_fields=date_fields or None, link_fields=_link_fields_option(link_fields))
-        request = ServeRequest(serve_config, tuple(serve_overrides or []), port, detach) if serve else None
+        request = ServeRequest(serve_config, tuple(serve_overrides or []), port, detach, route_prefix) if serve else None
         plan = plan_tracker_system(imports, name, config, overrides or [], request, address)
     except ValidationError as exc:
         fail("; ".join(f"import.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))

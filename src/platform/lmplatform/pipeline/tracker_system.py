@@ -44,6 +44,7 @@ JOB_VARS = {"data_root": "the import's folder (--data-out)", "registered_model":
 # Serve args the job sets itself: the version it registered, in the store it registered it in.
 JOB_SERVE_ARGS = ("model", "tracking_uri")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+ROUTE_PREFIX = re.compile(r"/|(?:/[A-Za-z0-9._-]+)+")  # what a tracker may be served under
 _JOB_ENV_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor in an entrypoint's environment
 Say = Callable[[str], None]
 
@@ -51,13 +52,15 @@ Say = Callable[[str], None]
 @dataclass(frozen=True)
 class ServeRequest:
     """How to serve the registered version: the Serve config (None: lmplatform's serve/config.yaml), `--set`
-    overrides of its app args, the port (None: the config's), and whether to leave it running on the cluster
-    (`detach`, which needs one)."""
+    overrides of its app args, the port (None: the config's), whether to leave it running on the cluster
+    (`detach`, which needs one), and the route prefix (None: the config's). The application is named after the
+    tracker, so trackers served on one cluster are apps of their own; each needs a route prefix of its own."""
 
     config: Optional[Path] = None
     overrides: tuple[str, ...] = ()
     port: Optional[int] = None
     detach: bool = False
+    route_prefix: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class TrackerSystemPlan:
         else:
             out.append(f"serve: the version it registers, with {self.serve_config}"
                        + (" on port " + str(self.serve.port) if self.serve.port else "")
+                       + (f" under {self.serve.route_prefix}" if self.serve.route_prefix else "")
                        + (", detached on the cluster" if self.serve.detach else ", until stopped"))
         return out
 
@@ -101,7 +105,7 @@ class TrackerSystemPlan:
                 "register_stage": self.register_stage, "registers": self.registered_name,
                 "serve": None if self.serve is None else {
                     "config": str(self.serve_config), "overrides": list(self.serve.overrides), "port": self.serve.port,
-                    "detach": self.serve.detach}}
+                    "detach": self.serve.detach, "route_prefix": self.serve.route_prefix}}
 
     @property
     def registered_name(self) -> Optional[str]:
@@ -213,6 +217,9 @@ def check_serve(serve: ServeRequest, name: str, address: Optional[str] = None) -
                           "an embedded Ray ends with this job")
     if serve.port is not None and not 0 < serve.port < 65536:
         raise ConfigError(f"port: {serve.port} is not a TCP port")
+    if serve.route_prefix is not None and not ROUTE_PREFIX.fullmatch(serve.route_prefix):
+        raise ConfigError(f"route_prefix: {serve.route_prefix!r} is not a route prefix: '/' or '/' then letters, digits, "
+                          "'-', '_', '.' and further '/' (/writer, /trackers/suite), not ending in '/'")
     path = Path(serve.config) if serve.config else DEFAULT_CONFIG
     if not path.is_file():
         raise ServeConfigError(f"serve config not found: {path}")
@@ -300,8 +307,11 @@ def run_pipeline_step(plan: TrackerSystemPlan, result: TrackerSystemResult) -> N
     the run and the version its registering stage reports."""
     from lmplatform.pipeline.runner import run_pipeline
 
-    if plan.address:
-        ensure_ray(plan.address)
+    address = plan.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ensure_ray(address)
+        if plan.serve is not None:  # on a cluster the prefix must be free: found now, not after training
+            check_route_free(plan.name, plan.serve.route_prefix or "/")
     run = run_pipeline(plan.pipeline)
     result.pipeline_run, result.tracking_uri = run.run_name, run.tracking_uri
     if plan.register_stage is not None:
@@ -325,12 +335,25 @@ def serve_step(plan: TrackerSystemPlan, result: TrackerSystemResult, say: Say) -
         ray.shutdown()  # the pipeline's embedded Ray was started lean, for training; serving wants its own
     launch_plan = plan_launch(plan.serve_config, None, list(serve.overrides),
                               {"model": f"models:/{result.registered_model}/{result.model_version}",
-                               "tracking_uri": result.tracking_uri}, None, serve.port)
+                               "tracking_uri": result.tracking_uri}, None, serve.port,
+                              app_name=plan.name, route_prefix=serve.route_prefix)
     say(f"[lmp] serving {launch_plan.release.id} ({launch_plan.release.model_uri}) as {launch_plan.name!r} at {launch_plan.url}")
     ensure_ray(address, serving=True)
+    check_route_free(launch_plan.name, launch_plan.app["route_prefix"])
     launch(launch_plan, progress=lambda line: say(f"[lmp] {line}"))
     result.app = launch_plan.name
     result.url = control.ingress(launch_plan.name).client_url(launch_plan.url)
+
+
+def check_route_free(app: str, route_prefix: str) -> None:
+    """A ConfigError when another application on the joined Ray's Serve already answers under `route_prefix`
+    (Serve would refuse the deploy; the same app is this tracker served again, which replaces it)."""
+    from lmplatform.serving.control import route_owners
+
+    other = next((name for name, prefix in route_owners().items() if prefix == route_prefix and name != app), None)
+    if other is not None:
+        raise ConfigError(f"route_prefix: {route_prefix} is served by application {other!r} on this cluster; give "
+                          f"tracker {app!r} its own (--serve-route-prefix /{app})")
 
 
 def serve_until_stopped(say: Say = print) -> None:

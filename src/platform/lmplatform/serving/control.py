@@ -107,6 +107,17 @@ def details() -> dict[str, Any]:
     return _client().get_serve_details()
 
 
+def route_owners() -> dict[str, str]:
+    """{application: route prefix} of the Serve on the joined Ray; {} when it runs no Serve."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    if client is None:
+        return {}
+    apps = client.get_serve_details().get("applications", {})
+    return {name: app.get("route_prefix") for name, app in apps.items() if app.get("route_prefix")}
+
+
 def deploy(app: dict[str, Any], timeout_s: float = 300.0, progress: Optional[Callable[[str], None]] = None) -> None:
     """Apply `app` (merged with the other declaratively deployed apps) and wait until it runs."""
     from ray.serve.schema import ServeDeploySchema

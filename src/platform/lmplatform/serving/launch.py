@@ -48,8 +48,10 @@ def serve_overrides(args: dict[str, Any], overrides: list[str], flag: str) -> di
 
 def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None, overrides: Optional[list[str]] = None,
                 args: Optional[dict[str, Any]] = None, host: Optional[str] = None, port: Optional[int] = None,
-                token_env: str = DEFAULT_TOKEN_ENV) -> LaunchPlan:
-    """Read the Serve config, apply overrides (`--set limits.max_k=50`, explicit `args`), validate, pin the model."""
+                token_env: str = DEFAULT_TOKEN_ENV, app_name: Optional[str] = None,
+                route_prefix: Optional[str] = None) -> LaunchPlan:
+    """Read the Serve config, apply overrides (`--set limits.max_k=50`, explicit `args`), validate, pin the model.
+    `name` picks the config's application; `app_name` and `route_prefix` replace its name and prefix."""
     path = Path(config) if config else DEFAULT_CONFIG
     if not path.is_file():
         raise ServeConfigError(f"serve config not found: {path}")
@@ -75,8 +77,8 @@ def plan_launch(config: Optional[str | Path] = None, name: Optional[str] = None,
     proxy_location = raw.get("proxy_location")
     if proxy_location is not None and proxy_location not in PROXY_LOCATIONS:
         raise ServeConfigError(f"{path}: proxy_location {proxy_location!r} is not one of {', '.join(PROXY_LOCATIONS)}")
-    app = application_config(settings, chosen.get("name") or DEFAULT_APP, chosen.get("route_prefix", "/"), deployments,
-                             chosen.get("logging_config"))
+    app = application_config(settings, app_name or chosen.get("name") or DEFAULT_APP,
+                             route_prefix or chosen.get("route_prefix", "/"), deployments, chosen.get("logging_config"))
     return LaunchPlan(app["name"], host or http.get("host", "127.0.0.1"), int(port or http.get("port", 8000)),
                       settings, release, app, proxy_location)
 
