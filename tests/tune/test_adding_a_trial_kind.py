@@ -85,8 +85,9 @@ def _space(tmp_path: Path, trial: str = "command", argv: Any = (sys.executable, 
 
 def test_an_unregistered_kind_is_refused_naming_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(SpaceError, match=r"trial: .*unknown trial kind 'command'; available: evaluation, function, "
-                                         r"pipeline, train"):
+                                         r"pipeline, train") as refused:
         load_space(_space(tmp_path))
+    assert "pipeline: a whole pipeline with the trial's values" in str(refused.value)  # each kind says what it runs
 
 
 def test_the_space_is_checked_by_the_kind_and_reserves_its_cpus(command_kind: TrialSpec, tmp_path: Path) -> None:

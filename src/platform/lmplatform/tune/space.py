@@ -221,7 +221,9 @@ class SearchSpace(Section):
         try:
             trial_kinds.trial_spec(value)
         except KeyError as exc:
-            raise ValueError(str(exc.args[0])) from None
+            kinds = "; ".join(f"{name}: {trial_kinds.trial_spec(name).description}"
+                              for name in trial_kinds.trial_kind_names())
+            raise ValueError(f"{exc.args[0]} ({kinds})") from None
         return value
 
     @property

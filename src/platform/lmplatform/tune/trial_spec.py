@@ -52,7 +52,7 @@ class TrialSpec:
     """One kind of trial.
 
     - `name`: the space's `trial:` value.
-    - `description`: one line for the config reference and errors.
+    - `description`: one line saying what a trial runs, listed with the kinds when a space names an unknown one.
     - `implementation`: the module with the functions of `TrialImplementation`.
     - `runs`: the space field naming what a trial runs (`base_config`, `function`, ...), required for the kind;
       None when the kind reads only its `trial_args`. `runs_what` says what it names, for the error.
