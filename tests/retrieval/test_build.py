@@ -69,6 +69,11 @@ def test_encoding_actor_runs_the_backend_asked_for_or_the_one_auto_chose(tiny_be
         expected = Encoder.from_pretrained(tiny_bert, max_seq_length=32, backend="onnx", quantize=quantize)
         vectors = np.stack(actor(batch).column("vector").to_numpy(zero_copy_only=False))
         assert np.allclose(vectors, expected.encode(texts, batch_size=2), atol=1e-5)
+    # without int8 candidates (a service's `auto_int8: false`, which its rebuilds follow) auto takes the best of the rest
+    choose_path(tiny_bert, int8=False, max_seq_length=32, batch_size=2, cache=tmp_path / "encode_paths.json",
+                timer=lambda encoder, t, b: 0.1 if encoder.backend == "onnx" else 1.0)
+    actor = EncodeBatch(str(tiny_bert), ["text"], "id", batch_size=2, max_seq_length=32, backend="auto", auto_int8=False)
+    assert actor.encoder.backend == "onnx" and not actor.encoder.quantized
 
 
 def test_bm25_index_beside_the_vectors_holds_the_same_texts_and_ids(tmp_path: Path) -> None:

@@ -48,9 +48,10 @@ class EncodeBatch:
 
     def __init__(self, model: str, text_fields: Sequence[str], id_field: str, batch_size: int,
                  quantize: Optional[str] = None, max_seq_length: Optional[int] = None, num_threads: Optional[int] = None,
-                 precision: str = "fp32", backend: str = "torch"):
-        """backend 'auto': the fastest path on this actor's host (models/encode_path.py), which then sets the
-        quantization and precision; otherwise `Encoder.from_pretrained`'s backend."""
+                 precision: str = "fp32", backend: str = "torch", auto_int8: bool = True):
+        """backend 'auto': the fastest path on this actor's host (models/encode_path.py; int8 paths among the
+        candidates with `auto_int8`), which then sets the quantization and precision; otherwise
+        `Encoder.from_pretrained`'s backend."""
         import torch
 
         from lmplatform.models.encoder import Encoder
@@ -58,7 +59,7 @@ class EncodeBatch:
         if num_threads:
             torch.set_num_threads(num_threads)  # before any timing: the threads the encodes will have
         if backend == "auto":
-            choice, self.encoder = choose_path(resolve_model_path(model), max_seq_length=max_seq_length,
+            choice, self.encoder = choose_path(resolve_model_path(model), int8=auto_int8, max_seq_length=max_seq_length,
                                                batch_size=batch_size)
             precision = choice.path.precision
         else:
@@ -109,6 +110,7 @@ def encode_corpus_to_shards(
     precision: str = "fp32",
     backend: str = "torch",
     in_process_rows: int = IN_PROCESS_ROWS,
+    auto_int8: bool = True,
 ) -> EncodeStats:
     """Encode a JSONL/parquet corpus on Ray actors into parquet shards of (id, vector); for one actor, a corpus of
     files holding at most `in_process_rows` rows in this process, into one shard."""
@@ -128,7 +130,8 @@ def encode_corpus_to_shards(
         raise ValueError(f"corpus {paths[0]} has no {id_field!r} field; fields: {fields}")
     encoder_args = {"model": str(model), "text_fields": list(text_fields), "id_field": id_field,
                     "batch_size": batch_size, "quantize": quantize, "max_seq_length": max_seq_length,
-                    "num_threads": max(1, int(cpus_per_actor)), "precision": precision, "backend": backend}
+                    "num_threads": max(1, int(cpus_per_actor)), "precision": precision, "backend": backend,
+                    "auto_int8": auto_int8}
     small = _small_corpus(paths, id_field, in_process_rows) if actors == 1 else None
     if small is not None:
         return _encode_here(small, output_dir, encoder_args, start)

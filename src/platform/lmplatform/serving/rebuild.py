@@ -193,8 +193,12 @@ def rebuild_index(settings: ServeSettings, served: Release, target: Release, wri
                 f"{target.model_uri}")
         model = fetch(target.model_uri, target.tracking_uri, settings.cache_dir)
         live, index_dir, texts = settings.live, work / "index", str(work / "texts.jsonl")
+        # Encoded as the replicas encode (their backend, quantization and precision; 'auto' chooses on the
+        # rebuild actor's host): an index is best searched with queries encoded the way it was built.
+        encoder = settings.encoder
         encoded = encode_corpus_to_shards(texts, work / "shards", str(model), list(live.fields), "id", live.rebuild_actors,
-                                          live.rebuild_cpus, live.rebuild_batch_size, quantize=settings.encoder.quantize)
+                                          live.rebuild_cpus, live.rebuild_batch_size, quantize=encoder.quantize,
+                                          precision=encoder.precision, backend=encoder.backend, auto_int8=encoder.auto_int8)
         kind = json.loads((folder / META_FILE).read_text())["kind"]
         index = build_index_from_shards(work / "shards", index_dir, IndexParams(kind=kind))
         if has_bm25(folder):
