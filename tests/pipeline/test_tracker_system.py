@@ -106,6 +106,8 @@ def test_a_relative_data_root_lies_under_the_project_root(tmp_path: Path, monkey
     ({"serve": ServeRequest(SERVE_CONFIG, port=70000)}, ConfigError, "port: 70000"),
     ({"serve": ServeRequest(SERVE_CONFIG, route_prefix="writer")}, ConfigError, "route_prefix: 'writer' is not a route"),
     ({"serve": ServeRequest(SERVE_CONFIG, route_prefix="/writer/")}, ConfigError, "route_prefix: '/writer/' is not"),
+    ({"serve": ServeRequest(SERVE_CONFIG, route_prefix="/a\nb")}, ConfigError, "route_prefix: '/a\\nb' is not"),
+    ({"serve": ServeRequest(SERVE_CONFIG, route_prefix="/\ud800")}, ConfigError, "route_prefix: '/\\ud800' is not"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_a_bad_field_fails_before_anything_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       change: dict, error: type, named: str) -> None:

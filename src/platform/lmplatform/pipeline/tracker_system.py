@@ -339,7 +339,7 @@ def serve_step(plan: TrackerSystemPlan, result: TrackerSystemResult, say: Say) -
                               app_name=plan.name, route_prefix=serve.route_prefix)
     say(f"[lmp] serving {launch_plan.release.id} ({launch_plan.release.model_uri}) as {launch_plan.name!r} at {launch_plan.url}")
     ensure_ray(address, serving=True)
-    check_route_free(launch_plan.name, launch_plan.app["route_prefix"])
+    check_route_free(launch_plan.name, launch_plan.app["route_prefix"])  # again: an app may have come while it trained
     launch(launch_plan, progress=lambda line: say(f"[lmp] {line}"))
     result.app = launch_plan.name
     result.url = control.ingress(launch_plan.name).client_url(launch_plan.url)

@@ -95,12 +95,13 @@ def start(host: str = "127.0.0.1", port: int = 8000, proxy_location: Optional[st
     serve.start(http_options={"host": host, "port": port}, proxy_location=proxy_location, logging_config=logging_config)
 
 
-def _client() -> Any:
+def _client(required: bool = True) -> Any:
+    """The Serve controller's client; None when no Serve runs and it is not `required` (else an error)."""
     # The same controller call that `serve deploy` / PUT /api/serve/applications/ makes,
     # without needing the dashboard.
     from ray.serve.context import _get_global_client
 
-    return _get_global_client()
+    return _get_global_client(raise_if_no_controller_running=required)
 
 
 def details() -> dict[str, Any]:
@@ -109,9 +110,7 @@ def details() -> dict[str, Any]:
 
 def route_owners() -> dict[str, str]:
     """{application: route prefix} of the Serve on the joined Ray; {} when it runs no Serve."""
-    from ray.serve.context import _get_global_client
-
-    client = _get_global_client(raise_if_no_controller_running=False)
+    client = _client(required=False)
     if client is None:
         return {}
     apps = client.get_serve_details().get("applications", {})
