@@ -14,10 +14,13 @@ text, so tokens, lengths and BM25 statistics stay realistic; the texts are new, 
      upserts (read from /proc);
    - search: the OpenOffice test duplicates as whole reports through `/v1/duplicates`, dense, hybrid and metadata
      mode alternating, p50/p99 at concurrency 1 and 8;
-   - upserts: new synthetic reports through `POST /v1/documents`, in batches of 32 and one at a time (documents/s).
+   - upserts: new synthetic reports through `POST /v1/documents`, in batches of 32 and one at a time (documents/s);
+   - intact: then imported and upserted reports updated; the index must hold exactly the imported and the new
+     reports, each read back by GET with its latest text, and a search for an updated report lists its id once.
 3. **Recall**: for each of --recall-kinds (default hnsw and ivf, with the index's default parameters), an index of
    that kind built in process from the import's vectors (build seconds, bytes), and its recall@10 against exact
-   search over the same vectors, for the OpenOffice queries encoded on the service's path.
+   search over the same vectors, for the OpenOffice queries encoded on the service's path; for IVF also its
+   calibrated nprobe, and recall and ms per query at 16, 32, 64, ... probes.
 
 At 10^6 on 2 cores, `--synthetic-vectors` replaces the import's encoding (synthetic_import: the real reports are
 encoded, each synthetic report's vector is mixed from its three sources'); BM25, the store and serving are as
@@ -194,8 +197,10 @@ def replica_memory_mb() -> dict[str, float]:
     return found
 
 
-def upserts(url: str, documents: Iterator[dict[str, Any]], batches: int, singles: int) -> dict[str, Any]:
-    """Documents/s of `batches` POST /v1/documents of UPSERT_BATCH documents, then of `singles` of one."""
+def upserts(url: str, documents: Iterator[dict[str, Any]], batches: int, singles: int,
+            kept: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Documents/s of `batches` POST /v1/documents of UPSERT_BATCH documents, then of `singles` of one; each document
+    sent is kept in `kept` by id."""
     import httpx
 
     out: dict[str, Any] = {}
@@ -205,6 +210,7 @@ def upserts(url: str, documents: Iterator[dict[str, Any]], batches: int, singles
             start = time.perf_counter()
             for _ in range(count):
                 body = {"documents": [next(documents) for _ in range(size)]}
+                kept.update((doc["id"], doc) for doc in body["documents"])
                 sent = time.perf_counter()
                 client.post("/v1/documents", json=body).raise_for_status()
                 latencies.append((time.perf_counter() - sent) * 1000)
@@ -213,6 +219,77 @@ def upserts(url: str, documents: Iterator[dict[str, Any]], batches: int, singles
                          "p50_ms": round(float(np.percentile(latencies, 50)), 1),
                          "p99_ms": round(float(np.percentile(latencies, 99)), 1)}
             print(f"[bench] upserts, {name}: {out[name]}", flush=True)
+    return out
+
+
+def import_then_upserts_intact(url: str, corpus: Path, imported: int, sent: dict[str, dict[str, Any]],
+                               rng: random.Random, sample: int = 500) -> dict[str, Any]:
+    """After the bulk import and the live upserts on top of it: nothing missing, nothing duplicated.
+
+    First UPSERT_BATCH imported reports and UPSERT_BATCH upserted ones are sent again with new text (updates, not
+    additions). Then the served index must hold exactly imported + len(sent) documents; every upserted document and
+    `sample` imported ones are read back by GET with their latest text; and a search by each updated report's new
+    text finds that report first, its id once in the hits."""
+    import httpx
+
+    from lmplatform.data import join_fields
+
+    rows = rng.sample(range(imported), sample)
+    wanted = set(rows)
+    imported_docs = {}
+    with corpus.open(encoding="utf-8") as handle:
+        for n, line in enumerate(handle):
+            if n in wanted:
+                row = json.loads(line)
+                imported_docs[row["id"]] = {"id": row["id"], "title": row["title"], "text": row["text"],
+                                            "metadata": {k: row[k] for k in METADATA if k in row}}
+    updated = [{**doc, "text": f"{doc['text']} (updated {n})"} for n, doc in
+               enumerate(list(imported_docs.values())[:UPSERT_BATCH] + rng.sample(list(sent.values()), UPSERT_BATCH))]
+    out: dict[str, Any] = {}
+    with httpx.Client(base_url=url, timeout=300) as client:
+        for doc in updated:  # one a request: a batch of long reports can pass limits.max_body_bytes
+            client.post("/v1/documents", json={"documents": [doc]}).raise_for_status()
+            (sent if doc["id"] in sent else imported_docs)[doc["id"]] = doc
+        out["index_size"] = client.get("/v1/model").json()["index_size"]
+        out["index_size_expected"] = imported + len(sent)
+        missing, stale = [], []
+        for doc_id, doc in {**imported_docs, **sent}.items():
+            response = client.get(f"/v1/documents/{doc_id}")
+            if response.status_code == 404:
+                missing.append(doc_id)
+            elif response.raise_for_status().json()["text"] != doc["text"]:
+                stale.append(doc_id)
+        not_first, repeated = [], []
+        for doc in updated:
+            query = join_fields(doc, ["title", "text"])  # what the replica encoded for the document
+            hits = client.post("/v1/search", json={"query": query, "k": 10, "mode": "dense"}).raise_for_status().json()["hits"]
+            ids = [hit["id"] for hit in hits]
+            if not ids or ids[0] != doc["id"]:
+                not_first.append(doc["id"])
+            if len(ids) != len(set(ids)):
+                repeated.append(doc["id"])
+    out.update({"read_back": len(imported_docs) + len(sent), "updated": len(updated), "missing": missing[:10],
+                "missing_count": len(missing), "stale_count": len(stale), "searched": len(updated),
+                "not_found_first": not_first[:10], "not_found_first_count": len(not_first),
+                "repeated_in_hits_count": len(repeated)})
+    print(f"[bench] import, then upserts: {out}", flush=True)
+    return out
+
+
+def probes_sweep(index: Any, vectors: np.ndarray, truth: list[set[str]]) -> dict[str, dict[str, float]]:
+    """An IVF index's recall@10 against exact search, and ms per query one at a time, at 16, 32, 64, ... probes up
+    to all its lists (its calibrated nprobe put back after)."""
+    calibrated, nlist = index._index.nprobe, index._index.nlist
+    out = {}
+    for probes in sorted({min(16 * 2 ** n, nlist) for n in range(20) if 16 * 2 ** (n - 1) < nlist}):
+        index._index.nprobe = probes
+        found = [len(want & {doc for doc, _ in hits}) / 10 for want, hits in zip(truth, index.search(vectors, 10))]
+        start = time.perf_counter()
+        for row in vectors[:100]:
+            index.search(row, 10)
+        out[str(probes)] = {"recall_at_10": round(float(np.mean(found)), 4),
+                            "ms_per_query": round((time.perf_counter() - start) * 1000 / min(100, len(vectors)), 2)}
+    index._index.nprobe = calibrated
     return out
 
 
@@ -242,7 +319,9 @@ def approximate_recall(shards: Path, kinds: list[str], work: Path, model: str, q
         seconds = time.perf_counter() - start
         found = [len(want & {doc for doc, _ in hits}) / 10 for want, hits in zip(truth, index.search(vectors, 10))]
         out[kind] = {"recall_at_10": round(float(np.mean(found)), 4), "build_seconds": round(seconds, 1),
-                     "bytes": (work / f"index-{kind}" / INDEX_FILE).stat().st_size}
+                     "bytes": (work / f"index-{kind}" / INDEX_FILE).stat().st_size, **index.stats.extra}
+        if kind in ("ivf", "ivfpq"):
+            out[kind]["by_nprobe"] = probes_sweep(index, vectors, truth)
         print(f"[bench] {kind}: {out[kind]}", flush=True)
     return out
 
@@ -297,8 +376,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         print(f"[bench] served {model['index_size']} documents; memory (MB): {served['memory_mb_loaded']}", flush=True)
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             served[f"c{concurrency}"] = measure(url, queries, concurrency, args.requests, rounds=2, kinds=("report",))
-        served["upserts"] = upserts(url, new_reports, args.upsert_batches, args.upsert_singles)
+        sent: dict[str, dict[str, Any]] = {}
+        served["upserts"] = upserts(url, new_reports, args.upsert_batches, args.upsert_singles, sent)
         served["memory_mb_after_upserts"] = replica_memory_mb()
+        served["intact"] = import_then_upserts_intact(url, corpus, args.docs, sent, random.Random(29))
         served["live_seq"] = httpx.get(f"{url}/v1/model", timeout=60).json()["live_seq"]
     recall = approximate_recall(work / "folder" / "shards", args.recall_kinds.split(","), work, system["model_dir"],
                                 queries, cache / "encode_paths.json") if args.recall_kinds else None
@@ -310,6 +391,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     checks["retriever_memory_mb"] = check("retriever replica memory (MB)", retriever, 4096.0, higher_is_better=False)
     checks["upserts_per_s_batch_32"] = check("upserts/s in batches of 32", served["upserts"]["batch_32"]["documents_per_s"],
                                              200.0)
+    intact = served["intact"]
+    checks["import_then_upserts_intact"] = check(
+        "documents missing, stale, extra or repeated after the import and the upserts",
+        intact["missing_count"] + intact["stale_count"] + intact["repeated_in_hits_count"]
+        + abs(intact["index_size"] - intact["index_size_expected"]), 0, higher_is_better=False)
     for kind in (args.recall_kinds.split(",") if args.recall_kinds else []):
         checks[f"{kind}_recall_at_10"] = check(f"{kind} recall@10 against exact", recall[kind]["recall_at_10"], 0.98)
     config = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}

@@ -7,7 +7,7 @@ import pytest
 
 from lmplatform.models.encoder import Encoder
 from lmplatform.retrieval.build import build_index_from_shards, encode_corpus_to_shards, iter_shards
-from lmplatform.retrieval.index import VectorIndex
+from lmplatform.retrieval.index import VectorIndex, VectorIndexError
 
 
 def test_ray_encoding_round_trips_ids_and_matches_in_process_encode(ray_session, tiny_bert: Path, tmp_path: Path) -> None:
@@ -130,3 +130,84 @@ def test_a_corpus_without_ids_or_unreadable_is_refused_naming_the_file_before_ra
     corpus.write_text("\n" + first_line + "\n")
     with pytest.raises(ValueError, match=message):
         encode_corpus_to_shards(str(corpus), tmp_path / "shards")
+
+
+def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def write_shards(folder: Path, vectors: np.ndarray, rows_per_shard: int) -> list[str]:
+    """Parquet shards of (id, vector) as encode_corpus_to_shards writes them; ids `d<row>`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    ids = [f"d{n}" for n in range(len(vectors))]
+    for first in range(0, len(vectors), rows_per_shard):
+        part = vectors[first:first + rows_per_shard]
+        column = pa.FixedSizeListArray.from_arrays(pa.array(part.ravel()), vectors.shape[1])
+        pq.write_table(pa.table({"id": ids[first:first + rows_per_shard], "vector": column}),
+                       folder / f"shard-{first // rows_per_shard:05d}.parquet")
+    return ids
+
+
+def clustered(clusters: int, per_cluster: int, dim: int = 16, seed: int = 0) -> np.ndarray:
+    """Unit vectors in `clusters` tight groups, the rows group by group (as a corpus sorted by product would be)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((clusters, dim))
+    x = np.repeat(centres, per_cluster, axis=0) + 0.3 * rng.standard_normal((clusters * per_cluster, dim))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_an_index_built_from_many_shards_is_sized_and_trained_for_the_whole_corpus(tmp_path: Path, monkeypatch) -> None:
+    from lmplatform.retrieval import index as index_module
+    from lmplatform.retrieval.index import MIN_PROBES, IndexParams, default_nlist
+
+    vectors = clustered(clusters=40, per_cluster=100)  # a shard per cluster: the first shard is one cluster
+    ids = write_shards(tmp_path / "shards", vectors, rows_per_shard=100)
+
+    ivf = build_index_from_shards(tmp_path / "shards", tmp_path / "ivf", IndexParams(kind="ivf"))
+    nlist = default_nlist(4000, 4000)
+    assert nlist == 102  # from the 4,000 rows; the first shard's 100 would give 2
+    assert ivf.stats.extra["nlist"] == nlist and ivf.stats.extra["training_vectors"] == 4000
+    assert len(ivf) == 4000 and ivf.ids == ids
+    # recall measured against the exact top 10 over every shard, with queries from all of them, and nprobe
+    # calibrated on them to keep the target
+    assert ivf.stats.recall_queries == 200 and ivf.stats.recall_at_10 >= 0.98
+    assert MIN_PROBES <= ivf.stats.extra["nprobe"] <= nlist
+    loaded = VectorIndex.load(tmp_path / "ivf")
+    assert loaded._index.nprobe == ivf.stats.extra["nprobe"]
+    assert loaded.search(vectors[3500], 1)[0][0][0] == "d3500"
+
+    # `auto` chooses by the corpus's 4,000 rows, not by its first shard's 100
+    monkeypatch.setattr(index_module, "AUTO_FLAT_MAX", 1000)
+    auto = build_index_from_shards(tmp_path / "shards", tmp_path / "auto", IndexParams(kind="auto"))
+    assert auto.kind == "hnsw" and auto.stats.recall_queries == 200 and auto.stats.recall_at_10 >= 0.95
+    flat = build_index_from_shards(tmp_path / "shards", tmp_path / "flat", IndexParams(kind="flat"))
+    assert flat.stats.recall_at_10 is None  # exact: nothing to measure
+
+
+def test_ivf_probes_the_fewest_lists_that_keep_the_target_recall_unless_told() -> None:
+    from lmplatform.retrieval.index import MIN_PROBES
+
+    vectors = unit_vectors(6000, dim=24, seed=1)  # no clusters: IVF needs many probes
+    ids = [str(n) for n in range(len(vectors))]
+    strict = VectorIndex.build(ids, vectors, kind="ivf")
+    nlist, probes = strict.stats.extra["nlist"], strict._index.nprobe
+    assert strict.stats.recall_at_10 >= 0.98 and MIN_PROBES < probes < nlist
+    # the fewest: half as many probes miss the target on fresh queries
+    strict._index.nprobe = probes // 2
+    queries = unit_vectors(200, dim=24, seed=5)
+    exact = VectorIndex.build(ids, vectors).search(queries, 10)
+    assert np.mean([len({d for d, _ in a} & {d for d, _ in e}) / 10 for a, e in zip(strict.search(queries, 10), exact)]) < 0.98
+    loose = VectorIndex.build(ids, vectors, kind="ivf", target_recall=0.5)
+    assert loose._index.nprobe == MIN_PROBES and loose.stats.extra["nprobe"] == MIN_PROBES
+    told = VectorIndex.build(ids, vectors, kind="ivf", nprobe=3)
+    assert told._index.nprobe == 3 and told.stats.recall_at_10 < 0.98  # measured, never overridden
+    with pytest.raises(VectorIndexError, match="already created"):
+        told.create(len(vectors), vectors)
+    with pytest.raises(VectorIndexError, match="index kind ivf needs training vectors"):
+        VectorIndex(24, kind="ivf").create(len(vectors))
+    with pytest.raises(VectorIndexError, match=r"target_recall must be in \(0, 1\]"):
+        VectorIndex(24, kind="ivf", target_recall=1.5)

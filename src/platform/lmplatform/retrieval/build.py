@@ -7,8 +7,9 @@
    holds the texts or the vectors. A corpus of at most `IN_PROCESS_ROWS` rows, for
    one actor, is encoded in the calling process instead, into one shard of the same
    columns: one actor encodes no faster than the caller, and takes seconds to start.
-2. `build_index_from_shards` adds the shards to a `VectorIndex` one file at a
-   time (IVF kinds train on the first shard) and saves it with its id mapping.
+2. `build_index_from_shards` creates a `VectorIndex` for the whole corpus (`auto` and IVF's lists sized by its
+   row count, IVF trained on rows drawn across every shard), adds the shards one file at a time and saves it
+   with its id mapping.
 3. `build_bm25_index` indexes the same texts with BM25 (bm25s) into `bm25/` of the
    index folder, for hybrid search. It reads the corpus on the driver: bm25s holds
    every document's tokens while it indexes.
@@ -29,7 +30,8 @@ from lmplatform.data.fields import join_fields
 from lmplatform.data.readers import BadRow, detect_format, read_rows
 from lmplatform.models.encode_path import choose_path
 from lmplatform.models.resolve import resolve_model_path
-from lmplatform.retrieval.index import IndexParams, VectorIndex
+from lmplatform.retrieval.faiss_import import exact_search
+from lmplatform.retrieval.index import TRAINED_KINDS, TRAINING_PER_LIST, IndexParams, VectorIndex, default_nlist
 from lmplatform.retrieval.retrievers import BM25_DIR, BM25Retriever
 from lmplatform.retrieval.settings import MetadataFusionConfig
 from lmplatform.retrieval.store import DOCUMENTS_FILE, MetadataAudit, write_document_store
@@ -222,32 +224,92 @@ def _parquet_rows(path: str) -> int:
     return pq.ParquetFile(path).metadata.num_rows
 
 
-def iter_shards(shards_dir: str | Path) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(ids, vectors [n, dim] float32) for each parquet shard, in file-name order."""
-    import pyarrow.parquet as pq
-
+def _shard_files(shards_dir: str | Path) -> list[str]:
     files = sorted(glob.glob(str(Path(shards_dir) / "*.parquet")))
     if not files:
         raise FileNotFoundError(f"no parquet shards in {shards_dir}")
-    for path in files:
-        table = pq.read_table(path, columns=["id", "vector"])
-        if table.num_rows == 0:
-            continue
-        column = table.column("vector").combine_chunks()
-        dim = column.type.list_size
-        vectors = column.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32, copy=False)
-        yield table.column("id").to_pylist(), vectors
+    return files
+
+
+def _vector_dim(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.read_schema(path).field("vector").type.list_size)
+
+
+def _read_shard(path: str) -> tuple[list[str], np.ndarray]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["id", "vector"])
+    column = table.column("vector").combine_chunks()
+    dim = column.type.list_size
+    vectors = column.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32, copy=False)
+    return table.column("id").to_pylist(), vectors
+
+
+def iter_shards(shards_dir: str | Path) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(ids, vectors [n, dim] float32) for each parquet shard, in file-name order."""
+    for path in _shard_files(shards_dir):
+        if _parquet_rows(path):
+            yield _read_shard(path)
+
+
+def _rows_at(files: list[str], counts: list[int], rows: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The ids and vectors at the corpus rows `rows` (sorted, counted across `files` in order), a shard read at a
+    time."""
+    ids: list[str] = []
+    vectors, first = [], 0
+    for path, count in zip(files, counts):
+        local = rows[(rows >= first) & (rows < first + count)] - first
+        if len(local):
+            shard_ids, shard_vectors = _read_shard(path)
+            ids += [shard_ids[n] for n in local]
+            vectors.append(shard_vectors[local])
+        first += count
+    return ids, np.concatenate(vectors)
+
+
+def _merge_top_k(best: Optional[tuple[np.ndarray, np.ndarray]], scores: np.ndarray, ids: np.ndarray, k: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The k best (scores, ids) [q, k] of each query among `best`'s and a shard's."""
+    if best is not None:
+        scores, ids = np.concatenate([best[0], scores], axis=1), np.concatenate([best[1], ids], axis=1)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
 def build_index_from_shards(shards_dir: str | Path, index_dir: str | Path, params: Optional[IndexParams] = None) -> VectorIndex:
-    """Add every shard to one VectorIndex and save it (index.faiss, ids.json, index_meta.json)."""
-    index: Optional[VectorIndex] = None
-    for ids, vectors in iter_shards(shards_dir):
-        if index is None:
-            index = VectorIndex(vectors.shape[1], params or IndexParams())
-        index.add(ids, vectors)
-    if index is None:
+    """Every shard added to one VectorIndex, saved (index.faiss, ids.json, index_meta.json).
+
+    The index is created for the whole corpus before the first shard is added: `auto` chooses its kind by the
+    corpus's size, and an IVF kind sizes its lists by it and trains on TRAINING_PER_LIST rows per list drawn across
+    every shard (shards come in the order Ray Data wrote them, which may follow the corpus's order: by product or
+    by date). An approximate kind's recall@10 against exact search is measured for `recall_sample` corpus rows as
+    queries, their exact top 11 (themselves and 10 more) gathered shard by shard; an IVF kind's nprobe is
+    calibrated on them (`VectorIndex.record_recall`)."""
+    files = _shard_files(shards_dir)
+    counts = [_parquet_rows(path) for path in files]
+    total = sum(counts)
+    if not total:
         raise ValueError(f"the shards in {shards_dir} hold no rows")
+    index = VectorIndex(_vector_dim(files[0]), params or IndexParams())
+    kind = index.resolved_kind(total)
+    training = min(total, TRAINING_PER_LIST * (index.params.nlist or default_nlist(total, total))) if kind in TRAINED_KINDS else 0
+    rng = np.random.default_rng(0)
+    sample = _rows_at(files, counts, np.sort(rng.choice(total, size=training, replace=False))) if training else None
+    index.create(total, sample[1] if sample is not None else None)
+    queries: Optional[tuple[list[str], np.ndarray]] = None
+    if kind != "flat":
+        rows = rng.choice(total, size=min(index.params.recall_sample, total), replace=False)
+        queries = _rows_at(files, counts, np.sort(rows))
+    k, best = min(11, total), None  # each query's own row, and the 10 after it
+    for ids, vectors in iter_shards(shards_dir):
+        index.add(ids, vectors, measure_recall=False)
+        if queries is not None:
+            scores, rows = exact_search(queries[1], vectors, min(k, len(ids)))
+            best = _merge_top_k(best, scores, np.asarray(ids, dtype=object)[rows], k)
+    if queries is not None and best is not None:
+        index.record_recall(queries[1], queries[0], [list(row) for row in best[1]])
     index.save(index_dir)
     (Path(index_dir) / "build.json").write_text(json.dumps({"shards_dir": str(shards_dir), "count": len(index)}, indent=2))
     return index
