@@ -21,9 +21,9 @@ For the other kinds, the build measures recall@10 against exact search, with a s
 queries (each query's own row left out of its truth and its hits: a row always finds itself), logs it and stores
 it in `stats`. An IVF kind without a set `nprobe` is calibrated there: it probes the fewest lists of 16, 32,
 64, ... that keep `target_recall` of the exact top 10, or stops where doubling them gains under 0.002 (ivfpq's
-codes bound its recall). No share of lists suits every corpus: at 10^5 real report
-vectors, 1264 lists, one list in 16 kept 0.93 and one in 4 kept 0.97; at 10^6 recombined ones one in 16 kept 0.99
-(docs/benchmarks.md).
+codes bound its recall). No fixed share of lists suits every corpus: over 10^5 report vectors in 1,264 lists,
+real queries needed 512 probes for 0.988 of the exact top 10; over 10^6 recombined ones in 4,000 lists, 256 kept
+0.985 (docs/benchmarks.md).
 
 `remove` takes documents out of a live index (the served index under document changes). A removed vector
 stays in FAISS as a tombstone at its position until `compact`: a search asks FAISS for as many more hits as
@@ -114,7 +114,6 @@ def auto_kind(count: int) -> str:
 def default_nlist(total: int, training: int) -> int:
     """Inverted lists for `total` vectors: about 4 * sqrt(total), with at least 39 of `training` vectors per list."""
     return max(1, min(int(4 * math.sqrt(total)), training // 39))
-
 
 
 class VectorIndex:
@@ -260,9 +259,11 @@ class VectorIndex:
         wanted = [[doc for doc in row if doc != own][:k] for row, own in zip(truth, own_ids)]
 
         def recall() -> float:
+            if not any(wanted):  # an index of one vector: nothing but the query itself to find
+                return 1.0
             found = self.search(queries, k + 1)
             return sum(len(set(want) & set([doc for doc, _ in hits if doc != own][:k]))
-                       for want, hits, own in zip(wanted, found, own_ids)) / max(1, sum(map(len, wanted)))
+                       for want, hits, own in zip(wanted, found, own_ids)) / sum(map(len, wanted))
 
         measured = recall()
         if self.kind in TRAINED_KINDS and self.params.nprobe is None:
