@@ -230,6 +230,8 @@ def import_then_upserts_intact(url: str, corpus: Path, imported: int, sent: dict
     additions). Then the served index must hold exactly imported + len(sent) documents; every upserted document and
     `sample` imported ones are read back by GET with their latest text; and a search by each updated report's new
     text finds that report first, its id once in the hits."""
+    from urllib.parse import quote
+
     import httpx
 
     from lmplatform.data import join_fields
@@ -254,7 +256,7 @@ def import_then_upserts_intact(url: str, corpus: Path, imported: int, sent: dict
         out["index_size_expected"] = imported + len(sent)
         missing, stale = [], []
         for doc_id, doc in {**imported_docs, **sent}.items():
-            response = client.get(f"/v1/documents/{doc_id}")
+            response = client.get(f"/v1/documents/{quote(doc_id, safe='')}")
             if response.status_code == 404:
                 missing.append(doc_id)
             elif response.raise_for_status().json()["text"] != doc["text"]:
