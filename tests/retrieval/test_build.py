@@ -8,6 +8,7 @@ import pytest
 from lmplatform.models.encoder import Encoder
 from lmplatform.retrieval.build import build_index_from_shards, encode_corpus_to_shards, iter_shards
 from lmplatform.retrieval.index import VectorIndex, VectorIndexError
+from tests.retrieval.test_index import unit_vectors
 
 
 def test_ray_encoding_round_trips_ids_and_matches_in_process_encode(ray_session, tiny_bert: Path, tmp_path: Path) -> None:
@@ -130,11 +131,6 @@ def test_a_corpus_without_ids_or_unreadable_is_refused_naming_the_file_before_ra
     corpus.write_text("\n" + first_line + "\n")
     with pytest.raises(ValueError, match=message):
         encode_corpus_to_shards(str(corpus), tmp_path / "shards")
-
-
-def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
-    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def write_shards(folder: Path, vectors: np.ndarray, rows_per_shard: int) -> list[str]:
